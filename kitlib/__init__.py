@@ -1,0 +1,17 @@
+"""kitlib: the shared code of the Kaggle multi-device NLP notebook kit.
+
+Modules, one job each:
+
+* :mod:`kitlib.runtime`: the torch-side runtime detector and launcher (TPU / CUDA / PJRT CPU).
+* :mod:`kitlib.compat`: torch_xla version drift, in one place.
+* :mod:`kitlib.infer_template`: the inference ``_mp_fn`` and its config.
+* :mod:`kitlib.shards`: the atomic per-rank shard writer.
+* :mod:`kitlib.merge`: the shard merger (also ``python -m kitlib merge``).
+* :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.
+* :mod:`kitlib.model`: the XLM-R classifier: checkpoint resolution, loading, probabilities.
+* :mod:`kitlib.tokenizer`: the offline SentencePiece tokenizer.
+* :mod:`kitlib.paths`: where the data, working and cache folders are (repo, Kaggle, Colab).
+
+Importing ``kitlib`` imports no framework; each module imports torch / torch_xla lazily.
+"""
+__version__ = "0.1.0"

@@ -1,0 +1,124 @@
+"""The multicore inference template: one ``_mp_fn`` per device, each writing a prediction shard.
+
+Parent process (notebook)::
+
+    rt = detect_runtime(num_devices)                     # touches no device
+    cfg = InferConfig(checkpoint=..., test_csv=..., shard_dir=..., ...)
+    launch(_mp_fn, (cfg,), rt, start_method)             # one replica per device
+    merge_shards([cfg.shard_dir], "submission.csv", sample_submission=..., test=cfg.test_csv)
+
+Each replica reads the test CSV, takes its part with
+``DistributedSampler(shuffle=False, drop_last=False)`` (which pads every rank to
+``ceil(N / world_size)`` rows by repeating the first rows; the merger drops those duplicates),
+runs fixed-shape batches ``[batch_size, max_len]`` through the model, and writes one shard
+atomically (:mod:`kitlib.shards`). The replica keeps no module-level mutable state: on TPU
+v2/v3 and on PJRT CPU, replicas are threads of one process.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import compat
+from .data import PlannedBatches, plan_batches, read_csv_checked
+from .model import load_classifier, probabilities
+from .shards import write_shard
+
+
+@dataclass(frozen=True)
+class InferConfig:
+    """Everything a replica needs; picklable, so it travels to ``spawn``-ed processes.
+
+    Attributes:
+        checkpoint: local folder with the transformers checkpoint and tokenizer
+            (from :func:`kitlib.model.resolve_checkpoint`).
+        test_csv: the CSV to predict (``id`` plus a text column).
+        shard_dir: folder the shards are written to.
+        batch_size: rows per model call on each replica (global batch = batch_size x world size).
+        max_len: tokens per row; longer texts are truncated, shorter ones padded.
+        xla: replicas driven by torch_xla (TPU, PJRT CPU); False for plain CUDA.
+        num_devices: world size for the non-XLA (CUDA) path; XLA asks ``torch_xla.runtime``.
+        prediction_column: name of the prediction column (Kaggle's ``toxic``).
+        text_col: text column; None picks ``content`` or ``comment_text``.
+        run_id: written into every shard so the merger can refuse shards of another run.
+    """
+
+    checkpoint: str
+    test_csv: str
+    shard_dir: str
+    batch_size: int = 32
+    max_len: int = 128
+    xla: bool = True
+    num_devices: int = 1
+    prediction_column: str = "toxic"
+    text_col: str | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def _replica(index: int, cfg: InferConfig):
+    """(device, rank, world_size) of this replica."""
+    if cfg.xla:
+        return compat.xla_device(), compat.xla_rank(), compat.xla_world_size()
+    import torch
+
+    return torch.device("cuda", index), index, cfg.num_devices
+
+
+def predict_rows(model, tokenizer, texts: list[str], rows: np.ndarray, cfg: InferConfig, device, *, xla: bool, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Run the model over ``rows`` of ``texts`` in fixed-shape batches.
+
+    Returns:
+        ``(rows, probs)``: int64 ``[n]`` and float32 ``[n]`` for the real (non-filler) slots, in
+        the order the batches ran.
+    """
+    import torch
+    from torch.utils.data import DataLoader
+    from tqdm.auto import tqdm
+
+    plans = plan_batches(rows, cfg.batch_size, cfg.max_len)
+    loader = DataLoader(PlannedBatches(texts, plans, tokenizer), batch_size=None, shuffle=False, num_workers=0)
+    if xla:
+        loader = compat.xla_device_loader(loader, device)
+    out = []
+    with torch.no_grad():
+        for batch in tqdm(loader, total=len(plans), desc="predict (rank 0)", disable=not progress):
+            if not xla:
+                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            out.append(probabilities(model(**batch).logits).cpu())
+    probs = torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+    all_rows = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)
+    keep = all_rows >= 0
+    return all_rows[keep], probs[keep]
+
+
+def _mp_fn(index: int, cfg: InferConfig) -> None:
+    """Per-device inference: predict this rank's rows and write its shard.
+
+    Args:
+        index: the launcher's process/thread index (on XLA the rank comes from
+            ``torch_xla.runtime.global_ordinal()``).
+        cfg: an :class:`InferConfig`.
+    """
+    from torch.utils.data import DistributedSampler
+
+    device, rank, world = _replica(index, cfg)
+    df = read_csv_checked(cfg.test_csv, text_col=cfg.text_col)
+    sampler = DistributedSampler(range(len(df)), num_replicas=world, rank=rank, shuffle=False, drop_last=False)
+    rows = np.fromiter(iter(sampler), dtype=np.int64)
+    tokenizer, model = load_classifier(cfg.checkpoint)
+    model.to(device)
+    texts = df["text"].tolist()
+    rows, probs = predict_rows(model, tokenizer, texts, rows, cfg, device, xla=cfg.xla, progress=rank == 0)
+    write_shard(
+        Path(cfg.shard_dir),
+        rank=rank,
+        world_size=world,
+        num_rows=len(df),
+        rows=rows,
+        ids=df["id"].to_numpy()[rows],
+        predictions={cfg.prediction_column: probs},
+        run_id=cfg.run_id,
+    )

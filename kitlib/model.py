@@ -1,0 +1,173 @@
+"""The XLM-RoBERTa sequence classifier (transformers, torch): where it comes from and how it is read.
+
+``resolve_checkpoint`` turns the notebook's ``model`` parameter into a local folder in the
+parent process, once, before any replica starts; every replica then only loads that folder:
+
+* a folder with ``config.json`` (a Kaggle dataset/model mount, or the training notebook's output);
+* ``"auto"``: the training notebook's checkpoint when it exists, else ``"tiny-random"``;
+* ``"tiny-random"``: a small randomly initialised ``XLMRobertaConfig`` with a SentencePiece
+  tokenizer trained offline on the sample text, built once and cached (nothing is downloaded);
+* anything else is a Hugging Face hub name (e.g. ``xlm-roberta-base``), fetched with
+  ``huggingface_hub.snapshot_download`` (needs internet; on Kaggle, attach the model instead).
+
+Classifier heads: one logit (``num_labels=1``, ``problem_type="multi_label_classification"``,
+sigmoid) is what this kit trains; two-class heads (softmax, column 1) load too.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+# Imported here, at module import, not inside functions: transformers resolves these names
+# lazily, and that lazy import is not thread-safe when PJRT CPU / TPU v3 replicas (threads)
+# load models at the same moment.
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    XLMRobertaConfig,
+    XLMRobertaForSequenceClassification,
+)
+
+from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, train_sentencepiece
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    """Size of the offline default model (about 1.3 M parameters with an 8k vocabulary)."""
+
+    vocab_size: int = 8000
+    hidden_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    intermediate_size: int = 256
+    max_position_embeddings: int = 514  # 512 tokens + XLM-R's padding_idx offset of 2
+    seed: int = 0
+
+
+def _sample_texts(data_dir: Path) -> list[str]:
+    import pandas as pd
+
+    texts: list[str] = []
+    for name, col in (("train.csv", "comment_text"), ("validation.csv", "comment_text"), ("test.csv", "content")):
+        p = data_dir / name
+        if p.is_file():
+            texts += pd.read_csv(p, dtype=str, keep_default_na=False, usecols=[col])[col].tolist()
+    if not texts:
+        raise FileNotFoundError(f"{data_dir}: no train.csv, validation.csv or test.csv to train a tokenizer on")
+    return texts
+
+
+def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLike, cfg: TinyConfig = TinyConfig()) -> Path:
+    """Write a randomly initialised XLM-R classifier and its tokenizer to ``out_dir``.
+
+    The tokenizer is a unigram SentencePiece model trained on the text of ``train.csv``,
+    ``validation.csv`` and ``test.csv`` in ``data_dir`` (unsupervised use of test text, as the
+    real XLM-R vocabulary covers those languages too). Weights come from ``torch.manual_seed(cfg.seed)``.
+    The folder is built under a temporary name and renamed, so a half-built one never exists.
+    """
+    out_dir, data_dir = Path(out_dir), Path(data_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        spm_file = train_sentencepiece(_sample_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
+        tok = hf_tokenizer_from_spm(spm_file)
+        config = XLMRobertaConfig(
+            vocab_size=len(tok),
+            hidden_size=cfg.hidden_size,
+            num_hidden_layers=cfg.num_hidden_layers,
+            num_attention_heads=cfg.num_attention_heads,
+            intermediate_size=cfg.intermediate_size,
+            max_position_embeddings=cfg.max_position_embeddings,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.cls_token_id,
+            eos_token_id=tok.eos_token_id,
+            num_labels=1,
+            problem_type="multi_label_classification",
+            id2label={0: "toxic"},
+            label2id={"toxic": 0},
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            model = XLMRobertaForSequenceClassification(config)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "kitlib-tiny.json").write_text(json.dumps(asdict(cfg)))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _is_checkpoint(p: Path) -> bool:
+    return (p / "config.json").is_file()
+
+
+def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: str | os.PathLike, trained_dir: str | os.PathLike | None = None) -> Path:
+    """Turn the ``model`` parameter into a local checkpoint folder (see the module docstring).
+
+    Args:
+        model: ``"auto"``, ``"tiny-random"``, a folder, or a hub name.
+        data_dir: the folder with the sample CSVs (tokenizer training text for ``tiny-random``).
+        cache_dir: where ``tiny-random`` checkpoints are cached (keyed by size and data).
+        trained_dir: the training notebook's output folder, used by ``"auto"`` when it holds a checkpoint.
+
+    Raises:
+        FileNotFoundError: ``model`` looks like a path (has a ``/`` and exists) but has no ``config.json``.
+    """
+    if model == "auto":
+        if trained_dir is not None and _is_checkpoint(Path(trained_dir)):
+            return Path(trained_dir)
+        model = "tiny-random"
+    if model == "tiny-random":
+        cfg = TinyConfig()
+        data_dir = Path(data_dir)
+        h = hashlib.sha256(json.dumps(asdict(cfg)).encode())
+        for name in ("train.csv", "validation.csv", "test.csv"):
+            if (data_dir / name).is_file():
+                h.update((data_dir / name).read_bytes())
+        out = Path(cache_dir) / f"tiny-xlmr-{h.hexdigest()[:12]}"
+        return out if _is_checkpoint(out) else build_tiny_checkpoint(out, data_dir, cfg)
+    p = Path(model)
+    if p.exists():
+        if not _is_checkpoint(p):
+            raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json)")
+        return p
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(model))
+
+
+def load_classifier(path: str | os.PathLike):
+    """Load ``(tokenizer, model)`` from a local checkpoint folder; the model is in eval mode on CPU."""
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path)
+    return tok, model.eval()
+
+
+def probabilities(logits):
+    """Class-1 probability per row from classifier logits.
+
+    Args:
+        logits: float tensor ``[batch, num_labels]``.
+
+    Returns:
+        float32 tensor ``[batch]`` in [0, 1]: ``sigmoid`` of the single logit when
+        ``num_labels == 1``, ``softmax(...)[:, 1]`` when ``num_labels == 2``.
+
+    Raises:
+        ValueError: any other ``num_labels`` (this kit predicts one column, e.g. ``toxic``).
+    """
+    if logits.shape[-1] == 1:
+        return torch.sigmoid(logits[:, 0].float())
+    if logits.shape[-1] == 2:
+        return torch.softmax(logits.float(), dim=-1)[:, 1]
+    raise ValueError(f"expected 1 or 2 logits per row, got {logits.shape[-1]}")

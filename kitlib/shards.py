@@ -1,0 +1,162 @@
+"""Prediction shards: one Parquet file per rank, written atomically.
+
+A shard holds, for every sample the rank's ``DistributedSampler`` gave it (padding
+duplicates included):
+
+========  =========  ==================================================================
+column    dtype      meaning
+========  =========  ==================================================================
+``row``   int64      0-based row index in the input CSV (the dataset index)
+``id``    string     the input CSV's id, exactly as written there (never parsed as a number)
+<pred>    float32    one column per prediction, e.g. ``toxic``: a probability in [0, 1]
+========  =========  ==================================================================
+
+The Parquet schema metadata key ``kitlib.shard`` holds a JSON object with ``format``,
+``rank``, ``world_size``, ``num_rows`` (rows of the whole input, before padding),
+``num_samples`` (rows in this shard), ``run_id`` and ``prediction_columns``. The merger
+(:mod:`kitlib.merge`) uses it to prove that every rank of one run is present.
+
+A shard is written to a temporary name in the same folder and renamed into place
+(``os.replace``, atomic on POSIX), so a rank that dies mid-write leaves no shard, never a
+truncated one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SHARD_FORMAT = 1
+META_KEY = b"kitlib.shard"
+SHARD_RE = re.compile(r"^shard-(\d{5})-of-(\d{5})\.parquet$")
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """The metadata a kit shard carries (see the module docstring)."""
+
+    rank: int
+    world_size: int
+    num_rows: int
+    num_samples: int
+    run_id: str
+    prediction_columns: tuple[str, ...]
+
+
+def shard_name(rank: int, world_size: int) -> str:
+    """File name of ``rank``'s shard, e.g. ``shard-00003-of-00008.parquet``."""
+    return f"shard-{rank:05d}-of-{world_size:05d}.parquet"
+
+
+def write_shard(
+    out_dir: str | os.PathLike,
+    *,
+    rank: int,
+    world_size: int,
+    num_rows: int,
+    rows: np.ndarray,
+    ids: list[str] | np.ndarray | pa.Array,
+    predictions: dict[str, np.ndarray],
+    run_id: str,
+) -> Path:
+    """Write one rank's predictions atomically and return the shard's path.
+
+    Args:
+        out_dir: folder for the shards (created if missing).
+        rank, world_size: this replica's rank and the number of replicas.
+        num_rows: rows in the whole input (before the sampler's padding).
+        rows: int array ``[n]`` of dataset row indices, ``0 <= row < num_rows``.
+        ids: ``[n]`` id strings, exactly as read from the input CSV.
+        predictions: column name -> float array ``[n]``.
+        run_id: identifies the launch; every shard of one run carries the same value.
+
+    Raises:
+        ValueError: lengths disagree, a row index is out of range, or no prediction column.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    n = len(rows)
+    if not predictions:
+        raise ValueError("write_shard: no prediction columns given")
+    if len(ids) != n or any(len(v) != n for v in predictions.values()):
+        raise ValueError(
+            f"write_shard(rank={rank}): rows, ids and predictions must have one length; got "
+            f"{n} rows, {len(ids)} ids, " + ", ".join(f"{k}={len(v)}" for k, v in predictions.items())
+        )
+    if n and (rows.min() < 0 or rows.max() >= num_rows):
+        raise ValueError(f"write_shard(rank={rank}): row index outside [0, {num_rows})")
+    info = {
+        "format": SHARD_FORMAT,
+        "rank": rank,
+        "world_size": world_size,
+        "num_rows": num_rows,
+        "num_samples": n,
+        "run_id": run_id,
+        "prediction_columns": list(predictions),
+    }
+    columns = {"row": pa.array(rows, pa.int64()), "id": pa.array(ids, pa.string())}
+    for name, values in predictions.items():
+        columns[name] = pa.array(np.asarray(values, dtype=np.float32))
+    table = pa.table(columns).replace_schema_metadata({META_KEY: json.dumps(info).encode()})
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / shard_name(rank, world_size)
+    atomic_write(final, lambda tmp: pq.write_table(table, tmp))
+    return final
+
+
+def read_shard_info(schema: pa.Schema) -> ShardInfo | None:
+    """The :class:`ShardInfo` in a Parquet schema, or None for a shard without kit metadata."""
+    meta = schema.metadata or {}
+    if META_KEY not in meta:
+        return None
+    d = json.loads(meta[META_KEY])
+    return ShardInfo(
+        rank=int(d["rank"]),
+        world_size=int(d["world_size"]),
+        num_rows=int(d["num_rows"]),
+        num_samples=int(d["num_samples"]),
+        run_id=str(d["run_id"]),
+        prediction_columns=tuple(d["prediction_columns"]),
+    )
+
+
+def clear_shards(out_dir: str | os.PathLike) -> int:
+    """Delete kit shard files (``shard-*-of-*.parquet``) left in ``out_dir`` by an earlier run.
+
+    Only files whose names match the shard pattern are removed. Returns how many were.
+    """
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        return 0
+    removed = 0
+    for p in out_dir.iterdir():
+        if SHARD_RE.match(p.name):
+            p.unlink()
+            removed += 1
+    return removed
+
+
+def atomic_write(final: Path, write) -> None:
+    """Call ``write(tmp_path)`` for a temporary file beside ``final``, then rename it into place.
+
+    On any error the temporary file is removed and ``final`` is left as it was.
+    """
+    final = Path(final)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
