@@ -39,3 +39,10 @@ def default_data_dir(root: Path | None = None) -> Path:
 def working_dir(root: Path | None = None) -> Path:
     """``/kaggle/working`` on Kaggle, else ``root`` (the repository)."""
     return KAGGLE_WORKING if KAGGLE_WORKING.is_dir() else (root or project_root())
+
+
+# Hand-off between notebooks, relative to working_dir(): the torch training notebook saves a
+# transformers checkpoint (model + tokenizer) here; the inference notebook's model="auto" loads it.
+TRAINED_CHECKPOINT = Path("artifacts") / "xlmr-toxic"
+# The Keras training notebook saves its .keras model here.
+KERAS_MODEL = Path("artifacts") / "keras-xlmr" / "model.keras"
