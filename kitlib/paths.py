@@ -3,15 +3,32 @@
 Kaggle mounts competition data at ``/kaggle/input/competitions/<slug>/`` in newer images and
 ``/kaggle/input/<slug>/`` in older ones, and keeps output in ``/kaggle/working`` (Kaggle docs,
 "Kaggle Notebooks: data sources"). Offline, the data is the sample bundled in ``data/jigsaw-sample``.
+
+``KAGGLE_INPUT_DIR`` and ``KAGGLE_WORKING_DIR`` (environment) stand in for ``/kaggle/input`` and
+``/kaggle/working`` when set: ``scripts/kernels.py run-local`` runs a staged kernel in a folder laid
+out like Kaggle's without writing to ``/kaggle``. They are read at call time, not at import.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 SAMPLE_DIR = Path("data") / "jigsaw-sample"
 KAGGLE_INPUT = Path("/kaggle/input")
 KAGGLE_WORKING = Path("/kaggle/working")
+INPUT_ENV = "KAGGLE_INPUT_DIR"
+WORKING_ENV = "KAGGLE_WORKING_DIR"
+
+
+def kaggle_input_dir() -> Path:
+    """Kaggle's input mount: ``$KAGGLE_INPUT_DIR`` when set (local runs), else ``/kaggle/input``."""
+    return Path(os.environ[INPUT_ENV]) if os.environ.get(INPUT_ENV) else KAGGLE_INPUT
+
+
+def kaggle_working_dir() -> Path:
+    """Kaggle's output folder: ``$KAGGLE_WORKING_DIR`` when set (local runs), else ``/kaggle/working``."""
+    return Path(os.environ[WORKING_ENV]) if os.environ.get(WORKING_ENV) else KAGGLE_WORKING
 
 
 def project_root(start: str | Path | None = None) -> Path:
@@ -23,8 +40,12 @@ def project_root(start: str | Path | None = None) -> Path:
     return start
 
 
-def competition_dir(slug: str = COMPETITION, kaggle_input: Path = KAGGLE_INPUT) -> Path | None:
-    """The mounted competition folder on Kaggle (either layout), or None."""
+def competition_dir(slug: str = COMPETITION, kaggle_input: Path | None = None) -> Path | None:
+    """The mounted competition folder on Kaggle (either layout), or None.
+
+    ``kaggle_input`` defaults to :func:`kaggle_input_dir` (``$KAGGLE_INPUT_DIR`` or ``/kaggle/input``).
+    """
+    kaggle_input = Path(kaggle_input) if kaggle_input is not None else kaggle_input_dir()
     for p in (kaggle_input / "competitions" / slug, kaggle_input / slug):
         if p.is_dir():
             return p
@@ -37,8 +58,9 @@ def default_data_dir(root: Path | None = None) -> Path:
 
 
 def working_dir(root: Path | None = None) -> Path:
-    """``/kaggle/working`` on Kaggle, else ``root`` (the repository)."""
-    return KAGGLE_WORKING if KAGGLE_WORKING.is_dir() else (root or project_root())
+    """``/kaggle/working`` (or ``$KAGGLE_WORKING_DIR``) when that folder exists, else ``root`` (the repository)."""
+    w = kaggle_working_dir()
+    return w if w.is_dir() else (root or project_root())
 
 
 # Hand-off between notebooks, relative to working_dir(): the torch training notebook saves a
