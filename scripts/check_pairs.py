@@ -1,0 +1,299 @@
+"""Paired notebooks kept honest: ``notebooks/X.py`` (percent format, what reviewers diff) and ``notebooks/X.ipynb``.
+
+Check (CI, pre-commit)::
+
+    python scripts/check_pairs.py [NOTEBOOK ...]          # default: every pair under notebooks/
+
+fails (exit 1, one line per problem, naming the file) when
+
+* one side of a pair is missing;
+* the pair disagrees: ``jupytext --sync`` run on a scratch copy, once from each side, would change
+  either file (so the ``.py`` a reviewer reads is exactly the notebook that runs);
+* the ``.ipynb`` is not deterministic: it has outputs or execution counts, a cell without an
+  ``id``, no ``kernelspec`` named ``python3`` (Kaggle's papermill run fails with "No kernel name
+  found in notebook" without one), or a ``jupytext_version`` (either file).
+
+Sync::
+
+    python scripts/check_pairs.py --sync [--from py|ipynb] [NOTEBOOK ...]
+
+brings each disagreeing pair together with ``jupytext --sync``, taking the side that changed
+since the last commit (``git status``). When both sides changed, or neither did (so there is no
+telling which is the edit), it refuses, names both files and writes nothing: it never drops an
+edit. ``--from`` picks the side explicitly (overwriting the other side's edits: your call). Sync
+also clears outputs, sets the ``python3`` kernelspec when missing and drops ``jupytext_version``.
+
+Pairing itself is ``jupytext.toml`` at the repository root (``formats = "ipynb,py:percent"``);
+jupytext's ``--sync`` keeps existing cell ids and takes inputs from the newest file by mtime
+(jupytext docs, "Paired notebooks"), which is why sync sets mtimes itself rather than trusting them.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jupytext
+import jupytext.cli
+from jupytext.config import find_jupytext_configuration_file
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+KERNEL_NAME = "python3"
+# the key itself ("jupytext_version": "1.19.6" / jupytext_version: 1.19.6), not the filter naming it
+_VERSION_NOISE = re.compile(r"""\bjupytext_version["']?\s*:""")
+
+
+class SyncRefused(RuntimeError):
+    """Sync cannot tell which side of a pair holds the edit (both changed, or neither did)."""
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One paired notebook: ``py`` (percent script) and ``ipynb``; either may be missing on disk."""
+
+    py: Path
+    ipynb: Path
+
+    @property
+    def name(self) -> str:
+        return str(self.py.with_suffix(""))
+
+
+def _display(p: Path) -> Path:
+    """``p`` relative to the current folder when it is under it (shorter messages), else as is."""
+    try:
+        return p.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return p
+
+
+def pairs_for(args: list[str] | None = None, notebooks_dir: Path = NOTEBOOKS) -> list[Pair]:
+    """The pairs named by ``args`` (``X``, ``X.py`` or ``X.ipynb``), default every pair in ``notebooks_dir``.
+
+    Raises:
+        FileNotFoundError: a named notebook has neither a ``.py`` nor an ``.ipynb``.
+    """
+    if args:
+        out = []
+        for a in args:
+            p = Path(a)
+            stem = p.with_suffix("") if p.suffix in (".py", ".ipynb") else p
+            if not stem.parent.parts and not stem.with_suffix(".py").exists():
+                stem = notebooks_dir / stem
+            pair = Pair(stem.with_suffix(".py"), stem.with_suffix(".ipynb"))
+            if not pair.py.exists() and not pair.ipynb.exists():
+                raise FileNotFoundError(f"{a}: no {pair.py} or {pair.ipynb}")
+            out.append(pair)
+        return out
+    stems = sorted({_display(p.with_suffix("")) for p in (*notebooks_dir.glob("*.py"), *notebooks_dir.glob("*.ipynb"))})
+    return [Pair(s.with_suffix(".py"), s.with_suffix(".ipynb")) for s in stems]
+
+
+def _jupytext(*args: str) -> tuple[int, str]:
+    """Run jupytext's own CLI in-process; returns (exit code, its output)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        try:
+            rc = jupytext.cli.jupytext(list(args))
+        except SystemExit as e:  # argparse / jupytext errors
+            rc = e.code if isinstance(e.code, int) else 1
+        except Exception as e:  # jupytext raises on inconsistent pairs in some modes
+            print(f"{type(e).__name__}: {e}")
+            rc = 1
+    return int(rc or 0), buf.getvalue()
+
+
+def _config_for(path: Path) -> Path | None:
+    """The jupytext configuration file that applies to ``path`` (jupytext's own lookup), or None."""
+    found = find_jupytext_configuration_file(str(path.resolve().parent))
+    return Path(found) if found else None
+
+
+def _sync_copy(pair: Pair, newer: str) -> tuple[bytes, bytes, str]:
+    """``jupytext --sync`` on a scratch copy of ``pair`` with side ``newer`` ("py"/"ipynb") newest.
+
+    Returns the (py, ipynb) bytes after the sync and jupytext's output.
+    """
+    config = _config_for(pair.py)
+    with tempfile.TemporaryDirectory(prefix="pair-check-") as d:
+        d = Path(d)
+        if config:
+            shutil.copy2(config, d / config.name)
+        py, nb = d / pair.py.name, d / pair.ipynb.name
+        shutil.copyfile(pair.py, py)
+        shutil.copyfile(pair.ipynb, nb)
+        src, other = (py, nb) if newer == "py" else (nb, py)
+        os.utime(other, (1_000_000_000, 1_000_000_000))
+        os.utime(src, (1_000_000_100, 1_000_000_100))
+        rc, out = _jupytext("--sync", "--quiet", str(src))
+        if rc:
+            raise RuntimeError(f"jupytext --sync failed on a copy of {pair.name}: {out.strip()}")
+        return py.read_bytes(), nb.read_bytes(), out
+
+
+def hygiene_problems(pair: Pair) -> list[str]:
+    """Determinism problems of the ``.ipynb`` (and version noise in the ``.py``); [] when clean."""
+    problems = []
+    nb = json.loads(pair.ipynb.read_text(encoding="utf-8"))
+    if (nb.get("nbformat"), nb.get("nbformat_minor", 0) >= 5) != (4, True):
+        problems.append(f"{pair.ipynb}: nbformat {nb.get('nbformat')}.{nb.get('nbformat_minor')}, want 4.5+ (cell ids)")
+    if nb.get("metadata", {}).get("kernelspec", {}).get("name") != KERNEL_NAME:
+        problems.append(f"{pair.ipynb}: metadata.kernelspec.name is not {KERNEL_NAME!r} (papermill/Kaggle need it)")
+    for i, c in enumerate(nb.get("cells", [])):
+        if not c.get("id"):
+            problems.append(f"{pair.ipynb}: cell {i} has no id")
+        if c.get("cell_type") == "code" and (c.get("outputs") or c.get("execution_count") is not None):
+            problems.append(f"{pair.ipynb}: cell {i} has outputs or an execution count (clear them)")
+    for p in (pair.py, pair.ipynb):
+        if _VERSION_NOISE.search(p.read_text(encoding="utf-8")):
+            problems.append(f"{p}: carries jupytext_version (version noise)")
+    return problems
+
+
+def disagreement(pair: Pair) -> list[str]:
+    """How the two sides of ``pair`` disagree (``jupytext --sync`` would change a file); [] when they agree."""
+    want_py, want_nb = pair.py.read_bytes(), pair.ipynb.read_bytes()
+    problems = []
+    for newer in ("py", "ipynb"):
+        py, nb, _ = _sync_copy(pair, newer)
+        if nb != want_nb:
+            problems.append(f"{pair.ipynb}: differs from what jupytext makes of {pair.py}")
+        if py != want_py:
+            problems.append(f"{pair.py}: differs from what jupytext makes of {pair.ipynb}")
+    return list(dict.fromkeys(problems))
+
+
+def check_pair(pair: Pair) -> list[str]:
+    """Every problem of ``pair`` (missing side, disagreement, non-deterministic ``.ipynb``); [] when honest."""
+    missing = [f"{p}: missing (its pair {q} exists)" for p, q in ((pair.py, pair.ipynb), (pair.ipynb, pair.py)) if not p.exists()]
+    if missing:
+        return missing
+    return disagreement(pair) + hygiene_problems(pair)
+
+
+def git_changed(path: Path) -> bool | None:
+    """True when ``path`` differs from the last commit (modified, staged, untracked or deleted);
+    None when it is not in a git work tree."""
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--", path.name], cwd=path.parent,
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode:
+        return None
+    return bool(r.stdout.strip())
+
+
+def _clean_ipynb(path: Path) -> None:
+    """Clear outputs/execution counts and jupytext_version in an .ipynb, keeping ids and everything else."""
+    nb = jupytext.read(path, fmt="ipynb")
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.outputs, c.execution_count = [], None
+    nb.metadata.get("jupytext", {}).pop("text_representation", None)
+    text = jupytext.writes(nb, fmt="ipynb").rstrip("\n") + "\n"  # jupytext.write ends the file with a newline
+    if text != path.read_text(encoding="utf-8"):
+        path.write_text(text, encoding="utf-8")
+
+
+def sync_pair(pair: Pair, source: str | None = None) -> str:
+    """Bring ``pair`` together with ``jupytext --sync``; returns what was done.
+
+    Args:
+        pair: the pair.
+        source: ``"py"`` or ``"ipynb"`` to take that side; None: the side changed since the last commit.
+
+    Raises:
+        SyncRefused: both sides changed since the last commit, or neither did / not in git and the
+            pair disagrees, and no ``source`` was given. Nothing is written.
+        RuntimeError: jupytext failed.
+    """
+    if not pair.py.exists() and not pair.ipynb.exists():
+        raise FileNotFoundError(f"{pair.py} / {pair.ipynb}: neither exists")
+    if source is None:
+        if not pair.ipynb.exists():
+            source = "py"
+        elif not pair.py.exists():
+            source = "ipynb"
+        elif disagreement(pair):
+            changed = {side for side, p in (("py", pair.py), ("ipynb", pair.ipynb)) if git_changed(p)}
+            if changed == {"py", "ipynb"}:
+                raise SyncRefused(
+                    f"{pair.py} and {pair.ipynb} both changed since the last commit and disagree: refusing to sync "
+                    "(one side's edits would be lost). Move the edits into one file and revert the other "
+                    "(git checkout -- FILE), or pass --from py|ipynb to overwrite the other side.")
+            if not changed:
+                raise SyncRefused(
+                    f"{pair.py} and {pair.ipynb} disagree, and git shows neither as changed (or this is not a git "
+                    "work tree): cannot tell which holds the edit. Pass --from py|ipynb.")
+            (source,) = changed
+        else:
+            source = "py"  # they agree: only hygiene to fix
+    src, dst = (pair.py, pair.ipynb) if source == "py" else (pair.ipynb, pair.py)
+    if not src.exists():
+        raise FileNotFoundError(f"{src}: missing, cannot sync from it")
+    args = ["--sync", "--quiet"]
+    kernel_ok = False
+    if pair.ipynb.exists():
+        kernel_ok = json.loads(pair.ipynb.read_text(encoding="utf-8")).get("metadata", {}).get("kernelspec", {}).get("name") == KERNEL_NAME
+    if not kernel_ok:
+        args += ["--set-kernel", KERNEL_NAME]
+    if dst.exists():
+        t = dst.stat().st_mtime
+        os.utime(src, (t + 1, t + 1))
+    before = {p: p.read_bytes() if p.exists() else None for p in (pair.py, pair.ipynb)}
+    rc, out = _jupytext(*args, str(src))
+    if rc:
+        raise RuntimeError(f"jupytext --sync {src} failed: {out.strip()}")
+    _clean_ipynb(pair.ipynb)
+    for _ in range(3):  # a header written by the first pass can settle on the next (bounded)
+        if not disagreement(pair):
+            break
+        rc, out = _jupytext("--sync", "--quiet", str(pair.py))
+        if rc:
+            raise RuntimeError(f"jupytext --sync {pair.py} failed: {out.strip()}")
+    changed = [str(p) for p in (pair.py, pair.ipynb) if before[p] != p.read_bytes()]
+    return f"{pair.name}: synced from {src}" + (f", updated {', '.join(changed)}" if changed else ", nothing to change")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("notebooks", nargs="*", help="X, X.py or X.ipynb (default: every pair in notebooks/)")
+    p.add_argument("--sync", action="store_true", help="sync disagreeing pairs (refuses when both sides changed)")
+    p.add_argument("--from", dest="source", choices=("py", "ipynb"), help="with --sync: take this side")
+    a = p.parse_args(argv)
+    try:
+        pairs = pairs_for(a.notebooks)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    failed = 0
+    for pair in pairs:
+        if a.sync:
+            try:
+                print(sync_pair(pair, a.source))
+            except (SyncRefused, FileNotFoundError, RuntimeError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                failed += 1
+                continue
+        problems = check_pair(pair)
+        for msg in problems:
+            print(f"error: {msg}", file=sys.stderr)
+        failed += bool(problems)
+    if not a.sync:
+        print(f"{len(pairs) - failed}/{len(pairs)} notebook pair(s) in sync" + ("" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

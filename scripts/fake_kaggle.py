@@ -1,0 +1,236 @@
+"""A fake Kaggle API server on 127.0.0.1, for testing ``scripts/kernels.py`` with the real ``kaggle`` client.
+
+The ``kaggle`` package (2.2.1, kagglesdk 0.1.28) sends every call as ``POST
+{base}/api/v1/<service>/<Method>`` with a camelCase JSON body (``kagglesdk/kaggle_http_client.py``);
+with ``KAGGLE_API_ENVIRONMENT=LOCALHOST`` the base is ``http://localhost`` (port 80,
+``kagglesdk/kaggle_env.py``). Rather than bind port 80, point ``HTTP_PROXY`` at this server: the
+client's ``requests`` session honours proxy variables (``merge_environment_settings``), so the
+fake can listen on any free port and receives absolute-URI requests. Served:
+
+* ``kernels.KernelsApiService/SaveKernel``: answers ``{ref, url, versionNumber, error}``; can answer
+  HTTP 409 (a version still running) a given number of times first, or carry an ``error``.
+* ``kernels.KernelsApiService/GetKernelSessionStatus``: walks through a list of statuses
+  (e.g. QUEUED, RUNNING, COMPLETE), one per call, repeating the last.
+* ``kernels.KernelsApiService/ListKernelSessionOutput``: ``{files: [{fileName, url}], log}``; each url
+  is ``http://localhost/fake-output/<name>``, served by GET.
+* ``security.OAuthService/IntrospectToken``: accepts any token (for ``KAGGLE_API_TOKEN`` runs).
+
+Every request is recorded (``FakeKaggle.requests``, and as JSON lines with ``--record``). Calls
+without an ``Authorization`` header get HTTP 401, as Kaggle's do.
+
+Standalone::
+
+    python scripts/fake_kaggle.py --port 8765 --record /tmp/kaggle-requests.jsonl
+    HTTP_PROXY=http://127.0.0.1:8765 KAGGLE_API_ENVIRONMENT=LOCALHOST NO_PROXY= \\
+        KAGGLE_USERNAME=tester KAGGLE_KEY=fake python scripts/kernels.py push --wait
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+STATUSES = ("QUEUED", "RUNNING", "COMPLETE", "ERROR", "CANCEL_REQUESTED", "CANCEL_ACKNOWLEDGED")
+
+
+class FakeKaggle:
+    """A recording fake of the Kaggle kernels API (see the module docstring).
+
+    Args:
+        username: the name IntrospectToken answers with.
+        push_error: the ``error`` SaveKernel answers with ("" for success).
+        conflicts: SaveKernel answers HTTP 409 this many times before succeeding.
+        statuses: GetKernelSessionStatus answers, in order, repeating the last; reset by each push.
+        failure_message: sent with an ``ERROR`` status.
+        outputs: output files, name -> bytes, listed by ListKernelSessionOutput.
+        log: the run log ListKernelSessionOutput returns.
+        record: a file each request is appended to as one JSON line.
+
+    Raises:
+        ValueError: a status is not one of :data:`STATUSES`.
+    """
+
+    def __init__(
+        self,
+        *,
+        username: str = "tester",
+        push_error: str = "",
+        conflicts: int = 0,
+        statuses: tuple[str, ...] = ("QUEUED", "RUNNING", "COMPLETE"),
+        failure_message: str = "",
+        outputs: dict[str, bytes] | None = None,
+        log: str = "",
+        record: str | Path | None = None,
+    ) -> None:
+        bad = [s for s in statuses if s not in STATUSES]
+        if bad or not statuses:
+            raise ValueError(f"statuses must be non-empty and among {STATUSES}, got {statuses}")
+        self.username = username
+        self.push_error = push_error
+        self.conflicts = conflicts
+        self.statuses = tuple(statuses)
+        self.failure_message = failure_message
+        self.outputs = dict(outputs or {})
+        self.log = log
+        self.record = Path(record) if record else None
+        self.requests: list[dict] = []
+        self._status_calls = 0
+        self._versions = 0
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, port: int = 0) -> int:
+        """Listen on 127.0.0.1:``port`` (0: a free one) in a daemon thread; returns the port."""
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_POST(self):
+                fake._handle(self, "POST")
+
+            def do_GET(self):
+                fake._handle(self, "GET")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self.port
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "not started"
+        return self._server.server_address[1]
+
+    def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "FakeKaggle":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def client_env(self, config_dir: str | Path, username: str = "tester", key: str = "fake-key") -> dict[str, str]:
+        """Environment for a ``kaggle`` client process that talks only to this fake.
+
+        ``KAGGLE_CONFIG_DIR`` and ``HOME`` point at ``config_dir`` (``import kaggle`` creates the
+        config folder and looks for ``~/.kaggle/access_token``); legacy-key credentials come from
+        ``KAGGLE_USERNAME``/``KAGGLE_KEY`` (``KaggleApi.read_config_environment``).
+        """
+        env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("KAGGLE_", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"))}
+        proxy = f"http://127.0.0.1:{self.port}"
+        env.update(
+            KAGGLE_CONFIG_DIR=str(config_dir), HOME=str(config_dir), XDG_CONFIG_HOME=str(config_dir),
+            KAGGLE_USERNAME=username, KAGGLE_KEY=key, KAGGLE_API_ENVIRONMENT="LOCALHOST",
+            HTTP_PROXY=proxy, http_proxy=proxy, NO_PROXY="", no_proxy="",
+        )
+        return env
+
+    def calls(self, method: str) -> list[dict]:
+        """The recorded requests to ``method`` (e.g. ``"SaveKernel"``), oldest first."""
+        return [r for r in self.requests if r["method"] == method]
+
+    # -- serving -----------------------------------------------------------------------------
+    def _reply(self, h: BaseHTTPRequestHandler, code: int, body, content_type: str = "application/json") -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        h.send_response(code)
+        h.send_header("Content-Type", content_type)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _handle(self, h: BaseHTTPRequestHandler, verb: str) -> None:
+        path = urlsplit(h.path).path  # absolute URI through the proxy, or a plain path
+        n = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(n) if n else b""
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {"_raw": raw.decode("utf-8", "replace")}
+        method = path.rsplit("/", 1)[-1]
+        rec = {"verb": verb, "path": path, "method": method, "body": body,
+               "authorized": bool(h.headers.get("Authorization"))}
+        with self._lock:
+            self.requests.append(rec)
+            if self.record:
+                with open(self.record, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+        if verb == "GET" and path.startswith("/fake-output/"):
+            name = unquote(path[len("/fake-output/"):])
+            if name in self.outputs:
+                return self._reply(h, 200, self.outputs[name], "application/octet-stream")
+            return self._reply(h, 404, {"code": 404, "message": f"no output {name}"})
+        if not path.startswith("/api/v1/"):
+            return self._reply(h, 404, {"code": 404, "message": f"not an API path: {path}"})
+        if not rec["authorized"]:
+            return self._reply(h, 401, {"code": 401, "message": "Unauthenticated"})
+        with self._lock:
+            if method == "SaveKernel":
+                if self.conflicts > 0:
+                    self.conflicts -= 1
+                    return self._reply(h, 409, {"code": 409, "message": "A version of this kernel is still running"})
+                self._versions += 1
+                self._status_calls = 0
+                slug = body.get("slug") or "unknown/unknown"
+                return self._reply(h, 200, {
+                    "ref": f"/code/{slug}", "url": f"http://localhost/code/{slug}",
+                    "versionNumber": self._versions, "error": self.push_error,
+                })
+            if method == "GetKernelSessionStatus":
+                status = self.statuses[min(self._status_calls, len(self.statuses) - 1)]
+                self._status_calls += 1
+                reply = {"status": status}
+                if status == "ERROR" and self.failure_message:
+                    reply["failureMessage"] = self.failure_message
+                return self._reply(h, 200, reply)
+            if method == "ListKernelSessionOutput":
+                files = [{"fileName": k, "url": f"http://localhost/fake-output/{k}"} for k in self.outputs]
+                return self._reply(h, 200, {"files": files, "log": self.log})
+            if method == "IntrospectToken":
+                return self._reply(h, 200, {"active": True, "username": self.username})
+        return self._reply(h, 404, {"code": 404, "message": f"the fake does not serve {method}"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--record", help="append each request to this file as a JSON line")
+    p.add_argument("--push-error", default="", help="SaveKernel answers with this error")
+    p.add_argument("--conflicts", type=int, default=0, help="answer SaveKernel with HTTP 409 this many times first")
+    p.add_argument("--statuses", default="QUEUED,RUNNING,COMPLETE", help="comma-separated status sequence")
+    p.add_argument("--output", action="append", default=[], metavar="NAME=FILE", help="an output file to serve")
+    p.add_argument("--log", default="fake run log\n")
+    a = p.parse_args(argv)
+    outputs = {}
+    for spec in a.output:
+        name, _, file = spec.partition("=")
+        outputs[name] = Path(file).read_bytes()
+    fake = FakeKaggle(push_error=a.push_error, conflicts=a.conflicts, statuses=tuple(a.statuses.split(",")),
+                      outputs=outputs, log=a.log, record=a.record)
+    port = fake.start(a.port)
+    print(f"fake Kaggle API on http://127.0.0.1:{port} (use HTTP_PROXY=http://127.0.0.1:{port} KAGGLE_API_ENVIRONMENT=LOCALHOST NO_PROXY=)", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
