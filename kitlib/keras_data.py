@@ -1,0 +1,221 @@
+"""Fixed-shape input pipelines for the Keras notebook, padded prediction and the submission file.
+
+Every batch has the shape ``[global_batch, sequence_length]``:
+
+* training/validation during ``fit`` drop the remainder (``drop_remainder=True``): under JAX a
+  batch must split evenly across devices (``IndivisibleError`` otherwise), and under TF/XLA a
+  ragged last batch is one more compiled shape;
+* prediction pads the input with empty texts up to a multiple of the global batch, predicts,
+  and slices the first ``n`` rows: exactly one output row per input row, in input order, with
+  one compiled shape.
+
+The pipeline is ``tf.data`` under the TensorFlow backend (text tokenized once by the
+preprocessor's TF path, :func:`tokenize_tf`, then sliced, shuffled and batched) and ``grain``
+under JAX (the preprocessor runs its pure-Python path per batch, so no TensorFlow is needed). Both yield ``({"token_ids": int32 [B, L], "padding_mask": int32 [B, L]},
+labels float32 [B])``: the boolean ``padding_mask`` keras-hub makes is cast to int32, because
+boolean inputs fail under ``MirroredStrategy`` (measured on TF 2.21).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+PAD_TEXT = ""  # filler rows: tokenized to "<s></s>", a real two-token sequence (no fully masked row)
+
+
+def _backend() -> str:
+    import keras
+
+    return keras.backend.backend()
+
+
+def _to_int32(x: dict):
+    return {k: v.astype(np.int32) if hasattr(v, "astype") else v for k, v in x.items()}
+
+
+def make_dataset(
+    texts: Sequence[str],
+    labels: Sequence[float] | np.ndarray | None,
+    preprocessor,
+    global_batch: int,
+    *,
+    shuffle: bool = False,
+    seed: int = 0,
+    drop_remainder: bool = True,
+):
+    """A batched, preprocessed dataset for ``model.fit``/``evaluate``/``predict``.
+
+    Args:
+        texts: ``[N]`` strings.
+        labels: ``[N]`` floats in [0, 1], or None (prediction input).
+        preprocessor: a keras-hub ``XLMRobertaTextClassifierPreprocessor`` (its
+            ``sequence_length`` fixes ``L``).
+        global_batch: rows per batch (per-replica batch x replicas).
+        shuffle: shuffle rows (TF: reshuffled every epoch; grain: one fixed permutation per ``seed``).
+        seed: the shuffle seed.
+        drop_remainder: drop the last partial batch (must be True for training under JAX).
+
+    Returns:
+        ``tf.data.Dataset`` (TF backend) or ``grain.MapDataset`` (JAX backend) of
+        ``(x, y)`` (or ``x`` when ``labels`` is None); ``x`` as in the module docstring.
+
+    Raises:
+        ValueError: ``texts`` and ``labels`` differ in length, or ``drop_remainder`` leaves no batch.
+    """
+    texts = [str(t) for t in texts]
+    n = len(texts)
+    if labels is not None:
+        labels = np.asarray(labels, dtype=np.float32)
+        if len(labels) != n:
+            raise ValueError(f"{n} texts but {len(labels)} labels")
+    if global_batch < 1:
+        raise ValueError(f"global_batch must be >= 1, not {global_batch}")
+    if drop_remainder and n < global_batch:
+        raise ValueError(f"{n} rows make no full batch of {global_batch}; lower the batch size or use more rows")
+    if _backend() == "tensorflow":
+        import tensorflow as tf
+
+        enc = tokenize_tf(texts, preprocessor)
+        ds = tf.data.Dataset.from_tensor_slices(enc if labels is None else (enc, labels))
+        if shuffle:
+            ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+        return ds.batch(global_batch, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+    import grain
+
+    text_arr = np.asarray(texts, dtype=object)
+    ds = grain.MapDataset.range(n)
+    if shuffle:
+        ds = ds.shuffle(seed=seed)
+    ds = ds.batch(global_batch, drop_remainder=drop_remainder)
+
+    def prep_rows(idx):
+        idx = np.asarray(idx)
+        out = _to_int32(dict(preprocessor(list(text_arr[idx]))))
+        return out if labels is None else (out, labels[idx])
+
+    return ds.map(prep_rows)
+
+
+def tokenize_tf(texts: Sequence[str], preprocessor, chunk: int = 1024) -> dict[str, np.ndarray]:
+    """Run the preprocessor's TF path over ``texts`` once, in a single-device ``tf.data`` pass.
+
+    Returns:
+        ``{"token_ids", "padding_mask"}``: int32 ``[N, L]`` numpy arrays, in input order.
+
+    Why not inside the training pipeline: under ``MirroredStrategy`` the distributed dataset
+    runs its ``map`` functions on each replica's device, where the tf-text SentencePiece
+    resource made eagerly does not exist (``NOT_FOUND: Resource .../SentencepieceOp``, TF 2.21
+    with 2 virtual CPU replicas), so the text is tokenized first and the distributed pipeline
+    only slices int32 tensors (which also saves the tokenization in every epoch).
+    """
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices([str(t) for t in texts]).batch(chunk)
+    ds = ds.map(lambda x: {k: tf.cast(v, tf.int32) for k, v in preprocessor(x).items()}, num_parallel_calls=tf.data.AUTOTUNE)
+    parts = list(ds.as_numpy_iterator())
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def pad_to_multiple(texts: Sequence[str], multiple: int) -> tuple[list[str], int]:
+    """``texts`` plus :data:`PAD_TEXT` filler up to a multiple of ``multiple``, and the real count.
+
+    Returns:
+        ``(padded, n)``: ``len(padded) = ceil(n / multiple) * multiple`` (at least ``multiple``
+        when ``n == 0`` is refused below), ``padded[:n] == texts``.
+
+    Raises:
+        ValueError: no texts, or ``multiple < 1``.
+    """
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, not {multiple}")
+    texts = [str(t) for t in texts]
+    n = len(texts)
+    if n == 0:
+        raise ValueError("nothing to predict: 0 rows")
+    return texts + [PAD_TEXT] * (-n % multiple), n
+
+
+def predict_probabilities(model, texts: Sequence[str], preprocessor, global_batch: int, *, checkpoint=None) -> np.ndarray:
+    """Class-1 probability for every text, exactly one per input row, in input order.
+
+    The input is padded to a multiple of ``global_batch`` (:func:`pad_to_multiple`), so every
+    batch has one shape (one compilation) and splits evenly across JAX devices; the filler
+    rows' outputs are dropped.
+
+    Args:
+        model: a compiled classifier whose output is ``[B, 1]`` sigmoid probabilities (or
+            ``[B, 2]`` softmax: column 1 is taken).
+        texts: ``[N]`` strings, N >= 1.
+        preprocessor: as in :func:`make_dataset`.
+        global_batch: the runtime's global batch.
+        checkpoint: named in the error if a failed JAX predict leaves the weights detached.
+
+    Returns:
+        float32 ``[N]`` in [0, 1].
+
+    Raises:
+        ValueError: no texts; the model gives another output width or row count.
+    """
+    from .keras_runtime import guarded
+
+    padded, n = pad_to_multiple(texts, global_batch)
+    ds = make_dataset(padded, None, preprocessor, global_batch, drop_remainder=True)
+    out = np.asarray(guarded(model, "predict", ds, verbose=0, checkpoint=checkpoint), dtype=np.float32)
+    if out.shape[0] != len(padded):
+        raise ValueError(f"model returned {out.shape[0]} rows for {len(padded)} padded inputs")
+    if out.ndim == 2 and out.shape[1] == 2:
+        out = out[:, 1]
+    elif out.ndim == 2 and out.shape[1] == 1:
+        out = out[:, 0]
+    elif out.ndim != 1:
+        raise ValueError(f"expected [B, 1] or [B, 2] outputs, got {out.shape}")
+    return out[:n]
+
+
+def write_submission(
+    ids: Sequence[str],
+    probabilities: np.ndarray,
+    output: str | os.PathLike,
+    *,
+    sample_submission: str | os.PathLike | None,
+    test: str | os.PathLike | None,
+    column: str = "toxic",
+) -> "kitlib.merge.MergeResult":  # noqa: F821
+    """Write ``id,<column>`` rows with the main job's rules (one world-size-1 shard through :mod:`kitlib.merge`).
+
+    The predictions become a kit shard (row index, exact id strings) and are merged exactly as
+    the multi-device inference job's shards are: rows in ``sample_submission`` order, every one
+    of its ids predicted and no other, ids checked row by row against ``test``; written
+    atomically, and nothing is written on any error.
+
+    Args:
+        ids: ``[N]`` ids exactly as read from the test CSV, in its order.
+        probabilities: float ``[N]``.
+        output: the submission CSV.
+        sample_submission, test: Kaggle's ``sample_submission.csv`` and ``test.csv`` (either may be None).
+        column: the prediction column name.
+
+    Raises:
+        ValueError: ``ids`` and ``probabilities`` differ in length.
+        kitlib.merge.MergeError: an id is missing, extra, blank or out of order against the
+            reference files; the message names the file.
+    """
+    from .merge import merge_shards
+    from .shards import write_shard
+
+    probabilities = np.asarray(probabilities, dtype=np.float32)
+    ids = [str(i) for i in ids]
+    if len(ids) != len(probabilities):
+        raise ValueError(f"{len(ids)} ids but {len(probabilities)} predictions")
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".keras-shard-", dir=output.parent) as tmp:
+        write_shard(
+            tmp, rank=0, world_size=1, num_rows=len(ids), rows=np.arange(len(ids)), ids=ids,
+            predictions={column: probabilities}, run_id="keras",
+        )
+        return merge_shards([tmp], output, sample_submission=sample_submission, test=test)

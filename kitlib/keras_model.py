@@ -1,0 +1,245 @@
+"""The Keras XLM-R classifier (keras-hub): build from a preset or offline, compile, save, load.
+
+* ``preset="tiny"`` (offline default): a small randomly initialised ``XLMRobertaBackbone`` and an
+  ``XLMRobertaTokenizer(proto=...)`` whose SentencePiece proto is trained on the sample text by
+  :func:`kitlib.tokenizer.train_sentencepiece` (XLM-R id layout) and cached; nothing is downloaded.
+* any other ``preset`` (e.g. ``"xlm_roberta_base_multi"``) loads keras-hub's preset (on Kaggle,
+  attach the Keras model; elsewhere it needs internet).
+
+The classifier is built with ``preprocessor=None``: the pipelines in :mod:`kitlib.keras_data`
+run the preprocessor themselves. One output unit with a sigmoid: ``P(toxic)``.
+
+Pass the runtime's ``scope`` factory to build, compile and load: models go inside it (TF: the
+strategy's scope; under JAX the global ``DataParallel`` distribution is already set by
+:func:`kitlib.keras_runtime.keras_runtime`), preprocessors outside it.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, ContextManager
+
+from .tokenizer import SPM_FILE, train_sentencepiece
+
+PREPROCESSOR_DIR = "preprocessor"  # next to model.keras: keras-hub preset folder of the preprocessor
+
+
+@dataclass(frozen=True)
+class KerasModelConfig:
+    """The classifier and its input length.
+
+    Attributes:
+        preset: ``"tiny"`` or a keras-hub preset name / local preset folder.
+        max_len: tokens per row, ``<s>`` and ``</s>`` included (the ``L`` of every batch).
+        vocab_size: SentencePiece pieces of the tiny tokenizer (the vocabulary gets 2 more ids).
+        num_layers, num_heads, hidden_dim, intermediate_dim, dropout: the tiny backbone.
+        seed: Keras random seed for the tiny model's initial weights.
+    """
+
+    preset: str = "tiny"
+    max_len: int = 128
+    vocab_size: int = 8000
+    num_layers: int = 2
+    num_heads: int = 2
+    hidden_dim: int = 64
+    intermediate_dim: int = 128
+    dropout: float = 0.1
+    seed: int = 0
+
+
+def sample_texts(data_dir: str | os.PathLike) -> list[str]:
+    """Text of ``train.csv``, ``validation.csv`` and ``test.csv`` in ``data_dir`` (the tokenizer's training text)."""
+    from .data import read_csv_checked
+
+    texts: list[str] = []
+    for name in ("train.csv", "validation.csv", "test.csv"):
+        p = Path(data_dir) / name
+        if p.is_file():
+            texts += read_csv_checked(p)["text"].tolist()
+    if not texts:
+        raise FileNotFoundError(f"{data_dir}: no train.csv, validation.csv or test.csv to train a tokenizer on")
+    return texts
+
+
+def tiny_tokenizer_proto(data_dir: str | os.PathLike, cache_dir: str | os.PathLike, vocab_size: int = 8000) -> Path:
+    """The cached SentencePiece proto for ``preset="tiny"``, trained on first use (about 10 s on the sample).
+
+    Cached under ``cache_dir`` by a hash of the vocabulary size and the CSV bytes, so a changed
+    data folder gets its own proto.
+    """
+    h = hashlib.sha256(f"keras-tiny-spm:{vocab_size}".encode())
+    for name in ("train.csv", "validation.csv", "test.csv"):
+        p = Path(data_dir) / name
+        if p.is_file():
+            h.update(p.read_bytes())
+    out = Path(cache_dir) / f"keras-tiny-spm-{h.hexdigest()[:12]}" / SPM_FILE
+    if not out.is_file():
+        tmp = out.with_name(f".{SPM_FILE}.{os.getpid()}.tmp")
+        train_sentencepiece(sample_texts(data_dir), tmp, vocab_size=vocab_size)
+        os.replace(tmp, out)
+    return out
+
+
+def build_classifier(
+    cfg: KerasModelConfig,
+    *,
+    data_dir: str | os.PathLike,
+    cache_dir: str | os.PathLike,
+    scope: Callable[[], ContextManager] = contextlib.nullcontext,
+):
+    """Build ``(classifier, preprocessor)``: the classifier inside ``scope()``, the preprocessor outside it.
+
+    The preprocessor must be made outside a ``MirroredStrategy`` scope: its tf-text
+    SentencePiece resource created inside one is missing when the distributed ``tf.data``
+    iterator runs (``NOT_FOUND: Resource .../SentencepieceOp ... does not exist``, TF 2.21).
+
+    Args:
+        cfg: the model configuration.
+        data_dir: the CSV folder (tokenizer training text for ``preset="tiny"``).
+        cache_dir: where the tiny tokenizer proto is cached.
+        scope: the runtime's scope factory (:attr:`kitlib.keras_runtime.KerasRuntime.scope`).
+
+    Returns:
+        ``classifier``: ``XLMRobertaTextClassifier`` (``num_classes=1``, sigmoid,
+        ``preprocessor=None``) taking ``{"token_ids", "padding_mask"}`` int32 ``[B, max_len]`` and
+        giving float ``[B, 1]`` probabilities. ``preprocessor``:
+        ``XLMRobertaTextClassifierPreprocessor`` with ``sequence_length=max_len``.
+
+    Raises:
+        FileNotFoundError: ``preset="tiny"`` and ``data_dir`` has no CSV to train the tokenizer on.
+    """
+    from .keras_runtime import hub
+
+    import keras
+
+    h = hub()
+    # Seed first: under TF, keras.utils.set_random_seed -> tf.random.set_seed clears the eager
+    # kernel cache, which frees a tf-text SentencePiece resource made before it ("NOT_FOUND:
+    # Resource .../SentencepieceOp ... does not exist" at the first tokenization, TF 2.21).
+    keras.utils.set_random_seed(cfg.seed)
+    if cfg.preset == "tiny":
+        proto = tiny_tokenizer_proto(data_dir, cache_dir, cfg.vocab_size)
+        preprocessor = h.Preprocessor(h.Tokenizer(proto=str(proto)), sequence_length=cfg.max_len)
+        with scope():
+            backbone = h.Backbone(
+                vocabulary_size=preprocessor.tokenizer.vocabulary_size(),
+                num_layers=cfg.num_layers,
+                num_heads=cfg.num_heads,
+                hidden_dim=cfg.hidden_dim,
+                intermediate_dim=cfg.intermediate_dim,
+                dropout=cfg.dropout,
+                max_sequence_length=cfg.max_len,
+            )
+            model = h.Classifier(backbone, num_classes=1, preprocessor=None, activation="sigmoid")
+    else:
+        preprocessor = h.Preprocessor.from_preset(cfg.preset, sequence_length=cfg.max_len)
+        with scope():
+            model = h.Classifier.from_preset(cfg.preset, num_classes=1, preprocessor=None, activation="sigmoid")
+    return model, preprocessor
+
+
+def compile_classifier(
+    model, learning_rate: float, *, jit_compile="auto", scope: Callable[[], ContextManager] = contextlib.nullcontext
+) -> None:
+    """Adam, binary cross-entropy on the sigmoid output, ROC AUC as ``auc``; compiled inside ``scope()``.
+
+    ``jit_compile``: pass the runtime's value (False with TF virtual CPU replicas, where XLA fails).
+    """
+    import keras
+
+    with scope():
+        model.compile(
+            optimizer=keras.optimizers.Adam(learning_rate),
+            loss=keras.losses.BinaryCrossentropy(),
+            metrics=[keras.metrics.AUC(name="auc")],
+            jit_compile=jit_compile,
+        )
+
+
+def save_classifier(model, preprocessor, path: str | os.PathLike) -> Path:
+    """Save ``model`` to ``path`` (``.keras``) and the preprocessor beside it, each atomically.
+
+    The preprocessor goes to ``<path's folder>/preprocessor/`` as a keras-hub preset folder
+    (tokenizer proto included), so :func:`load_classifier` needs nothing else.
+    """
+    path = Path(path)
+    if path.suffix != ".keras":
+        raise ValueError(f"{path}: Keras model files end in .keras")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.keras")
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    pre_dir = path.parent / PREPROCESSOR_DIR
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{PREPROCESSOR_DIR}.", dir=path.parent))
+    try:
+        preprocessor.save_to_preset(str(tmp_dir))
+        if pre_dir.exists():
+            shutil.rmtree(pre_dir)
+        os.replace(tmp_dir, pre_dir)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return path
+
+
+def load_classifier(path: str | os.PathLike, *, scope: Callable[[], ContextManager] = contextlib.nullcontext):
+    """Load ``(classifier, preprocessor)`` written by :func:`save_classifier`, on any backend.
+
+    The model loads inside ``scope()`` (under JAX the distribution must be set first: the
+    runtime does that), the preprocessor outside it (see :func:`build_classifier`).
+
+    Raises:
+        FileNotFoundError: the ``.keras`` file or its ``preprocessor/`` folder is missing.
+    """
+    import keras
+
+    from .keras_runtime import hub
+
+    path = Path(path)
+    pre_dir = path.parent / PREPROCESSOR_DIR
+    for p in (path, pre_dir):
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: not found (written by kitlib.keras_model.save_classifier)")
+    h = hub()
+    with scope():
+        model = keras.saving.load_model(path)
+    preprocessor = h.Preprocessor.from_preset(str(pre_dir))
+    return model, preprocessor
+
+
+def config_json(cfg: KerasModelConfig) -> str:
+    """``cfg`` as JSON (saved next to the model for the record)."""
+    return json.dumps(asdict(cfg), indent=1)
+
+
+def epoch_timer():
+    """A Keras callback recording each epoch's wall time in seconds in its ``times`` list.
+
+    The first epoch includes compilation (XLA / ``tf.function`` tracing); later ones are the
+    steady state.
+    """
+    import time
+
+    import keras
+
+    class EpochTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times: list[float] = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._t0 = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.times.append(time.perf_counter() - self._t0)
+
+    return EpochTimer()

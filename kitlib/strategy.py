@@ -1,0 +1,252 @@
+"""The TensorFlow strategy detector: which ``tf.distribute`` strategy to train with, found at run time.
+
+``detect_strategy()`` tries, in order (TensorFlow guide "Use TPUs"; Kaggle "TPU" docs):
+
+==========================  ============================================  ======================
+found                       strategy                                      replicas
+==========================  ============================================  ======================
+TPU VM (Kaggle v5e, Colab)  ``TPUClusterResolver(tpu='local')`` ->        TPU cores (v5e-8: 8)
+                            ``TPUStrategy``
+TPU Node (old Colab)        ``TPUClusterResolver()`` -> ``TPUStrategy``   TPU cores
+2 or more GPUs (2x T4)      ``MirroredStrategy``                          GPUs
+1 GPU, or CPU               the default strategy                          1
+N virtual CPU replicas      ``MirroredStrategy`` over N logical CPUs      N (tests only)
+==========================  ============================================  ======================
+
+A resolver without a TPU raises ``ValueError``; TPU initialisation can raise
+``tf.errors.NotFoundError``: both mean "try the next one". Where a TPU is evidently present
+(``TPU_*`` variables, ``/dev/accel*``) but TensorFlow cannot use it, as on Kaggle's TPU image,
+which ships ``tensorflow-cpu``, the detector raises :class:`TPUUnusableError` (or warns, if asked)
+instead of silently training on the CPU: use the JAX backend there (:mod:`kitlib.keras_runtime`).
+
+TensorFlow is imported inside the functions, never at ``import kitlib``.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.metadata
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# Environment variables that say "this host has a TPU" (Kaggle sets TPU_PROCESS_ADDRESSES=local
+# and TPU_ACCELERATOR_TYPE on v5e-8; Colab sets COLAB_TPU_ADDR on TPU Node runtimes).
+TPU_ENV_VARS = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "COLAB_TPU_ADDR", "TPU_PROCESS_ADDRESSES")
+
+
+class TPUUnusableError(RuntimeError):
+    """A TPU is present but TensorFlow cannot use it (e.g. ``tensorflow-cpu`` on Kaggle's TPU image)."""
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """What :func:`detect_strategy` found.
+
+    Attributes:
+        strategy: the ``tf.distribute.Strategy``; build and compile models inside ``strategy.scope()``.
+        kind: ``"tpu"``, ``"gpu"``, ``"cpu"`` or ``"virtual-cpu"``.
+        num_replicas: ``strategy.num_replicas_in_sync``.
+        per_replica_batch: examples per replica per step.
+        global_batch: examples per step, ``per_replica_batch * num_replicas`` (the batch size the
+            ``tf.data`` pipeline is batched with; ``MirroredStrategy``/``TPUStrategy`` split it).
+        precision_policy: the Keras mixed-precision policy set (``"mixed_bfloat16"``,
+            ``"mixed_float16"``), or None when left alone.
+        reason: one line saying what was found.
+    """
+
+    strategy: Any
+    kind: str
+    num_replicas: int
+    per_replica_batch: int
+    global_batch: int
+    precision_policy: str | None
+    reason: str
+
+    def scope(self):
+        """A fresh ``strategy.scope()`` context (a factory: the default strategy's scope is single-use)."""
+        return self.strategy.scope()
+
+    def describe(self) -> str:
+        """One line: ``strategy: TPUStrategy x8 (tpu), global batch 128 = 16 x 8, ...: reason``."""
+        pol = f", policy {self.precision_policy}" if self.precision_policy else ""
+        return (
+            f"strategy: {type(self.strategy).__name__} x{self.num_replicas} ({self.kind}), global batch "
+            f"{self.global_batch} = {self.per_replica_batch} x {self.num_replicas}{pol}: {self.reason}"
+        )
+
+
+def tpu_evidence() -> str | None:
+    """Evidence of a TPU on this host, read without touching it (environment, ``/dev``), or None."""
+    for var in TPU_ENV_VARS:
+        if os.environ.get(var):
+            return f"{var}={os.environ[var]}"
+    if os.environ.get("PJRT_DEVICE", "").upper() == "TPU":
+        return "PJRT_DEVICE=TPU"
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+        return "TPU device files in /dev"
+    return None
+
+
+def installed_tensorflow() -> str:
+    """Which TensorFlow distributions are installed, e.g. ``"tensorflow-cpu 2.20.0"`` (or ``"none"``)."""
+    found = []
+    for dist in ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-nightly"):
+        try:
+            found.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return ", ".join(found) or "none"
+
+
+def set_virtual_cpu_replicas(n: int) -> None:
+    """Split the host CPU into ``n`` logical devices, for ``MirroredStrategy`` tests without GPUs.
+
+    Must run before TensorFlow initialises its runtime (before any op, strategy or model).
+    ``jit_compile=True`` does not work with these logical devices (measured on TF 2.21).
+
+    Raises:
+        ValueError: ``n < 1``.
+        RuntimeError: TensorFlow is already initialised with a different CPU split (restart the
+            kernel, or set ``virtual_replicas`` in the first cell).
+    """
+    if n < 1:
+        raise ValueError(f"virtual CPU replicas must be >= 1, not {n}")
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
+    except RuntimeError as e:
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have == n:
+            return
+        raise RuntimeError(
+            f"cannot split the CPU into {n} virtual replicas: TensorFlow is already initialised with "
+            f"{have} logical CPU(s) ({e}). Set virtual replicas before anything runs a TF op; restart the kernel."
+        ) from None
+
+
+def _default_resolvers(tf) -> list[tuple[str, Callable[[], Any]]]:
+    cr = tf.distribute.cluster_resolver
+    return [
+        ("TPUClusterResolver(tpu='local')", lambda: cr.TPUClusterResolver(tpu="local")),
+        ("TPUClusterResolver()", lambda: cr.TPUClusterResolver()),
+    ]
+
+
+def _try_tpu(tf, tpu_address: str | None) -> tuple[Any, str] | tuple[None, list[str]]:
+    """(TPUStrategy, how) on success, else (None, [why each try failed])."""
+    if tpu_address is not None:
+        tries = [(f"TPUClusterResolver(tpu={tpu_address!r})", lambda: tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address))]
+    else:
+        tries = _default_resolvers(tf)
+    errors = []
+    for name, make in tries:
+        try:
+            resolver = make()
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+            return tf.distribute.TPUStrategy(resolver), name
+        except (ValueError, tf.errors.NotFoundError) as e:
+            errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    return None, errors
+
+
+def detect_strategy(
+    per_replica_batch: int = 16,
+    *,
+    global_batch: int | None = None,
+    mixed_precision: bool = False,
+    virtual_cpu_replicas: int = 0,
+    tpu_address: str | None = None,
+    try_tpu: bool = True,
+    on_unusable_tpu: str = "raise",
+    log: Callable[[str], None] | None = print,
+) -> StrategyInfo:
+    """Pick the ``tf.distribute`` strategy for this machine (see the module docstring for the order).
+
+    Args:
+        per_replica_batch: examples per replica per step (ignored when ``global_batch`` is given).
+        global_batch: examples per step instead; must divide evenly by the replica count.
+        mixed_precision: set the Keras policy ``mixed_bfloat16`` on TPU or ``mixed_float16`` on
+            GPU (Keras "Mixed precision" guide: bfloat16 is native on TPU, float16 on T4 tensor
+            cores); CPU runs stay float32.
+        virtual_cpu_replicas: N > 0 splits the CPU into N logical devices under
+            ``MirroredStrategy`` (a test hook; must run before TF initialises; skips TPU and GPU).
+        tpu_address: a specific TPU name/address instead of trying ``'local'`` then the default.
+        try_tpu: False skips the TPU resolvers.
+        on_unusable_tpu: ``"raise"`` (default) or ``"warn"`` when a TPU is present but no resolver
+            works: see :class:`TPUUnusableError`.
+        log: called with :meth:`StrategyInfo.describe`'s line (None: silent).
+
+    Returns:
+        A :class:`StrategyInfo`.
+
+    Raises:
+        ValueError: a batch size < 1, ``global_batch`` not a multiple of the replica count (the
+            strategy splits each batch evenly across replicas), or a bad ``on_unusable_tpu``.
+        TPUUnusableError: a TPU is present, TensorFlow cannot use it, and ``on_unusable_tpu="raise"``.
+        RuntimeError: ``virtual_cpu_replicas`` set after TF initialised.
+    """
+    if on_unusable_tpu not in ("raise", "warn"):
+        raise ValueError(f"on_unusable_tpu must be 'raise' or 'warn', not {on_unusable_tpu!r}")
+    if global_batch is None and per_replica_batch < 1:
+        raise ValueError(f"per_replica_batch must be >= 1, not {per_replica_batch}")
+    if global_batch is not None and global_batch < 1:
+        raise ValueError(f"global_batch must be >= 1, not {global_batch}")
+    import tensorflow as tf
+
+    strategy = None
+    if virtual_cpu_replicas:
+        set_virtual_cpu_replicas(virtual_cpu_replicas)
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:virtual_cpu_replicas]
+        strategy = tf.distribute.MirroredStrategy(devices=devices)
+        kind, reason = "virtual-cpu", f"{virtual_cpu_replicas} virtual CPU replica(s) (test hook)"
+    if strategy is None and try_tpu:
+        strategy, how = _try_tpu(tf, tpu_address)
+        if strategy is not None:
+            kind, reason = "tpu", f"TPU found by {how}"
+        else:
+            evidence = tpu_evidence()
+            if evidence:
+                msg = (
+                    f"A TPU is present ({evidence}) but TensorFlow cannot use it "
+                    f"(installed: {installed_tensorflow()}; {'; '.join(how)}). Kaggle's TPU image ships "
+                    "tensorflow-cpu: train with the JAX backend instead (notebook parameter backend='jax' "
+                    "or 'auto', or KERAS_BACKEND=jax; see kitlib.keras_runtime). Do not pip install the "
+                    "full tensorflow wheel over the image's tensorflow-cpu."
+                )
+                if on_unusable_tpu == "raise":
+                    raise TPUUnusableError(msg)
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+                print("!" * 80 + "\n" + msg + "\n" + "!" * 80, file=sys.stderr)
+    if strategy is None:
+        gpus = tf.config.list_physical_devices("GPU")
+        if len(gpus) >= 2:
+            strategy = tf.distribute.MirroredStrategy()
+            kind, reason = "gpu", f"{len(gpus)} GPUs"
+        else:
+            strategy = tf.distribute.get_strategy()
+            kind = "gpu" if gpus else "cpu"
+            reason = "1 GPU" if gpus else "no TPU or GPU"
+    n = int(strategy.num_replicas_in_sync)
+    if global_batch is not None:
+        if global_batch % n:
+            lo, hi = (global_batch // n) * n, -(-global_batch // n) * n
+            raise ValueError(
+                f"global batch {global_batch} does not divide by {n} replicas ({reason}); "
+                f"use {lo or n} or {hi}, or give per_replica_batch instead"
+            )
+        per_replica_batch = global_batch // n
+    policy = None
+    if mixed_precision and kind in ("tpu", "gpu"):
+        import keras
+
+        policy = "mixed_bfloat16" if kind == "tpu" else "mixed_float16"
+        keras.mixed_precision.set_global_policy(policy)
+    info = StrategyInfo(strategy, kind, n, per_replica_batch, per_replica_batch * n, policy, reason)
+    if log is not None:
+        log(info.describe())
+    return info

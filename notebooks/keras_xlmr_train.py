@@ -1,0 +1,197 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # XLM-RoBERTa toxicity classifier with Keras 3: TPU (JAX), 2x T4 and CPU (TensorFlow)
+#
+# One notebook for every runtime. `kitlib.keras_runtime` picks the Keras backend and the data
+# parallelism before Keras is imported:
+#
+# * Kaggle TPU v5e-8: the image ships `jax[tpu]` and `tensorflow-cpu`, so TensorFlow cannot see
+#   the TPU; the notebook runs on **JAX** with `keras.distribution.DataParallel` over 8 chips.
+# * Kaggle 2x T4: **TensorFlow** with `MirroredStrategy`. Colab GPU and CPU: TensorFlow,
+#   default strategy. A TPU that TensorFlow can use: TensorFlow with `TPUStrategy`.
+#
+# Every batch has one shape (`global batch x max_len`): training drops the remainder, prediction
+# pads the last batch and drops the filler rows, so the submission has exactly one row per test
+# row. See `docs/training-keras.md` for the runtime table and how to override it.
+
+# %% tags=["parameters"]
+backend = "auto"          # "auto", "tensorflow" or "jax" ("auto": KERAS_BACKEND, else detection)
+preset = "tiny"           # "tiny" (offline, random init) or a keras-hub preset, e.g. "xlm_roberta_base_multi"
+epochs = 2
+batch_per_replica = 16    # examples per replica (device) per step; global batch = this x replicas
+max_len = 128             # tokens per row, <s> and </s> included
+learning_rate = 0.0       # 0: 1e-3 for "tiny", 1e-5 for a pretrained preset
+mixed_precision = True    # bfloat16 on TPU, float16 on GPU; CPU stays float32
+train_limit = 0           # 0: every training row; N: the first N (quick runs)
+valid_limit = 0           # 0: every validation row
+virtual_replicas = 0      # CPU testing only: N emulated replicas (TF logical CPUs / JAX host devices)
+seed = 0
+data_dir = ""             # "": the competition data on Kaggle, else data/jigsaw-sample
+work_dir = ""             # "": /kaggle/working on Kaggle, else the repository
+cache_dir = ""            # "": <work_dir>/.cache (the offline tokenizer proto)
+submission = "submission.csv"  # relative to work_dir
+
+# %% [markdown]
+# ## Setup
+# The backend must be chosen before anything imports `keras`: a process holds one backend.
+
+# %%
+import sys
+from pathlib import Path
+
+if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
+    sys.path.insert(0, str(Path("..").resolve()))
+
+from kitlib.keras_runtime import keras_runtime
+
+rt = keras_runtime(backend, batch_per_replica, mixed_precision=mixed_precision, virtual_replicas=virtual_replicas)
+
+import json
+import time
+
+import keras
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from kitlib import paths
+from kitlib.data import read_csv_checked
+from kitlib.keras_data import make_dataset, predict_probabilities, write_submission
+from kitlib.keras_model import (
+    KerasModelConfig,
+    build_classifier,
+    compile_classifier,
+    config_json,
+    epoch_timer,
+    save_classifier,
+)
+from kitlib.keras_runtime import count_compiles, guarded
+
+root = paths.project_root()
+data = Path(data_dir) if data_dir else paths.default_data_dir(root)
+work = Path(work_dir) if work_dir else paths.working_dir(root)
+cache = Path(cache_dir) if cache_dir else work / ".cache"
+model_path = work / paths.KERAS_MODEL
+print(f"keras {keras.__version__} on {keras.backend.backend()}; data {data}; output {work}")
+
+# %% [markdown]
+# ## Data
+# `train.csv` (the sample) or `jigsaw-toxic-comment-train.csv` (the competition), `validation.csv`,
+# `test.csv`, `sample_submission.csv`. Ids stay exact strings.
+
+# %%
+train_file = next((data / n for n in ("train.csv", "jigsaw-toxic-comment-train.csv") if (data / n).is_file()), data / "train.csv")
+train = read_csv_checked(train_file, label_cols=("toxic",), limit=train_limit or None)
+valid = read_csv_checked(data / "validation.csv", label_cols=("toxic",), limit=valid_limit or None)
+test = read_csv_checked(data / "test.csv")
+print(f"train {len(train)} rows ({train.toxic.mean():.1%} toxic), validation {len(valid)} ({valid.toxic.mean():.1%}), test {len(test)}")
+
+# %% [markdown]
+# ## Model
+# The classifier is built inside the runtime's scope (TF: the strategy's; JAX: the global
+# `DataParallel` distribution is already set), the preprocessor outside it.
+
+# %%
+cfg = KerasModelConfig(preset=preset, max_len=max_len, seed=seed)
+lr = learning_rate or (1e-3 if preset == "tiny" else 1e-5)
+model, preprocessor = build_classifier(cfg, data_dir=data, cache_dir=cache, scope=rt.scope)
+compile_classifier(model, lr, jit_compile=rt.jit_compile, scope=rt.scope)
+print(f"{preset}: {model.count_params():,} parameters, learning rate {lr}")
+
+# %% [markdown]
+# ## Train
+# Fixed shapes: every training and validation batch is `[global_batch, max_len]` (the remainder
+# is dropped). Under JAX a failed `fit` restores the model's state (`guarded`).
+
+# %%
+train_ds = make_dataset(train.text, train.toxic, preprocessor, rt.global_batch, shuffle=True, seed=seed)
+valid_fit = make_dataset(valid.text, valid.toxic, preprocessor, rt.global_batch) if len(valid) >= rt.global_batch else None
+timer = epoch_timer()
+with count_compiles(model) as fit_compiles:
+    history = guarded(model, "fit", train_ds, validation_data=valid_fit, epochs=epochs, callbacks=[timer], verbose=2)
+save_classifier(model, preprocessor, model_path)
+(model_path.parent / "config.json").write_text(config_json(cfg))
+print(f"epoch times (s): {[round(t, 1) for t in timer.times]}; fit compilations: {fit_compiles.count}; saved {model_path}")
+
+# %% [markdown]
+# ## Results
+# ROC AUC on every validation row (padded prediction, no row dropped), and the curves per epoch.
+
+# %%
+with count_compiles(model) as valid_compiles:
+    valid_prob = predict_probabilities(model, valid.text, preprocessor, rt.global_batch, checkpoint=model_path)
+assert len(valid_prob) == len(valid)
+auc = roc_auc_score(valid.toxic, valid_prob) if valid.toxic.nunique() == 2 else float("nan")
+print(f"validation ROC AUC {auc:.4f} on {len(valid)} rows")
+
+hist = history.history
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+for ax, key in zip(axes, ("loss", "auc")):
+    ep = np.arange(1, len(hist[key]) + 1)
+    ax.plot(ep, hist[key], "o-", label=f"train {key}")
+    if f"val_{key}" in hist:
+        ax.plot(ep, hist[f"val_{key}"], "o-", label=f"validation {key}")
+    ax.set_xlabel("epoch")
+    ax.set_title(key)
+    ax.legend()
+fig.tight_layout()
+fig.savefig(model_path.parent / "curves.png", dpi=80)
+plt.show()
+
+# %% [markdown]
+# ## Predict
+# The test set is padded to a multiple of the global batch, predicted in one compiled shape and
+# sliced back: exactly one probability per test row, in file order.
+
+# %%
+with count_compiles(model) as test_compiles:
+    test_prob = predict_probabilities(model, test.text, preprocessor, rt.global_batch, checkpoint=model_path)
+assert len(test_prob) == len(test)
+print(f"{len(test_prob)} test predictions; predict compilations: validation {valid_compiles.count}, test {test_compiles.count}")
+
+# %% [markdown]
+# ## Submission
+# Written with the main job's rules (`kitlib.merge`): rows in `sample_submission.csv` order,
+# ids as exact strings, every id predicted once; on any mismatch nothing is written.
+
+# %%
+sample = data / "sample_submission.csv"
+result = write_submission(
+    test.id, test_prob, work / submission, sample_submission=sample if sample.is_file() else None, test=data / "test.csv"
+)
+metrics = {
+    "backend": rt.backend,
+    "kind": rt.kind,
+    "replicas": rt.num_replicas,
+    "global_batch": rt.global_batch,
+    "epoch_seconds": timer.times,
+    "fit_compilations": fit_compiles.count,
+    "predict_compilations": {"validation": valid_compiles.count, "test": test_compiles.count},
+    "validation_auc": auc,
+    "train_rows": len(train),
+    "validation_rows": len(valid),
+    "test_rows": len(test),
+    "submission": str(result.output),
+    "submission_rows": result.num_rows,
+    "history": hist,
+}
+(model_path.parent / "metrics.json").write_text(json.dumps(metrics, indent=1, default=float))
+print(f"wrote {result.output} ({result.num_rows} rows); {rt.describe()}")
