@@ -104,11 +104,16 @@ def xla_launch(fn: Callable, args: tuple, start_method: str) -> None:
         xmp.spawn(fn, args=args, nprocs=None, start_method=start_method)
 
 
-def xla_metric(name: str):
-    """``torch_xla.debug.metrics.metric_data(name)`` as (count, total, samples), or None if unseen."""
+def xla_compile_count() -> int:
+    """Graphs XLA compiled so far in this process (``metric_data('CompileTime')[0]``; 0 if none).
+
+    PJRT CPU and TPU v2/v3 replicas are threads of one process, so on those the count is the
+    process's, shared by its replicas.
+    """
     import torch_xla.debug.metrics as met
 
-    return met.metric_data(name)
+    data = met.metric_data("CompileTime")
+    return int(data[0]) if data else 0
 
 
 def xla_device_loader(loader, device):
@@ -116,3 +121,87 @@ def xla_device_loader(loader, device):
     import torch_xla.distributed.parallel_loader as pl
 
     return pl.MpDeviceLoader(loader, device)
+
+
+# --- training: gradient sync, collectives, compilation cache (used by kitlib.train_template) ---
+
+
+def xla_initialize_cache(path: str) -> None:
+    """Use ``path`` as this process's persistent XLA compilation cache (``torch_xla.runtime.initialize_cache``).
+
+    Call at the start of the replica function, before any XLA computation; give every process
+    its own folder (processes must not share a writable cache).
+    """
+    import torch_xla.runtime as xr
+
+    xr.initialize_cache(path, readonly=False)
+
+
+def xla_optimizer_step(optimizer) -> None:
+    """All-reduce (mean) the gradients across replicas, then ``optimizer.step()`` (``xm.optimizer_step``)."""
+    import torch_xla.core.xla_model as xm
+
+    xm.optimizer_step(optimizer)
+
+
+def xla_all_reduce_sum(tensor):
+    """Sum of ``tensor`` over all replicas, as a new XLA tensor of the same shape (``xm.all_reduce``)."""
+    import torch_xla.core.xla_model as xm
+
+    return xm.all_reduce(xm.REDUCE_SUM, tensor)
+
+
+def xla_all_gather(tensor):
+    """Concatenation of every replica's ``tensor`` along dim 0, in rank order (``xm.all_gather``)."""
+    import torch_xla.core.xla_model as xm
+
+    return xm.all_gather(tensor, dim=0)
+
+
+def xla_rendezvous(tag: str) -> None:
+    """Wait until every replica reaches the rendezvous ``tag`` (``xm.rendezvous``)."""
+    import torch_xla.core.xla_model as xm
+
+    xm.rendezvous(tag)
+
+
+def xla_add_step_closure(fn: Callable, args: tuple) -> None:
+    """Run ``fn(*args)`` after the current step's graph has executed (``xm.add_step_closure``)."""
+    import torch_xla.core.xla_model as xm
+
+    xm.add_step_closure(fn, args=args)
+
+
+def xla_init_process_group() -> None:
+    """``torch.distributed.init_process_group("xla", init_method="xla://")`` (registers the backend first)."""
+    import torch.distributed as dist
+    import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
+
+    dist.init_process_group("xla", init_method="xla://")
+
+
+XLA_ATTENTION = "kitlib_xla_sdpa"
+
+
+def xla_attention_implementation() -> str:
+    """Register (idempotently) and return a transformers attention implementation for XLA.
+
+    transformers 5 skips the attention mask when every token of a batch is real
+    (``masking_utils._ignore_bidirectional_mask_sdpa`` calls ``padding_mask.all()``). Under XLA
+    that reads a device value on the host each step and, when a batch happens to have no
+    padding, traces a second forward graph: a data-dependent recompilation. This registers
+    PyTorch SDPA attention with that skip turned off, so every batch of one shape runs one graph.
+    Pass the returned name as ``attn_implementation=`` to ``from_pretrained``.
+    """
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    def mask_without_skip(*args, **kwargs):
+        kwargs["allow_is_bidirectional_skip"] = False
+        kwargs["allow_is_causal_skip"] = False
+        return sdpa_mask(*args, **kwargs)
+
+    AttentionInterface.register(XLA_ATTENTION, sdpa_attention_forward)
+    AttentionMaskInterface.register(XLA_ATTENTION, mask_without_skip)
+    return XLA_ATTENTION

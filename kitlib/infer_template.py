@@ -16,6 +16,7 @@ v2/v3 and on PJRT CPU, replicas are threads of one process.
 """
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,10 +109,14 @@ def _mp_fn(index: int, cfg: InferConfig) -> None:
     df = read_csv_checked(cfg.test_csv, text_col=cfg.text_col)
     sampler = DistributedSampler(range(len(df)), num_replicas=world, rank=rank, shuffle=False, drop_last=False)
     rows = np.fromiter(iter(sampler), dtype=np.int64)
-    tokenizer, model = load_classifier(cfg.checkpoint)
+    tokenizer, model = load_classifier(cfg.checkpoint, xla=cfg.xla)
     model.to(device)
     texts = df["text"].tolist()
+    start = time.perf_counter()
     rows, probs = predict_rows(model, tokenizer, texts, rows, cfg, device, xla=cfg.xla, progress=rank == 0)
+    stats = {"seconds": round(time.perf_counter() - start, 3), "batches": -(-len(rows) // cfg.batch_size)}
+    if cfg.xla:
+        stats["xla_compiles"] = compat.xla_compile_count()
     write_shard(
         Path(cfg.shard_dir),
         rank=rank,
@@ -121,4 +126,5 @@ def _mp_fn(index: int, cfg: InferConfig) -> None:
         ids=df["id"].to_numpy()[rows],
         predictions={cfg.prediction_column: probs},
         run_id=cfg.run_id,
+        stats=stats,
     )

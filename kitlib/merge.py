@@ -18,6 +18,8 @@ file is written (the CSV is written to a temporary file and renamed into place a
 """
 from __future__ import annotations
 
+import csv
+import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,6 +245,20 @@ def _align(ids: pa.Array, ref: pa.Array, ref_path: Path, src: str) -> np.ndarray
     return pos.to_numpy()
 
 
+def _write_csv(table: pa.Table, path: str) -> None:
+    """Write like Kaggle's own files: no quotes, unless an id holds a comma, quote or newline."""
+    header = io.StringIO()
+    csv.writer(header, lineterminator="\n").writerow(table.column_names)
+    for style in ("none", "needed"):  # pyarrow refuses to write a value that needs quotes unquoted
+        try:
+            with open(path, "wb") as f:
+                f.write(header.getvalue().encode())
+                pacsv.write_csv(table, f, pacsv.WriteOptions(include_header=False, quoting_style=style))
+            return
+        except pa.ArrowInvalid:
+            continue
+
+
 def merge_shards(
     inputs: list[str | os.PathLike],
     output: str | os.PathLike,
@@ -310,5 +326,5 @@ def merge_shards(
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in want}, want
 
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
-    atomic_write(output, lambda tmp: pacsv.write_csv(table, tmp))
+    atomic_write(output, lambda tmp: _write_csv(table, tmp))
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns))

@@ -34,6 +34,7 @@ from transformers import (
     XLMRobertaForSequenceClassification,
 )
 
+from . import compat
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, train_sentencepiece
 
 
@@ -146,10 +147,15 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
     return Path(snapshot_download(model))
 
 
-def load_classifier(path: str | os.PathLike):
-    """Load ``(tokenizer, model)`` from a local checkpoint folder; the model is in eval mode on CPU."""
+def load_classifier(path: str | os.PathLike, *, xla: bool = False):
+    """Load ``(tokenizer, model)`` from a local checkpoint folder; the model is in eval mode on CPU.
+
+    With ``xla=True`` the model uses :func:`kitlib.compat.xla_attention_implementation`, whose
+    attention never inspects mask values, so one input shape means one XLA graph.
+    """
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForSequenceClassification.from_pretrained(path)
+    kwargs = {"attn_implementation": compat.xla_attention_implementation()} if xla else {}
+    model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     return tok, model.eval()
 
 

@@ -11,8 +11,13 @@ tpu      ``torch_xla.launch`` (v5e: one process per chip;       ``torch_xla.runt
 cpu      ``torch_xla.launch`` with ``PJRT_DEVICE=CPU`` and       ``torch_xla.runtime``
          ``CPU_NUM_DEVICES=N``: N threads of one process
 cuda     ``torch.multiprocessing.start_processes``, one          the process index / nprocs
-         process per GPU
+         process per GPU (``torch.distributed``: nccl)
+cpu      with ``collectives=True`` and N > 1: N processes over   the process index / nprocs
+         ``torch.distributed`` gloo (training)
 =======  =====================================================  ==========================
+
+torch_xla 2.9's CPU thread mode deadlocks on collectives (all-reduce of gradients), so
+training on N > 1 CPU replicas asks for ``collectives=True`` and gets real processes over gloo.
 
 The start method is ``fork`` (a Kaggle notebook: ``fn`` may be defined anywhere) or ``spawn``
 (Colab, scripts: ``fn`` must be importable, which is why every ``_mp_fn`` lives in ``kitlib``).
@@ -45,6 +50,11 @@ class Runtime:
     xla: bool
     reason: str
 
+    @property
+    def dist_backend(self) -> str:
+        """How replicas talk: ``"xla"`` (torch_xla), ``"nccl"`` (CUDA) or ``"gloo"`` (CPU processes)."""
+        return "xla" if self.xla else ("nccl" if self.kind == "cuda" else "gloo")
+
     def describe(self) -> str:
         return f"runtime: {self.kind} x{self.num_devices} ({'torch_xla/PJRT' if self.xla else 'torch.multiprocessing'}): {self.reason}"
 
@@ -70,12 +80,15 @@ def _tpu_chips() -> int | None:
         return None
 
 
-def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runtime:
+def detect_runtime(num_devices: int | None = None, prefer: str = "auto", collectives: bool = False) -> Runtime:
     """Find the accelerator without touching it.
 
     Args:
-        num_devices: replicas to use; None means every device found (on CPU: 1).
+        num_devices: replicas to use; None means every device found (on CPU: one PJRT CPU
+            device per core, at most 8).
         prefer: ``"auto"``, or force ``"tpu"``, ``"cuda"`` or ``"cpu"``.
+        collectives: the replicas exchange data (training). On CPU with more than one replica
+            this gives N processes over ``torch.distributed`` gloo instead of torch_xla threads.
 
     Returns:
         A :class:`Runtime`.
@@ -107,9 +120,11 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runt
             return Runtime("cuda", num_devices or n, False, f"{n} CUDA device(s): {torch.cuda.get_device_name(0)}")
         if prefer == "cuda":
             raise RuntimeError("prefer='cuda' but torch sees no CUDA device")
+    n = num_devices or max(1, min(os.cpu_count() or 1, 8))
+    if collectives and n > 1:
+        return Runtime("cpu", n, False, f"no accelerator; {n} CPU processes over torch.distributed gloo")
     if not compat.has_torch_xla():
         raise RuntimeError("CPU runs use torch_xla with PJRT_DEVICE=CPU: pip install torch_xla")
-    n = num_devices or 1
     return Runtime("cpu", n, True, f"no accelerator; {n} PJRT CPU device(s) as threads of one process")
 
 
@@ -130,11 +145,20 @@ def configure_env(rt: Runtime) -> None:
         os.environ["PJRT_DEVICE"] = "TPU"
 
 
-def _cuda_entry(index: int, fn: Callable, args: tuple) -> None:
-    import torch
+def _process_entry(index: int, fn: Callable, args: tuple, cuda: bool) -> None:
+    if cuda:
+        import torch
 
-    torch.cuda.set_device(index)
+        torch.cuda.set_device(index)
     fn(index, *args)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def launch(fn: Callable, args: tuple, rt: Runtime, start_method: str = "fork") -> None:
@@ -173,4 +197,9 @@ def launch(fn: Callable, args: tuple, rt: Runtime, start_method: str = "fork") -
     else:
         import torch.multiprocessing as tmp
 
-        tmp.start_processes(_cuda_entry, args=(fn, args), nprocs=rt.num_devices, start_method=start_method, join=True)
+        # torch.distributed's env:// rendezvous for the replicas: a fresh local port per launch
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(_free_port())
+        tmp.start_processes(
+            _process_entry, args=(fn, args, rt.kind == "cuda"), nprocs=rt.num_devices, start_method=start_method, join=True
+        )

@@ -48,6 +48,7 @@ class ShardInfo:
     num_samples: int
     run_id: str
     prediction_columns: tuple[str, ...]
+    stats: dict
 
 
 def shard_name(rank: int, world_size: int) -> str:
@@ -65,6 +66,7 @@ def write_shard(
     ids: list[str] | np.ndarray | pa.Array,
     predictions: dict[str, np.ndarray],
     run_id: str,
+    stats: dict | None = None,
 ) -> Path:
     """Write one rank's predictions atomically and return the shard's path.
 
@@ -76,6 +78,8 @@ def write_shard(
         ids: ``[n]`` id strings, exactly as read from the input CSV.
         predictions: column name -> float array ``[n]``.
         run_id: identifies the launch; every shard of one run carries the same value.
+        stats: optional JSON-serialisable facts about the run (batches, seconds, XLA compiles),
+            stored in the metadata under ``stats`` for benchmarks and notebooks.
 
     Raises:
         ValueError: lengths disagree, a row index is out of range, or no prediction column.
@@ -99,6 +103,7 @@ def write_shard(
         "num_samples": n,
         "run_id": run_id,
         "prediction_columns": list(predictions),
+        "stats": stats or {},
     }
     columns = {"row": pa.array(rows, pa.int64()), "id": pa.array(ids, pa.string())}
     for name, values in predictions.items():
@@ -124,6 +129,7 @@ def read_shard_info(schema: pa.Schema) -> ShardInfo | None:
         num_samples=int(d["num_samples"]),
         run_id=str(d["run_id"]),
         prediction_columns=tuple(d["prediction_columns"]),
+        stats=dict(d.get("stats", {})),
     )
 
 

@@ -1,0 +1,57 @@
+"""Shared fixtures: the bundled sample, slices of it, and small offline XLM-R checkpoints."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "jigsaw-sample"
+
+# Tests never reach a hub; transformers must not try.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def write_slice(out_dir: Path, n: int, start: int = 0) -> tuple[Path, Path]:
+    """Rows [start, start+n) of test.csv and the matching sample_submission rows, as files."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    test = pd.read_csv(SAMPLE / "test.csv", dtype=str, keep_default_na=False).iloc[start : start + n]
+    sub = pd.read_csv(SAMPLE / "sample_submission.csv", dtype=str, keep_default_na=False)
+    sub = sub[sub["id"].isin(set(test["id"]))]
+    test.to_csv(out_dir / "test.csv", index=False)
+    sub.to_csv(out_dir / "sample_submission.csv", index=False)
+    return out_dir / "test.csv", out_dir / "sample_submission.csv"
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """The notebook's offline default: a tiny random XLM-R with a tokenizer trained on the sample."""
+    from kitlib.model import resolve_checkpoint
+
+    return resolve_checkpoint("tiny-random", data_dir=SAMPLE, cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="session")
+def sharp_checkpoint(tiny_checkpoint, tmp_path_factory) -> Path:
+    """The tiny model with its weight matrices redrawn at std 0.2, so predictions differ per row.
+
+    The default init (std 0.02) predicts 0.5 +- 1e-4 for every row, which would make "same
+    predictions" checks pass for the wrong reason; std 0.2 spreads them over about (0.4, 1).
+    """
+    import torch
+
+    from kitlib.model import load_classifier
+
+    tok, model = load_classifier(tiny_checkpoint)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    out = tmp_path_factory.mktemp("sharp")
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
