@@ -1,0 +1,273 @@
+"""The data-parallel training template and notebook.
+
+* 2 gloo processes (both patterns): parameters identical across ranks after several steps, and
+  equal (to float tolerance) to a one-process run over the same global batches;
+* XLA on one PJRT CPU device: the compile count stops growing after the first steps, the loss
+  falls, and the saved checkpoint gives, through the inference template, the predictions the
+  in-memory model gave;
+* the notebook end to end with papermill on a slice of the sample.
+
+Every run starts real processes; the file takes a few minutes on 2 cores.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import ROOT, SAMPLE
+from kitlib.runtime import Runtime, detect_runtime, launch
+from kitlib.train_template import (
+    HISTORY_FILE,
+    PATTERNS,
+    VALID_PREDICTIONS_FILE,
+    TrainConfig,
+    _mp_fn,
+    classification_loss,
+    merge_gathered,
+    read_history,
+    roc_auc,
+    train,
+    validation_rows,
+)
+
+# Small, deterministic (no dropout) runs on the real sample: 128 rows = 16 steps of 8 rows per epoch.
+SMALL = dict(
+    train_csv=str(SAMPLE / "train.csv"),
+    valid_csv=str(SAMPLE / "validation.csv"),
+    epochs=2,
+    max_len=32,
+    lr=1e-3,
+    train_limit=128,
+    valid_limit=50,
+    dropout=0.0,
+    log_every=4,
+)
+GLOBAL_BATCH = 8
+
+
+def _states(folder: Path, world: int) -> list[dict]:
+    return [torch.load(folder / f"rank-{r}.pt") for r in range(world)]
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
+
+
+# --- pieces, no processes ---
+
+
+def test_validation_rows_cover_every_row_once_after_merge():
+    n, world, batch = 10, 3, 4  # sampler pads 10 -> 12 (rows 0, 1 twice); each rank 4 rows = 1 batch
+    per_rank = [validation_rows(n, world, r, batch) for r in range(world)]
+    assert [len(r) for r in per_rank] == [4, 4, 4]
+    assert per_rank[0].tolist() == [0, 3, 6, 9]
+    gathered = np.concatenate(per_rank).astype(np.float32)  # "prediction" = the row index itself
+    assert merge_gathered(gathered, n, world, batch).tolist() == list(range(n))
+    # a batch size that leaves filler slots: 4 rows per rank -> batches of 3 -> 6 slots, 2 filler
+    rows = validation_rows(n, world, 1, 3)
+    assert rows.tolist() == [1, 4, 7, 0, -1, -1]
+    with pytest.raises(ValueError, match="expected 12"):
+        merge_gathered(gathered[:-1], n, world, batch)
+
+
+def test_one_and_two_logit_losses_agree():
+    z = torch.tensor([[-2.0], [0.5], [3.0]])
+    y = torch.tensor([0.0, 1.0, 0.3])
+    one = classification_loss(z, y)
+    two = classification_loss(torch.cat([torch.zeros_like(z), z], dim=1), y)  # softmax([0, z])[1] = sigmoid(z)
+    assert one.item() == pytest.approx(two.item(), rel=1e-6)
+    assert one.item() == pytest.approx(torch.nn.functional.binary_cross_entropy(torch.sigmoid(z[:, 0]), y).item(), rel=1e-6)
+    with pytest.raises(ValueError, match="1 or 2 logits"):
+        classification_loss(torch.zeros(3, 3), y)
+
+
+def test_roc_auc_and_config_checks():
+    assert roc_auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])) == pytest.approx(0.75)
+    assert np.isnan(roc_auc(np.zeros(4), np.arange(4.0)))
+    with pytest.raises(ValueError, match="pattern"):
+        TrainConfig(checkpoint="c", train_csv="t", valid_csv="v", out_dir="o", pattern="allreduce")
+    with pytest.raises(ValueError, match="backend"):
+        TrainConfig(checkpoint="c", train_csv="t", valid_csv="v", out_dir="o", backend="mpi")
+
+
+def test_detector_picks_the_training_backend():
+    two = detect_runtime(2, prefer="cpu", collectives=True)
+    assert (two.kind, two.num_devices, two.xla, two.dist_backend) == ("cpu", 2, False, "gloo")
+    one = detect_runtime(1, prefer="cpu", collectives=True)
+    assert (one.xla, one.dist_backend) == (True, "xla")
+    assert detect_runtime(2, prefer="cpu").dist_backend == "xla"  # inference keeps the PJRT CPU threads
+    cfg = TrainConfig(checkpoint="c", train_csv="t", valid_csv="v", out_dir="o", backend="xla")
+    with pytest.raises(ValueError, match="does not match"):
+        train(cfg, two)
+
+
+# --- gradient sync across 2 real processes (gloo) vs one process ---
+
+
+@pytest.fixture(scope="module")
+def one_process_run(tiny_checkpoint, tmp_path_factory):
+    """The reference: one gloo replica (in this process) with the whole global batch per step."""
+    tmp = tmp_path_factory.mktemp("one-process")
+    cfg = TrainConfig(checkpoint=str(tiny_checkpoint), out_dir=str(tmp / "ckpt"), backend="gloo", num_devices=1,
+                      batch_size=GLOBAL_BATCH, rank_states_dir=str(tmp / "states"), **SMALL)
+    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
+    threads = torch.get_num_threads()
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(_free_port())
+    try:
+        _mp_fn(0, cfg)
+    finally:
+        torch.set_num_threads(threads)
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    return read_history(cfg.out_dir), _states(tmp / "states", 1)[0]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_two_processes_stay_identical_and_match_one_process(pattern, one_process_run, tiny_checkpoint, tmp_path):
+    from safetensors.torch import load_file
+
+    rt = detect_runtime(2, prefer="cpu", collectives=True)
+    cfg = TrainConfig(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), backend=rt.dist_backend,
+                      num_devices=rt.num_devices, pattern=pattern, batch_size=GLOBAL_BATCH // 2,
+                      rank_states_dir=str(tmp_path / "states"), **SMALL)
+    history = train(cfg, rt, "spawn")
+    assert history["world_size"] == 2 > 1 and history["global_batch"] == GLOBAL_BATCH
+    assert history["steps_per_epoch"] == 16
+    rank0, rank1 = _states(tmp_path / "states", 2)
+    for k in rank0:  # gradient sync keeps the replicas bit-identical after 32 steps on different rows
+        assert torch.equal(rank0[k], rank1[k]), k
+    ref_history, ref = one_process_run
+    init = load_file(str(tiny_checkpoint / "model.safetensors"))
+    moved = max((ref[k] - init[k]).abs().max().item() for k in init)
+    assert moved > 1e-2  # training changed the weights far more than the tolerance below
+    assert _max_diff(rank0, ref) < 2e-4
+    for mine, theirs in zip(history["epochs"], ref_history["epochs"]):
+        assert mine["train_loss"] == pytest.approx(theirs["train_loss"], abs=1e-4)
+        assert mine["valid_auc"] == pytest.approx(theirs["valid_auc"], abs=1e-3)
+    # the master's saved checkpoint is the synced model
+    saved = load_file(str(tmp_path / "ckpt" / "model.safetensors"))
+    assert _max_diff({k: saved[k] for k in init}, {k: rank0[k] for k in init}) == 0.0
+
+
+# --- XLA on one PJRT CPU device: compile counts, loss, checkpoint hand-off ---
+
+
+@pytest.fixture(scope="module")
+def xla_run(sharp_checkpoint, tmp_path_factory):
+    """Two epochs of XLA training on one PJRT CPU device, from the widely-spread tiny model."""
+    tmp = tmp_path_factory.mktemp("xla")
+    rt = detect_runtime(1, prefer="cpu", collectives=True)
+    cfg = TrainConfig(checkpoint=str(sharp_checkpoint), out_dir=str(tmp / "ckpt"), backend=rt.dist_backend,
+                      pattern="optimizer_step", batch_size=GLOBAL_BATCH, compile_cache_dir=str(tmp / "xla-cache"), **SMALL)
+    return cfg, train(cfg, rt, "spawn")
+
+
+@pytest.mark.slow
+def test_xla_compiles_the_step_once(xla_run):
+    cfg, history = xla_run
+    counts = history["compile_counts"]
+    steps = history["steps_per_epoch"]
+    assert history["backend"] == "xla" and len(counts) == 2 * steps == 32
+    assert counts[2] == counts[steps - 1]  # after the first 3 steps (Adam state appears) no step compiles
+    first_epoch_end = history["epochs"][0]["compile_count"]
+    assert counts[steps:] == [first_epoch_end] * steps  # epoch 2: nothing new, validation graphs reused
+    assert history["epochs"][1]["compile_count"] == first_epoch_end
+    assert counts[0] <= first_epoch_end <= 12
+    cache = Path(cfg.compile_cache_dir) / "proc-0"  # the process's own persistent cache folder
+    assert cache.is_dir() and any(cache.iterdir())
+
+
+@pytest.mark.slow
+def test_xla_loss_falls_on_the_sample(xla_run):
+    _, history = xla_run
+    e1, e2 = history["epochs"]
+    assert e2["train_loss"] < e1["train_loss"] * 0.8
+    assert e2["valid_loss"] < e1["valid_loss"]
+    assert 0.0 <= e2["valid_auc"] <= 1.0
+
+
+@pytest.mark.slow
+def test_saved_checkpoint_predicts_like_the_in_memory_model(xla_run, tmp_path):
+    from kitlib.infer_template import InferConfig
+    from kitlib.infer_template import _mp_fn as infer_mp_fn
+    from kitlib.merge import merge_shards
+    from kitlib.model import load_classifier, probabilities
+
+    cfg, _ = xla_run
+    ckpt = Path(cfg.out_dir)
+    in_memory = pd.read_csv(ckpt / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
+    assert len(in_memory) == 50 and in_memory["toxic"].std() > 0.01  # spread out: equality means something
+    valid = pd.read_csv(SAMPLE / "validation.csv", dtype=str, keep_default_na=False).iloc[:50]
+    valid.to_csv(tmp_path / "valid50.csv", index=False)
+
+    rt = detect_runtime(1, prefer="cpu")
+    icfg = InferConfig(checkpoint=str(ckpt), test_csv=str(tmp_path / "valid50.csv"), shard_dir=str(tmp_path / "shards"),
+                       batch_size=GLOBAL_BATCH, max_len=cfg.max_len, xla=rt.xla, num_devices=rt.num_devices)
+    launch(infer_mp_fn, (icfg,), rt, "spawn")
+    merge_shards([tmp_path / "shards"], tmp_path / "pred.csv", test=tmp_path / "valid50.csv")
+    pred = pd.read_csv(tmp_path / "pred.csv", dtype={"id": str}, keep_default_na=False)
+    assert pred["id"].tolist() == in_memory["id"].tolist()
+    np.testing.assert_allclose(pred["toxic"], in_memory["toxic"], atol=2e-5)
+
+    tok, model = load_classifier(ckpt)  # and eagerly on CPU, as the notebook's hand-off check does
+    enc = tok(valid["comment_text"].tolist(), padding="max_length", truncation=True, max_length=cfg.max_len, return_tensors="pt")
+    with torch.no_grad():
+        eager = probabilities(model(**enc).logits).numpy()
+    np.testing.assert_allclose(eager, in_memory["toxic"], atol=2e-5)
+
+
+# --- the notebook ---
+
+
+@pytest.mark.slow
+def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
+    import papermill as pm
+
+    out_dir = tmp_path / "xlmr-toxic"
+    pm.execute_notebook(
+        str(ROOT / "notebooks" / "xla_ddp_train.ipynb"),
+        str(tmp_path / "executed.ipynb"),
+        cwd=str(ROOT / "notebooks"),
+        kernel_name="python3",
+        parameters=dict(
+            model="tiny-random",
+            output_dir=str(out_dir),
+            cache_dir=str(tiny_checkpoint.parent),  # reuse the session's tiny model
+            num_devices=2,
+            pattern="ddp",
+            epochs=2,
+            batch_size=8,
+            max_len=32,
+            train_limit=96,
+            valid_limit=60,
+            log_every=2,
+        ),
+        progress_bar=False,
+    )
+    history = json.loads((out_dir / HISTORY_FILE).read_text())
+    assert history["world_size"] == 2 and history["pattern"] == "ddp" and len(history["epochs"]) == 2
+    assert history["steps_per_epoch"] == 6 and len(history["step_loss"]) == 6  # logged by the master only
+    assert all(0.0 <= e["valid_auc"] <= 1.0 for e in history["epochs"])
+    assert (out_dir / "config.json").is_file() and (out_dir / "tokenizer.json").is_file()
+    executed = json.loads((tmp_path / "executed.ipynb").read_text())
+    outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    text = "".join("".join(o.get("text", "")) for o in outputs)
+    assert "runtime: cpu x2" in text and "held-out ROC AUC after epoch 2" in text
+    assert "checkpoint ready for the inference notebook" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)
