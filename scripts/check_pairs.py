@@ -77,12 +77,15 @@ def _display(p: Path) -> Path:
         return p
 
 
-def pairs_for(args: list[str] | None = None, notebooks_dir: Path = NOTEBOOKS) -> list[Pair]:
-    """The pairs named by ``args`` (``X``, ``X.py`` or ``X.ipynb``), default every pair in ``notebooks_dir``.
+def pairs_for(args: list[str] | None = None, notebooks_dir: Path | None = None) -> list[Pair]:
+    """The pairs named by ``args`` (``X``, ``X.py`` or ``X.ipynb``), default every pair in ``notebooks_dir``
+    (default: ``./notebooks`` when the current folder has one, else this repository's).
 
     Raises:
         FileNotFoundError: a named notebook has neither a ``.py`` nor an ``.ipynb``.
     """
+    if notebooks_dir is None:
+        notebooks_dir = Path("notebooks") if Path("notebooks").is_dir() else NOTEBOOKS
     if args:
         out = []
         for a in args:
@@ -200,7 +203,11 @@ def _clean_ipynb(path: Path) -> None:
     for c in nb.cells:
         if c.cell_type == "code":
             c.outputs, c.execution_count = [], None
-    nb.metadata.get("jupytext", {}).pop("text_representation", None)
+    rep = (nb.metadata.get("jupytext") or {}).get("text_representation")
+    if isinstance(rep, dict):
+        rep.pop("jupytext_version", None)
+        if not rep:
+            del nb.metadata["jupytext"]["text_representation"]
     text = jupytext.writes(nb, fmt="ipynb").rstrip("\n") + "\n"  # jupytext.write ends the file with a newline
     if text != path.read_text(encoding="utf-8"):
         path.write_text(text, encoding="utf-8")
@@ -259,9 +266,12 @@ def sync_pair(pair: Pair, source: str | None = None) -> str:
     for _ in range(3):  # a header written by the first pass can settle on the next (bounded)
         if not disagreement(pair):
             break
+        t = pair.ipynb.stat().st_mtime  # both hold the same inputs now: settle from the .py side
+        os.utime(pair.py, (t + 1, t + 1))
         rc, out = _jupytext("--sync", "--quiet", str(pair.py))
         if rc:
             raise RuntimeError(f"jupytext --sync {pair.py} failed: {out.strip()}")
+        _clean_ipynb(pair.ipynb)
     changed = [str(p) for p in (pair.py, pair.ipynb) if before[p] != p.read_bytes()]
     return f"{pair.name}: synced from {src}" + (f", updated {', '.join(changed)}" if changed else ", nothing to change")
 
