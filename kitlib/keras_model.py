@@ -27,7 +27,8 @@ from typing import Callable, ContextManager
 
 from .tokenizer import SPM_FILE, train_sentencepiece
 
-PREPROCESSOR_DIR = "preprocessor"  # next to model.keras: keras-hub preset folder of the preprocessor
+PREPROCESSOR_DIR = "preprocessor"  # next to model.keras: the tokenizer proto and the sequence length
+PREPROCESSOR_JSON = "preprocessor.json"
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,10 @@ def compile_classifier(
 def save_classifier(model, preprocessor, path: str | os.PathLike) -> Path:
     """Save ``model`` to ``path`` (``.keras``) and the preprocessor beside it, each atomically.
 
-    The preprocessor goes to ``<path's folder>/preprocessor/`` as a keras-hub preset folder
-    (tokenizer proto included), so :func:`load_classifier` needs nothing else.
+    The preprocessor goes to ``<path's folder>/preprocessor/``: the SentencePiece proto
+    (``sentencepiece.bpe.model``) and ``preprocessor.json`` with ``sequence_length``, so
+    :func:`load_classifier` needs nothing else. (keras-hub's ``save_to_preset`` for a
+    preprocessor alone writes no ``config.json``, and ``from_preset`` then refuses the folder.)
     """
     path = Path(path)
     if path.suffix != ".keras":
@@ -182,7 +185,9 @@ def save_classifier(model, preprocessor, path: str | os.PathLike) -> Path:
     pre_dir = path.parent / PREPROCESSOR_DIR
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{PREPROCESSOR_DIR}.", dir=path.parent))
     try:
-        preprocessor.save_to_preset(str(tmp_dir))
+        proto = preprocessor.tokenizer.proto
+        (tmp_dir / SPM_FILE).write_bytes(proto if isinstance(proto, bytes) else Path(proto).read_bytes())
+        (tmp_dir / PREPROCESSOR_JSON).write_text(json.dumps({"sequence_length": int(preprocessor.sequence_length)}))
         if pre_dir.exists():
             shutil.rmtree(pre_dir)
         os.replace(tmp_dir, pre_dir)
@@ -195,7 +200,11 @@ def load_classifier(path: str | os.PathLike, *, scope: Callable[[], ContextManag
     """Load ``(classifier, preprocessor)`` written by :func:`save_classifier`, on any backend.
 
     The model loads inside ``scope()`` (under JAX the distribution must be set first: the
-    runtime does that), the preprocessor outside it (see :func:`build_classifier`).
+    runtime does that), the preprocessor outside it (see :func:`build_classifier`). The model
+    comes back without its optimizer state (keras-hub tasks have a custom ``compile``): call
+    :func:`compile_classifier` before training it further; ``predict`` needs nothing more.
+    Under TF, do not call ``keras.utils.set_random_seed`` after this: it frees the tokenizer's
+    SentencePiece resource (see :func:`build_classifier`).
 
     Raises:
         FileNotFoundError: the ``.keras`` file or its ``preprocessor/`` folder is missing.
@@ -212,7 +221,8 @@ def load_classifier(path: str | os.PathLike, *, scope: Callable[[], ContextManag
     h = hub()
     with scope():
         model = keras.saving.load_model(path)
-    preprocessor = h.Preprocessor.from_preset(str(pre_dir))
+    seq_len = json.loads((pre_dir / PREPROCESSOR_JSON).read_text())["sequence_length"]
+    preprocessor = h.Preprocessor(h.Tokenizer(proto=str(pre_dir / SPM_FILE)), sequence_length=seq_len)
     return model, preprocessor
 
 

@@ -349,36 +349,74 @@ def sync_jax_state(model) -> bool:
     return True
 
 
+def _jax_model_variables(model) -> list:
+    """Every variable Keras's JAX trainer detaches during fit/predict (trainable, non-trainable, optimizer, metrics)."""
+    seen, out = set(), []
+    opt = getattr(model, "optimizer", None)
+    for v in [*model.trainable_variables, *model.non_trainable_variables,
+              *(opt.variables if opt is not None else []), *getattr(model, "metrics_variables", [])]:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
 def guarded(model, method: str, *args, checkpoint: str | os.PathLike | None = None, **kwargs):
-    """``getattr(model, method)(*args, **kwargs)``; under JAX, restore the model's state if it raises.
+    """``getattr(model, method)(*args, **kwargs)``; under JAX, reattach the model's state if it raises.
+
+    Keras's JAX trainer detaches ("purges") the model's variables when ``fit``/``evaluate``/
+    ``predict`` start and writes the state back at the end (``jax_state_sync``). An exception in
+    between (``IndivisibleError`` from an uneven batch, a bad input, an interrupt) leaves the
+    variables empty: the next call fails with ``'NoneType' object is not callable``. Here, after a
+    failure: the state of the last completed step is written back with ``model.jax_state_sync()``;
+    a failure before the first step (no such state) gets the values the variables held before
+    the call (JAX arrays are immutable and are donated only when a step runs). Relies on the
+    trainer's ``_jax_state``/``_value`` attributes (Keras 3.x JAX trainer), handled only here.
 
     Args:
         model: a Keras model.
         method: ``"fit"``, ``"predict"`` or ``"evaluate"``.
-        checkpoint: the last saved ``.keras`` file, named in the error if the state cannot be restored.
+        checkpoint: the last saved ``.keras`` file, named in the error if the state is lost.
 
     Raises:
-        Whatever the call raises, unchanged, after the JAX state was synced (a note saying so is
-        added); RuntimeError chained to it when the sync itself fails, saying to reload ``checkpoint``.
+        Whatever the call raises, unchanged, with a note that the state was restored; or
+        RuntimeError chained to it when some state could not be restored (its buffers were
+        donated to a step that failed), saying to reload ``checkpoint`` with ``keras.saving.load_model``.
     """
     import keras
 
+    if keras.backend.backend() != "jax":
+        return getattr(model, method)(*args, **kwargs)
+    variables = _jax_model_variables(model)
+    before = {id(v): getattr(v, "_value", None) for v in variables}
+    if hasattr(model, "_jax_state"):
+        model._jax_state = None  # so a stale state from an earlier failed call is never written back
     try:
         return getattr(model, method)(*args, **kwargs)
     except Exception as e:
-        if keras.backend.backend() != "jax":
-            raise
+        lost = []
         try:
-            synced = sync_jax_state(model)
-        except Exception as sync_error:
+            if getattr(model, "_jax_state", None) is not None:
+                sync_jax_state(model)
+            for v in _jax_model_variables(model):
+                if getattr(v, "_value", 1) is None:
+                    old = before.get(id(v))
+                    if old is None or (hasattr(old, "is_deleted") and old.is_deleted()):
+                        lost.append(v.path)
+                    else:
+                        v._value = old
+            model._jax_state, model._jax_state_synced = None, True
+        except Exception as sync_error:  # noqa: BLE001 - reported below with the original error
+            lost.append(f"({type(sync_error).__name__}: {sync_error})")
+        if lost:
             where = f" from {checkpoint}" if checkpoint else ""
             raise RuntimeError(
                 f"model.{method} failed ({type(e).__name__}: {e}) and the model's JAX state could not be "
-                f"restored ({sync_error}); its weights may be detached: reload the last checkpoint{where} "
-                "with keras.saving.load_model"
+                f"restored ({len(lost)} variable(s), e.g. {lost[0]}): reload the last checkpoint{where} with "
+                "keras.saving.load_model"
             ) from e
-        if synced and hasattr(e, "add_note"):
-            e.add_note(f"kitlib: model state restored with model.jax_state_sync() after the failed {method}")
+        if hasattr(e, "add_note"):
+            e.add_note(f"kitlib: the model's state was restored (jax_state_sync) after the failed {method}")
         raise
 
 

@@ -149,6 +149,7 @@ for ax, key in zip(axes, ("loss", "auc")):
     ax.plot(ep, hist[key], "o-", label=f"train {key}")
     if f"val_{key}" in hist:
         ax.plot(ep, hist[f"val_{key}"], "o-", label=f"validation {key}")
+    ax.set_xticks(ep)
     ax.set_xlabel("epoch")
     ax.set_title(key)
     ax.legend()
