@@ -29,3 +29,6 @@ test: setup
 
 clean:
 	rm -rf outputs artifacts .cache submission.csv
+
+benchmark: setup
+	$(PY) benchmarks/run.py

@@ -95,20 +95,95 @@ class BatchPlan:
         return self.rows >= 0
 
 
-def plan_batches(rows: np.ndarray, batch_size: int, seq_len: int) -> list[BatchPlan]:
-    """Split ``rows`` (a rank's sampler indices, in order) into full batches of one shape.
+def choose_buckets(lengths: np.ndarray, max_len: int, num_buckets: int, multiple: int = 8) -> tuple[int, ...]:
+    """Sequence lengths to pad to, chosen to waste the fewest padding tokens.
 
-    The last batch is filled up to ``batch_size`` with ``-1`` slots, so every model call has the
-    shape ``[batch_size, seq_len]``.
+    An exact dynamic program over the candidate lengths ``multiple, 2*multiple, ...``: it picks
+    at most ``num_buckets`` of them so that padding every row up to the smallest chosen length
+    that holds it costs the fewest tokens in total. Each chosen length is one XLA graph.
+
+    Args:
+        lengths: int array ``[n]``, tokens per row after truncation to ``max_len`` (special tokens
+            included), over the whole input so that every replica uses the same shapes.
+        max_len: no bucket is longer.
+        num_buckets: at most this many lengths; ``<= 1`` gives ``(max_len,)``.
+        multiple: every length is a multiple of this, or ``max_len`` (8 suits TPU and tensor-core tiles).
+
+    Returns:
+        Sorted distinct lengths; the last holds the longest row.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if num_buckets <= 1 or len(lengths) == 0:
+        return (max_len,)
+    cands = np.unique(np.minimum(-(-lengths // multiple) * multiple, max_len))  # the lengths worth using
+    m = len(cands)
+    if m <= num_buckets:
+        return tuple(int(c) for c in cands)
+    idx = np.searchsorted(cands, np.minimum(-(-lengths // multiple) * multiple, max_len))
+    cnt = np.bincount(idx, minlength=m).astype(np.int64)
+    tot = np.bincount(idx, weights=lengths, minlength=m)
+    ccnt, ctot = np.concatenate([[0], np.cumsum(cnt)]), np.concatenate([[0.0], np.cumsum(tot)])
+
+    def cost(a: int, b: int) -> float:  # candidates a..b (inclusive) all padded to cands[b]
+        return float(cands[b] * (ccnt[b + 1] - ccnt[a]) - (ctot[b + 1] - ctot[a]))
+
+    inf = float("inf")
+    best = np.full((num_buckets + 1, m), inf)  # best[k][b]: candidates 0..b covered by k buckets, the last = cands[b]
+    back = np.zeros((num_buckets + 1, m), dtype=np.int64)
+    for b in range(m):
+        best[1][b] = cost(0, b)
+    for k in range(2, num_buckets + 1):
+        for b in range(m):
+            for a in range(b):
+                c = best[k - 1][a] + cost(a + 1, b)
+                if c < best[k][b]:
+                    best[k][b], back[k][b] = c, a
+    k = int(np.argmin(best[:, m - 1]))
+    chosen, b = [], m - 1
+    while k >= 1:
+        chosen.append(int(cands[b]))
+        b, k = int(back[k][b]), k - 1
+    return tuple(sorted(chosen))
+
+
+def plan_batches(rows: np.ndarray, batch_size: int, seq_len: int, lengths: np.ndarray | None = None, buckets: tuple[int, ...] = ()) -> list[BatchPlan]:
+    """Split ``rows`` (a rank's sampler indices) into full batches of a few fixed shapes.
+
+    Without ``buckets`` every batch is ``[batch_size, seq_len]`` and rows keep their order. With
+    ``buckets`` (from :func:`choose_buckets`) and ``lengths`` (int ``[num_rows]``, indexed by row),
+    the rows are sorted by length (stable) and each batch is padded to the smallest bucket that
+    holds its longest row, so short comments are not padded to ``seq_len``; the merger restores
+    the input order. In both cases only the last batch is partial: it is filled up to
+    ``batch_size`` with ``-1`` slots.
     """
     rows = np.asarray(rows, dtype=np.int64)
+    if buckets:
+        if lengths is None:
+            raise ValueError("plan_batches: buckets need the row lengths")
+        rows = rows[np.argsort(np.asarray(lengths)[rows], kind="stable")]
+    edges = np.asarray(buckets or (seq_len,))
     plans = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
+        longest = int(np.asarray(lengths)[chunk].max()) if buckets else seq_len
+        length = int(edges[min(np.searchsorted(edges, longest), len(edges) - 1)])
         if len(chunk) < batch_size:
             chunk = np.concatenate([chunk, np.full(batch_size - len(chunk), -1, dtype=np.int64)])
-        plans.append(BatchPlan(chunk, seq_len))
+        plans.append(BatchPlan(chunk, length))
     return plans
+
+
+def token_lengths(tokenizer, texts: list[str], max_len: int) -> np.ndarray:
+    """int64 ``[len(texts)]``: tokens per text after truncation to ``max_len``, special tokens included."""
+    enc = tokenizer(texts, truncation=True, max_length=max_len)
+    return np.fromiter((len(ids) for ids in enc["input_ids"]), dtype=np.int64, count=len(texts))
+
+
+def padding_waste(plans: list[BatchPlan], lengths: np.ndarray) -> float:
+    """Share of computed tokens (batch x padded length, filler slots included) that are padding."""
+    computed = sum(len(p.rows) * p.seq_len for p in plans)
+    real = sum(int(np.asarray(lengths)[p.rows[p.valid]].sum()) for p in plans)
+    return 1.0 - real / computed if computed else 0.0
 
 
 class PlannedBatches:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import compat
-from .data import PlannedBatches, plan_batches, read_csv_checked
+from .data import PlannedBatches, choose_buckets, plan_batches, read_csv_checked, token_lengths
 from .model import load_classifier, probabilities
 from .shards import write_shard
 
@@ -40,6 +40,9 @@ class InferConfig:
         shard_dir: folder the shards are written to.
         batch_size: rows per model call on each replica (global batch = batch_size x world size).
         max_len: tokens per row; longer texts are truncated, shorter ones padded.
+        length_buckets: sequence lengths to pad to (from :func:`kitlib.data.choose_buckets`,
+            computed once over the whole input so every replica has the same shapes); rows are
+            sorted by length within each rank. Empty: every batch is ``max_len`` long.
         xla: replicas driven by torch_xla (TPU, PJRT CPU); False for plain CUDA.
         num_devices: world size for the non-XLA (CUDA) path; XLA asks ``torch_xla.runtime``.
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
@@ -52,11 +55,28 @@ class InferConfig:
     shard_dir: str
     batch_size: int = 32
     max_len: int = 128
+    length_buckets: tuple[int, ...] = ()
     xla: bool = True
     num_devices: int = 1
     prediction_column: str = "toxic"
     text_col: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def length_buckets(checkpoint: str | Path, test_csv: str | Path, max_len: int, num_buckets: int, text_col: str | None = None) -> tuple[int, ...]:
+    """The padded lengths every replica will use: token-length quantiles of the whole test set.
+
+    Run in the parent, before launch (it tokenizes on the CPU and touches no device). Returns
+    ``()`` for ``num_buckets <= 1`` (every batch ``max_len`` long); else at most ``num_buckets``
+    lengths, the last one ``max_len`` (see :func:`kitlib.data.choose_buckets`).
+    """
+    if num_buckets <= 1:
+        return ()
+    from transformers import AutoTokenizer
+
+    texts = read_csv_checked(test_csv, text_col=text_col)["text"].tolist()
+    lengths = token_lengths(AutoTokenizer.from_pretrained(checkpoint), texts, max_len)
+    return choose_buckets(lengths, max_len, num_buckets)
 
 
 def _replica(index: int, cfg: InferConfig):
@@ -79,7 +99,11 @@ def predict_rows(model, tokenizer, texts: list[str], rows: np.ndarray, cfg: Infe
     from torch.utils.data import DataLoader
     from tqdm.auto import tqdm
 
-    plans = plan_batches(rows, cfg.batch_size, cfg.max_len)
+    lengths = None
+    if cfg.length_buckets:  # only this rank's rows are tokenized; the rest stay 0
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        lengths[rows] = token_lengths(tokenizer, [texts[r] for r in rows], cfg.max_len)
+    plans = plan_batches(rows, cfg.batch_size, cfg.max_len, lengths, cfg.length_buckets)
     loader = DataLoader(PlannedBatches(texts, plans, tokenizer), batch_size=None, shuffle=False, num_workers=0)
     if xla:
         loader = compat.xla_device_loader(loader, device)

@@ -37,6 +37,7 @@ sample_submission = ""  # "": <data_dir>/sample_submission.csv
 output_csv = ""  # "": <working dir>/submission.csv (/kaggle/working on Kaggle, the repository locally)
 batch_size = 32  # rows per device per step; the global batch is batch_size x devices
 max_len = 128  # tokens per row (longer comments are truncated)
+length_buckets = 4  # pad each batch to one of at most this many lengths (rows sorted by length per device); 1: always max_len
 num_devices = 0  # 0: every device found (TPU cores, GPUs, or one PJRT CPU device per core)
 accelerator = "auto"  # "auto", "tpu", "cuda" or "cpu"
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
@@ -60,7 +61,7 @@ import pandas as pd
 
 from kitlib import paths
 from kitlib.data import read_csv_checked
-from kitlib.infer_template import InferConfig, _mp_fn
+from kitlib.infer_template import InferConfig, _mp_fn, length_buckets as choose_lengths
 from kitlib.merge import merge_shards
 from kitlib.model import resolve_checkpoint
 from kitlib.runtime import detect_runtime, launch
@@ -105,16 +106,20 @@ print(f"model {model!r} -> {checkpoint}")
 
 # %% [markdown]
 # ## Run: one `_mp_fn` per device
-# Shards of an earlier run are cleared first; each shard also carries this run's id, so the
-# merger refuses stragglers.
+# The padded lengths are chosen once, here, from the token lengths of the whole test set, so
+# every device compiles the same few shapes (one XLA graph each). Shards of an earlier run are
+# cleared first; each shard also carries this run's id, so the merger refuses stragglers.
 
 # %%
+buckets = choose_lengths(checkpoint, test_path, max_len, length_buckets)
+print(f"padded lengths: {buckets or (max_len,)}")
 cfg = InferConfig(
     checkpoint=str(checkpoint),
     test_csv=str(test_path),
     shard_dir=str(shard_dir),
     batch_size=batch_size,
     max_len=max_len,
+    length_buckets=buckets,
     xla=rt.xla,
     num_devices=rt.num_devices,
 )

@@ -15,9 +15,9 @@ from kitlib.shards import read_shard_info
 pytestmark = pytest.mark.slow
 
 
-def run(checkpoint, test_csv, out_dir, devices, start_method="fork", batch_size=8, max_len=64):
+def run(checkpoint, test_csv, out_dir, devices, start_method="fork", batch_size=8, max_len=64, buckets=()):
     cfg = InferConfig(checkpoint=str(checkpoint), test_csv=str(test_csv), shard_dir=str(out_dir / "shards"),
-                      batch_size=batch_size, max_len=max_len)
+                      batch_size=batch_size, max_len=max_len, length_buckets=buckets)
     launch(_mp_fn, (cfg,), detect_runtime(devices, prefer="cpu"), start_method)
     merge_shards([out_dir / "shards"], out_dir / "sub.csv", test=test_csv)
     infos = [read_shard_info(pq.read_schema(p)) for p in sorted((out_dir / "shards").iterdir())]
@@ -73,3 +73,16 @@ def test_compilations_do_not_grow_with_data(sharp_checkpoint, one_device, tmp_pa
     big = one_device[1][0].stats
     assert big["batches"] == 13 and infos_small[0].stats["batches"] == 5
     assert infos_small[0].stats["xla_compiles"] == big["xla_compiles"] == 1
+
+
+def test_length_buckets_same_predictions_same_order(sharp_checkpoint, slice_103, one_device, tmp_path):
+    """Rows sorted by length and padded to a few lengths: same rows, same order, same values."""
+    from kitlib.infer_template import length_buckets
+
+    buckets = length_buckets(sharp_checkpoint, slice_103, 64, 3)
+    assert 2 <= len(buckets) <= 3 and buckets[-1] <= 64
+    sub, infos = run(sharp_checkpoint, slice_103, tmp_path, 1, buckets=buckets)
+    assert sub["id"].tolist() == one_device[0]["id"].tolist()
+    np.testing.assert_allclose(sub["toxic"].to_numpy(), one_device[0]["toxic"].to_numpy(), atol=1e-5)
+    # one graph per padded length that a batch used (PJRT CPU threads would each count their own)
+    assert 2 <= infos[0].stats["xla_compiles"] <= len(buckets)
