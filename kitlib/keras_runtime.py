@@ -30,7 +30,7 @@ import importlib.util
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, ContextManager
 
@@ -42,32 +42,17 @@ XLA_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 # ----------------------------------------------------------------------------- backend choice
 
-@dataclass
-class Probes:
-    """How :func:`choose_backend` looks at the machine; tests replace these callables.
-
-    Attributes:
-        tpu_evidence: a TPU on this host, read without touching it -> description or None.
-        tf_sees_tpu: TensorFlow can connect to and initialise the TPU.
-        jax_sees_tpu: ``jax.devices()`` holds TPU devices.
-        gpu_count: CUDA GPUs on the host.
-        has_tf, has_jax: the package is importable.
-    """
-
-    tpu_evidence: Callable[[], str | None] = tf_strategy.tpu_evidence
-    tf_sees_tpu: Callable[[], bool] = field(default_factory=lambda: _tf_sees_tpu)
-    jax_sees_tpu: Callable[[], bool] = field(default_factory=lambda: _jax_sees_tpu)
-    gpu_count: Callable[[], int] = field(default_factory=lambda: _gpu_count)
-    has_tf: Callable[[], bool] = lambda: importlib.util.find_spec("tensorflow") is not None
-    has_jax: Callable[[], bool] = lambda: importlib.util.find_spec("jax") is not None
-
-
 def _tf_sees_tpu() -> bool:
-    if importlib.util.find_spec("tensorflow") is None:
+    """True when TensorFlow connects to and initialises the TPU (``tensorflow-cpu`` alone: False, untried)."""
+    installed = tf_strategy.installed_tensorflow()
+    if installed == "none" or (installed.startswith("tensorflow-cpu") and "," not in installed):
         return False
-    import tensorflow as tf
+    try:
+        import tensorflow as tf
 
-    strat, _ = tf_strategy._try_tpu(tf, None)
+        strat, _ = tf_strategy._try_tpu(tf, None)
+    except Exception:  # noqa: BLE001 - any failure to reach the TPU from TF means "TF cannot use it"
+        return False
     return strat is not None
 
 
@@ -86,6 +71,26 @@ def _gpu_count() -> int:
     """NVIDIA GPUs from the driver's ``/proc`` entries (no framework is initialised)."""
     p = "/proc/driver/nvidia/gpus"
     return len(os.listdir(p)) if os.path.isdir(p) else 0
+
+
+@dataclass
+class Probes:
+    """How :func:`choose_backend` looks at the machine; tests replace these callables.
+
+    Attributes:
+        tpu_evidence: a TPU on this host, read without touching it -> description or None.
+        tf_sees_tpu: TensorFlow can connect to and initialise the TPU.
+        jax_sees_tpu: ``jax.devices()`` holds TPU devices.
+        gpu_count: CUDA GPUs on the host.
+        has_tf, has_jax: the package is importable.
+    """
+
+    tpu_evidence: Callable[[], str | None] = tf_strategy.tpu_evidence
+    tf_sees_tpu: Callable[[], bool] = _tf_sees_tpu
+    jax_sees_tpu: Callable[[], bool] = _jax_sees_tpu
+    gpu_count: Callable[[], int] = _gpu_count
+    has_tf: Callable[[], bool] = lambda: importlib.util.find_spec("tensorflow") is not None
+    has_jax: Callable[[], bool] = lambda: importlib.util.find_spec("jax") is not None
 
 
 @dataclass(frozen=True)

@@ -150,3 +150,13 @@ def test_write_submission_refuses_wrong_rows(tmp_path):
     with pytest.raises(ValueError, match="4 ids but 3 predictions"):
         write_submission(ids, np.zeros(3), out, sample_submission=ss, test=test)
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_tensorflow_cpu_alone_never_tries_the_tpu(monkeypatch):
+    # Kaggle's TPU image: tensorflow-cpu only; initialising TPU resolvers there is pointless
+    from kitlib import keras_runtime as kr
+    from kitlib import strategy as st
+
+    monkeypatch.setattr(st, "installed_tensorflow", lambda: "tensorflow-cpu 2.20.0")
+    monkeypatch.setattr(st, "_try_tpu", lambda *a: pytest.fail("TPU resolvers tried with tensorflow-cpu"))
+    assert kr._tf_sees_tpu() is False

@@ -6,6 +6,9 @@ exercised by tests/test_keras_backends.py.
 """
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -65,9 +68,9 @@ def machine(monkeypatch):
         lambda kind=None: [f"/physical_device:GPU:{i}" for i in range(m.gpus)] if kind == "GPU" else real_list(kind),
     )
     monkeypatch.setattr(st, "tpu_evidence", lambda: m.evidence)
-    import keras
-
-    monkeypatch.setattr(keras.mixed_precision, "set_global_policy", lambda p: m.policy.append(p))
+    # a stand-in keras: the detector only sets the policy; the real one would pick a backend in this process
+    fake_keras = types.SimpleNamespace(mixed_precision=types.SimpleNamespace(set_global_policy=m.policy.append))
+    monkeypatch.setitem(sys.modules, "keras", fake_keras)
     return m
 
 
