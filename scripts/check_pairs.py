@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import io
 import json
 import os
@@ -170,10 +171,18 @@ def disagreement(pair: Pair) -> list[str]:
     for newer in ("py", "ipynb"):
         py, nb, _ = _sync_copy(pair, newer)
         if nb != want_nb:
-            problems.append(f"{pair.ipynb}: differs from what jupytext makes of {pair.py}")
+            problems.append(f"{pair.ipynb}: differs from what jupytext makes of {pair.py}{_diff(want_nb, nb, pair.ipynb)}")
         if py != want_py:
-            problems.append(f"{pair.py}: differs from what jupytext makes of {pair.ipynb}")
+            problems.append(f"{pair.py}: differs from what jupytext makes of {pair.ipynb}{_diff(want_py, py, pair.py)}")
     return list(dict.fromkeys(problems))
+
+
+def _diff(have: bytes, want: bytes, path: Path, limit: int = 12) -> str:
+    """The first ``limit`` lines of a unified diff from the file to what jupytext would write."""
+    lines = list(difflib.unified_diff(have.decode("utf-8", "replace").splitlines(), want.decode("utf-8", "replace").splitlines(),
+                                      f"{path} (now)", f"{path} (after sync)", n=1, lineterm=""))
+    more = f"\n    ... {len(lines) - limit} more diff line(s)" if len(lines) > limit else ""
+    return "".join(f"\n    {line}" for line in lines[:limit]) + more
 
 
 def check_pair(pair: Pair) -> list[str]:
@@ -250,9 +259,7 @@ def sync_pair(pair: Pair, source: str | None = None) -> str:
     if not src.exists():
         raise FileNotFoundError(f"{src}: missing, cannot sync from it")
     args = ["--sync", "--quiet"]
-    kernel_ok = False
-    if pair.ipynb.exists():
-        kernel_ok = json.loads(pair.ipynb.read_text(encoding="utf-8")).get("metadata", {}).get("kernelspec", {}).get("name") == KERNEL_NAME
+    kernel_ok = jupytext.read(src).metadata.get("kernelspec", {}).get("name") == KERNEL_NAME
     if not kernel_ok:
         args += ["--set-kernel", KERNEL_NAME]
     if dst.exists():
@@ -277,6 +284,7 @@ def sync_pair(pair: Pair, source: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line (see the module docstring): 0 all pairs honest, 1 a problem (or a refused sync), 2 bad usage."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("notebooks", nargs="*", help="X, X.py or X.ipynb (default: every pair in notebooks/)")
     p.add_argument("--sync", action="store_true", help="sync disagreeing pairs (refuses when both sides changed)")

@@ -206,6 +206,7 @@ class FakeKaggle:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve a :class:`FakeKaggle` on 127.0.0.1 until interrupted (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--record", help="append each request to this file as a JSON line")

@@ -723,6 +723,10 @@ def _parse_value(v: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line (see the module docstring); returns the exit status (0, 1, 2 or 3)."""
+    import papermill
+    import requests
+
     p = argparse.ArgumentParser(prog="scripts/kernels.py", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -780,7 +784,12 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "run-local":
             root = a.root or Path(tempfile.mkdtemp(prefix="kaggle-run-"))
             st = stage(notebook_paths([a.notebook])[0], root / "kernel", owner or "local", project, api=api)
-            work = run_local(st, root, a.data, {k: _parse_value(v) for k, v in a.parameter}, a.timeout)
+            try:
+                work = run_local(st, root, a.data, {k: _parse_value(v) for k, v in a.parameter}, a.timeout)
+            except papermill.PapermillExecutionError as e:
+                print(f"error: {st.source}: cell {e.exec_count} raised {e.ename}: {e.evalue} "
+                      f"(executed notebook: {root / '__notebook__.ipynb'})", file=sys.stderr)
+                return 1
             print(f"{st.source}: ran as Kaggle would in {root} (executed notebook {root / '__notebook__.ipynb'})")
             for f in sorted(work.rglob("*")):
                 if f.is_file() and "kitlib" not in f.relative_to(work).parts:
@@ -817,10 +826,13 @@ def main(argv: list[str] | None = None) -> int:
                     finally:
                         if a.output:
                             download(st.kernel_id, api, a.output / st.folder.name)
-            except PushError as e:
+            except (PushError, requests.RequestException) as e:
                 print(f"error: {e}", file=sys.stderr)
                 failed += 1
         return 1 if failed else 0
+    except requests.RequestException as e:  # status/output calls, or the network
+        print(f"error: Kaggle API call failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     except MetadataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

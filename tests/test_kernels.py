@@ -189,6 +189,18 @@ def test_notebook_marker_must_agree_with_the_entry(tmp_path):
         kernels.derive_metadata(project, "y", "tester")
 
 
+def test_accelerator_marker_in_the_notebook_header(tmp_path):
+    proj = make_project(tmp_path / "p", [], {"hdr": {"title": "Header marker kernel"}})
+    py = proj / "notebooks" / "hdr.py"
+    py.write_text("# ---\n# jupyter:\n#   kaggle:\n#     accelerator: gpu\n#   kernelspec:\n#     display_name: Python 3\n"
+                  "#     language: python\n#     name: python3\n# ---\n\n# %%\nimport kitlib\n")
+    check_pairs.sync_pair(check_pairs.Pair(py, py.with_suffix(".ipynb")), "py")
+    assert "#   kaggle:\n#     accelerator: gpu\n" in py.read_text()  # jupytext.toml keeps the block
+    st = kernels.stage(py, tmp_path / "b", "me", kernels.load_project_metadata(proj / "kernel-metadata.json"))
+    assert (st.accelerator, st.metadata["machine_shape"], st.metadata["enable_gpu"]) == ("gpu", "NvidiaTeslaT4", True)
+    assert jupytext.read(st.notebook).metadata["kaggle"] == {"accelerator": "gpu"}
+
+
 def test_sources_are_normalised():
     n = kernels.normalise_source
     assert n("kernel_sources", "code/owner/some-kernel") == "owner/some-kernel"
@@ -412,6 +424,17 @@ def test_run_local_fixture_vendored_kitlib_in_fork_and_spawn_children(tmp_path):
         assert info[method] == {"kitlib": [str(work / "kitlib" / "paths.py")], "data": data}, method
     assert (work / "submission.csv").read_bytes() == (ROOT / "data" / "jigsaw-sample" / "sample_submission.csv").read_bytes()
     assert (root / "__notebook__.ipynb").is_file()
+
+
+def test_run_local_failing_cell_is_an_error(tmp_path):
+    proj = make_project(tmp_path / "p", [], {"broken": {"title": "Broken kernel for tests", "accelerator": "none"}})
+    py = proj / "notebooks" / "broken.py"
+    py.write_text("# %%\nimport kitlib\n\n# %%\nraise ValueError('boom in the kernel')\n")
+    check_pairs.sync_pair(check_pairs.Pair(py, py.with_suffix(".ipynb")), "py")
+    r = cli(["run-local", str(py), "--metadata", str(proj / "kernel-metadata.json"), "--root", str(tmp_path / "run")])
+    assert r.returncode == 1
+    assert "raised ValueError: boom in the kernel" in r.stderr
+    assert (tmp_path / "run" / "working" / "kitlib" / "paths.py").is_file()  # the vendored cell ran first
 
 
 @pytest.mark.slow
