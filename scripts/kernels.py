@@ -208,7 +208,11 @@ def normalise_metadata(meta: dict) -> dict:
     out = copy.deepcopy(meta)
     for key in SOURCE_KEYS:
         if isinstance(out.get(key), list):
-            out[key] = list(dict.fromkeys(normalise_source(key, s) for s in out[key]))
+            seen: list = []
+            for s in (normalise_source(key, s) for s in out[key]):
+                if s not in seen:  # a list, not a set: non-strings stay for validate_metadata to name
+                    seen.append(s)
+            out[key] = seen
     return out
 
 
@@ -228,6 +232,8 @@ def derive_metadata(project: dict, stem: str, owner: str | None, nb_accelerator:
     entries = project.get("notebooks", {})
     if stem not in entries:
         raise MetadataError([f"notebooks.{stem}: no entry in kernel-metadata.json (title, accelerator)"], stem)
+    if not isinstance(entries[stem], dict):
+        raise MetadataError([f"notebooks.{stem}: must be an object (title, accelerator, overrides)"], stem)
     entry = dict(entries[stem])
     acc = entry.pop("accelerator", None)
     acc = str(acc).lower() if acc is not None else None
