@@ -124,8 +124,7 @@ def pad_to_multiple(texts: Sequence[str], multiple: int) -> tuple[list[str], int
     """``texts`` plus :data:`PAD_TEXT` filler up to a multiple of ``multiple``, and the real count.
 
     Returns:
-        ``(padded, n)``: ``len(padded) = ceil(n / multiple) * multiple`` (at least ``multiple``
-        when ``n == 0`` is refused below), ``padded[:n] == texts``.
+        ``(padded, n)``: ``len(padded) = ceil(n / multiple) * multiple`` and ``padded[:n] == texts``.
 
     Raises:
         ValueError: no texts, or ``multiple < 1``.

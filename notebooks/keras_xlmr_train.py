@@ -19,7 +19,9 @@
 #
 # Every batch has one shape (`global batch x max_len`): training drops the remainder, prediction
 # pads the last batch and drops the filler rows, so the submission has exactly one row per test
-# row. See `docs/training-keras.md` for the runtime table and how to override it.
+# row. Nothing is installed: on Kaggle the notebook uses the image's own packages (never the full
+# `tensorflow` wheel over the TPU image's `tensorflow-cpu`). See `docs/training-keras.md` for the
+# runtime table and how to override it.
 
 # %% tags=["parameters"]
 backend = "auto"          # "auto", "tensorflow" or "jax" ("auto": KERAS_BACKEND, else detection)
