@@ -197,8 +197,8 @@ def test_xla_compiles_the_step_once(xla_run):
 def test_xla_loss_falls_on_the_sample(xla_run):
     _, history = xla_run
     e1, e2 = history["epochs"]
-    assert e2["train_loss"] < e1["train_loss"] * 0.8
-    assert e2["valid_loss"] < e1["valid_loss"]
+    assert e2["train_loss"] < e1["train_loss"] * 0.8  # training loss, reduced over the replicas
+    assert [s for s, _ in history["step_loss"]] == list(range(4, 33, 4))  # master, every log_every steps
     assert 0.0 <= e2["valid_auc"] <= 1.0
 
 
