@@ -25,6 +25,7 @@ submission: setup
 	@echo "submission written to $(CURDIR)/submission.csv (executed notebook: outputs/xla_multicore_inference.ipynb)"
 
 test: setup
+	$(PY) scripts/check_pairs.py
 	$(PY) -m pytest -q
 
 clean:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,13 +134,12 @@ def _prediction_columns(path: Path, table: pa.Table) -> tuple[str, ...]:
     return cols
 
 
-def _check_blank_ids(ids: pa.ChunkedArray | pa.Array, where: str) -> None:
-    if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
-    blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(ids)), 0), True)
+def _check_blank_ids(ids: pa.ChunkedArray | pa.Array, where: str, unit: str = "data row") -> None:
+    """Refuse null, empty or whitespace-only ids; ``unit`` names what the positions count."""
+    blank = pc.fill_null(pc.or_(pc.equal(pc.binary_length(ids), 0), pc.utf8_is_space(ids)), True)
     if pc.any(blank).as_py():
-        bad = np.flatnonzero(blank.to_numpy(zero_copy_only=False))
-        raise MergeError(f"{where}: blank id at data row(s) {_preview(bad + 1)}")
+        bad = np.flatnonzero(np.asarray(blank))
+        raise MergeError(f"{where}: blank id at {unit}(s) {_preview(bad + 1)}")
 
 
 def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.Array, dict[str, np.ndarray], int]:
@@ -178,9 +178,10 @@ def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.Array
             f"{len(absent)} input row(s) have no prediction in any shard (0-based rows {_preview(absent)})"
         )
     # one representative position per row; padding duplicates must agree with it
+    positions = np.arange(len(rows), dtype=np.int64)
     pick = np.empty(n, dtype=np.int64)
-    pick[rows] = np.arange(len(rows), dtype=np.int64)
-    dup = np.flatnonzero(pick[rows] != np.arange(len(rows)))
+    pick[rows] = positions
+    dup = np.flatnonzero(pick[rows] != positions)
     ids_out = ids.take(pa.array(pick))
     if len(dup):
         rep = pick[rows[dup]]
@@ -194,7 +195,7 @@ def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.Array
                 raise MergeError(
                     f"padding duplicates disagree on {c!r} for input row(s) {_preview(rows[dup[off]])}"
                 )
-    return ids_out.combine_chunks(), {c: v[pick] for c, v in preds.items()}, len(dup)
+    return ids_out, {c: v[pick] for c, v in preds.items()}, len(dup)
 
 
 def _merge_seed(shards: list[tuple[Path, pa.Table]]) -> tuple[pa.Array, dict[str, np.ndarray], int]:
@@ -251,7 +252,7 @@ def _write_csv(table: pa.Table, path: str) -> None:
     csv.writer(header, lineterminator="\n").writerow(table.column_names)
     for style in ("none", "needed"):  # pyarrow refuses to write a value that needs quotes unquoted
         try:
-            with open(path, "wb") as f:
+            with pa.OSFile(str(path), "wb") as f:  # a Python file object is 3x slower here
                 f.write(header.getvalue().encode())
                 pacsv.write_csv(table, f, pacsv.WriteOptions(include_header=False, quoting_style=style))
             return
@@ -287,15 +288,15 @@ def merge_shards(
     """
     output = Path(output)
     paths = expand_shard_paths(list(inputs), exclude=output)
-    read = [(p, *_read_shard(p)) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:  # pyarrow releases the GIL
+        read = [(p, *r) for p, r in zip(paths, pool.map(_read_shard, paths))]
     kit = [(p, t, i) for p, t, i in read if i is not None]
     if kit and len(kit) != len(read):
         other = next(p for p, _, i in read if i is None)
         raise MergeError(f"{other} is not a kit shard but {kit[0][0]} is; merge one kind at a time")
     if kit:
-        for p, t, _ in kit:
-            _check_blank_ids(t.column("id"), str(p))
         ids, preds, dups = _merge_kit(kit)
+        _check_blank_ids(ids, f"shards in {paths[0].parent}", unit="input row")
     else:
         ids, preds, dups = _merge_seed([(p, t) for p, t, _ in read])
 
@@ -304,7 +305,7 @@ def merge_shards(
     if test is not None:
         test_ids, _ = _reference_ids(Path(test), "the test file")
         if kit:
-            if len(test_ids) != len(ids) or not ids.equals(test_ids):
+            if len(test_ids) != len(ids) or not pa.chunked_array([test_ids]).equals(ids):
                 n_diff = len(test_ids) - len(ids)
                 raise MergeError(
                     f"shard ids do not match {test} row by row"

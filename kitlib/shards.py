@@ -112,7 +112,12 @@ def write_shard(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / shard_name(rank, world_size)
-    atomic_write(final, lambda tmp: pq.write_table(table, tmp))
+    # Plain encodings read about 2x faster than dictionary pages for unique ids; the row index,
+    # an arithmetic sequence per rank, packs to almost nothing with delta encoding.
+    atomic_write(
+        final,
+        lambda tmp: pq.write_table(table, tmp, use_dictionary=False, column_encoding={"row": "DELTA_BINARY_PACKED"}),
+    )
     return final
 
 
