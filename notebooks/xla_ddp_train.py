@@ -1,11 +1,5 @@
 # ---
 # jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#     text_representation:
-#       extension: .py
-#       format_name: percent
-#       format_version: '1.3'
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -35,7 +29,7 @@ model = "tiny-random"  # "tiny-random" (offline: a small random XLM-R), a checkp
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 train_csv = ""  # "": <data_dir>/train.csv (on Kaggle e.g. <data_dir>/jigsaw-toxic-comment-train.csv)
 valid_csv = ""  # "": <data_dir>/validation.csv
-output_dir = ""  # "": <working dir>/artifacts/xlmr-toxic, what the inference notebook's model="auto" loads
+output_dir = ""  # "": <working dir>/artifacts/xlmr-toxic, which the inference notebook loads when its model is "auto"
 cache_dir = ""  # "": <working dir>/.cache (the offline tiny model is built there once; XLA compilation cache)
 accelerator = "auto"  # "auto", "tpu", "cuda" or "cpu"
 num_devices = 0  # 0: every device found (TPU chips, GPUs, or one CPU process per core)
