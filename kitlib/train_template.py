@@ -357,11 +357,13 @@ def _mp_fn(index: int, cfg: TrainConfig) -> None:
         history["step_loss"].append([step, value])
         tqdm.write(f"step {step}: loss {value:.4f}")
 
-    global_step = 0
+    global_step, done_loss = 0, 0.0
+    # One running total for the whole run: a fresh zero tensor per epoch would be a new little
+    # XLA graph at the next epoch's first step.
+    loss_total = torch.zeros((), device=device)
     for epoch in range(cfg.epochs):
         sampler.set_epoch(epoch)
         batches = compat.xla_device_loader(loader, device) if xla else loader
-        loss_sum = torch.zeros((), device=device)
         t0 = time.perf_counter()
         for ids, mask, y in tqdm(batches, total=len(loader), desc=f"epoch {epoch + 1} (rank 0)", disable=not master):
             with step_context():
@@ -377,7 +379,7 @@ def _mp_fn(index: int, cfg: TrainConfig) -> None:
                 else:
                     average_gradients(model, world)
                     optimizer.step()
-                loss_sum += loss.detach()
+                loss_total += loss.detach()
                 global_step += 1
                 if master and global_step % cfg.log_every == 0:
                     if xla:
@@ -386,7 +388,8 @@ def _mp_fn(index: int, cfg: TrainConfig) -> None:
                         log_loss(global_step, loss)
             if xla and master:
                 history["compile_counts"].append(compat.xla_compile_count())
-        train_loss = _all_reduce_sum(loss_sum, cfg).item() / (len(loader) * world)
+        run_loss = _all_reduce_sum(loss_total.clone(), cfg).item()  # sum over replicas and steps so far
+        train_loss, done_loss = (run_loss - done_loss) / (len(loader) * world), run_loss
         train_seconds = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -12,7 +12,6 @@ Every run starts real processes; the file takes a few minutes on 2 cores.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ import pytest
 import torch
 
 from conftest import ROOT, SAMPLE
-from kitlib.runtime import Runtime, detect_runtime, launch
+from kitlib.runtime import _free_port, detect_runtime, launch
 from kitlib.train_template import (
     HISTORY_FILE,
     PATTERNS,
@@ -117,24 +116,13 @@ def one_process_run(tiny_checkpoint, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("one-process")
     cfg = TrainConfig(checkpoint=str(tiny_checkpoint), out_dir=str(tmp / "ckpt"), backend="gloo", num_devices=1,
                       batch_size=GLOBAL_BATCH, rank_states_dir=str(tmp / "states"), **SMALL)
-    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
     threads = torch.get_num_threads()
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(_free_port())
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # torch.distributed's env:// rendezvous, as launch() sets it
+        mp.setenv("MASTER_ADDR", "127.0.0.1")
+        mp.setenv("MASTER_PORT", str(_free_port()))
         _mp_fn(0, cfg)
-    finally:
-        torch.set_num_threads(threads)
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    torch.set_num_threads(threads)
     return read_history(cfg.out_dir), _states(tmp / "states", 1)[0]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -237,6 +225,7 @@ def test_saved_checkpoint_predicts_like_the_in_memory_model(xla_run, tmp_path):
 
 @pytest.mark.slow
 def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
+    """The notebook on XLA (one PJRT CPU device) with the DDP pattern; gloo is covered above."""
     import papermill as pm
 
     out_dir = tmp_path / "xlmr-toxic"
@@ -249,7 +238,7 @@ def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
             model="tiny-random",
             output_dir=str(out_dir),
             cache_dir=str(tiny_checkpoint.parent),  # reuse the session's tiny model
-            num_devices=2,
+            num_devices=1,
             pattern="ddp",
             epochs=2,
             batch_size=8,
@@ -261,13 +250,16 @@ def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
         progress_bar=False,
     )
     history = json.loads((out_dir / HISTORY_FILE).read_text())
-    assert history["world_size"] == 2 and history["pattern"] == "ddp" and len(history["epochs"]) == 2
-    assert history["steps_per_epoch"] == 6 and len(history["step_loss"]) == 6  # logged by the master only
+    assert (history["backend"], history["world_size"], history["pattern"]) == ("xla", 1, "ddp")
+    steps, counts = history["steps_per_epoch"], history["compile_counts"]
+    assert steps == 12 and len(history["step_loss"]) == 12 and len(counts) == 24
+    assert counts[2] == counts[steps - 1]  # DDP over the xla process group: flat after 3 steps
+    assert counts[steps:] == [history["epochs"][0]["compile_count"]] * steps  # epoch 2 compiles nothing
     assert all(0.0 <= e["valid_auc"] <= 1.0 for e in history["epochs"])
     assert (out_dir / "config.json").is_file() and (out_dir / "tokenizer.json").is_file()
     executed = json.loads((tmp_path / "executed.ipynb").read_text())
     outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     text = "".join("".join(o.get("text", "")) for o in outputs)
-    assert "runtime: cpu x2" in text and "held-out ROC AUC after epoch 2" in text
+    assert "runtime: cpu x1 (torch_xla/PJRT)" in text and "held-out ROC AUC after epoch 2" in text
     assert "checkpoint ready for the inference notebook" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
