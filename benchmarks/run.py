@@ -217,23 +217,33 @@ def bench_scaling(tmp: Path) -> None:
         "from kitlib.runtime import detect_runtime, launch\n"
         "from kitlib.infer_template import InferConfig, _mp_fn\n"
         "if __name__ == '__main__':\n"
-        "    cfg = InferConfig(checkpoint=%r, test_csv=%r, shard_dir=sys.argv[2], batch_size=32, max_len=128)\n"
-        "    t = time.perf_counter(); launch(_mp_fn, (cfg,), detect_runtime(int(sys.argv[1]), prefer='cpu'), 'fork')\n"
+        "    rt = detect_runtime(int(sys.argv[1]), prefer='cpu', cpu_processes=sys.argv[3] == 'processes')\n"
+        "    cfg = InferConfig(checkpoint=%r, test_csv=%r, shard_dir=sys.argv[2], batch_size=32, max_len=128,\n"
+        "                      processes=rt.processes, num_devices=rt.num_devices)\n"
+        "    t = time.perf_counter(); launch(_mp_fn, (cfg,), rt, 'fork')\n"
         "    print(json.dumps({'wall': time.perf_counter() - t}))\n"
     ) % (str(ROOT), str(ck), str(tmp / "test4k.csv"))
     (tmp / "scale.py").write_text(code)
+    from kitlib.shards import read_shard_info
+
     res = {}
-    for n in (1, 2):
-        r = subprocess.run([sys.executable, str(tmp / "scale.py"), str(n), str(tmp / f"s{n}")], capture_output=True, text=True, cwd=ROOT)
+    one_core = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}  # each device computes on one core
+    for n, mode, env in ((1, "threads", {}), (2, "threads", {}), (2, "processes", {}),
+                         (1, "processes/1 core", one_core), (2, "processes/1 core", one_core)):
+        out = tmp / f"s{n}{mode.replace('/', '-').replace(' ', '')}"
+        r = subprocess.run([sys.executable, str(tmp / "scale.py"), str(n), str(out), mode.split("/")[0]],
+                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
         if r.returncode:
             raise RuntimeError(r.stderr[-3000:])
         wall = json.loads(r.stdout.strip().splitlines()[-1])["wall"]
-        from kitlib.shards import read_shard_info
-
-        loop = max(read_shard_info(pq.read_schema(p)).stats["seconds"] for p in (tmp / f"s{n}").glob("*.parquet"))
-        res[n] = (len(big) / loop, len(big) / wall)
-        print(f"  {n} device(s): {res[n][0]:6.1f} rows/s in the prediction loop, {res[n][1]:6.1f} rows/s for the whole launch")
-    print(f"  2 vs 1 devices: {res[2][0] / res[1][0]:.2f}x (prediction loop), {res[2][1] / res[1][1]:.2f}x (whole launch); target >= 1.6x")
+        loop = max(read_shard_info(pq.read_schema(p)).stats["seconds"] for p in out.glob("*.parquet"))
+        res[n, mode] = (len(big) / loop, len(big) / wall)
+        print(f"  {n} device(s), {mode:16s}: {res[n, mode][0]:6.1f} rows/s in the prediction loop, "
+              f"{res[n, mode][1]:6.1f} rows/s for the whole launch")
+    for two_mode, one_mode in (("threads", "threads"), ("processes", "threads"), ("processes/1 core", "processes/1 core")):
+        one, two = res[1, one_mode], res[2, two_mode]
+        print(f"  2 devices ({two_mode}) vs 1 ({one_mode}): {two[0] / one[0]:.2f}x (prediction loop), "
+              f"{two[1] / one[1]:.2f}x (whole launch); target >= 1.6x")
 
 
 PARTS = {"merge": bench_merge, "compile": bench_compile, "padding": bench_padding, "scaling": bench_scaling}

@@ -5,6 +5,10 @@ Modules, one job each:
 * :mod:`kitlib.runtime`: the torch-side runtime detector and launcher (TPU / CUDA / PJRT CPU).
 * :mod:`kitlib.compat`: torch_xla version drift, in one place.
 * :mod:`kitlib.infer_template`: the inference ``_mp_fn`` and its config.
+* :mod:`kitlib.train_template`: the torch training ``_mp_fn`` (``xm.optimizer_step`` or DDP).
+* :mod:`kitlib.strategy`: the TensorFlow ``tf.distribute`` strategy detector.
+* :mod:`kitlib.keras_runtime`: the Keras backend choice (TF or JAX) and Keras version drift.
+* :mod:`kitlib.keras_data`, :mod:`kitlib.keras_model`: fixed-shape Keras input pipelines; the keras-hub XLM-R model.
 * :mod:`kitlib.shards`: the atomic per-rank shard writer.
 * :mod:`kitlib.merge`: the shard merger (also ``python -m kitlib merge``).
 * :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.

@@ -44,7 +44,9 @@ class InferConfig:
             computed once over the whole input so every replica has the same shapes); rows are
             sorted by length within each rank. Empty: every batch is ``max_len`` long.
         xla: replicas driven by torch_xla (TPU, PJRT CPU); False for plain CUDA.
-        num_devices: world size for the non-XLA (CUDA) path; XLA asks ``torch_xla.runtime``.
+        processes: one process per replica, ranked by the launcher's index (CUDA; PJRT CPU with
+            ``Runtime.processes``); False: ranks come from ``torch_xla.runtime``.
+        num_devices: world size when ``processes`` (or not ``xla``).
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
         text_col: text column; None picks ``content`` or ``comment_text``.
         run_id: written into every shard so the merger can refuse shards of another run.
@@ -57,6 +59,7 @@ class InferConfig:
     max_len: int = 128
     length_buckets: tuple[int, ...] = ()
     xla: bool = True
+    processes: bool = False
     num_devices: int = 1
     prediction_column: str = "toxic"
     text_col: str | None = None
@@ -81,8 +84,10 @@ def length_buckets(checkpoint: str | Path, test_csv: str | Path, max_len: int, n
 
 def _replica(index: int, cfg: InferConfig):
     """(device, rank, world_size) of this replica."""
-    if cfg.xla:
+    if cfg.xla and not cfg.processes:
         return compat.xla_device(), compat.xla_rank(), compat.xla_world_size()
+    if cfg.xla:  # one PJRT CPU device in each of num_devices processes
+        return compat.xla_device(), index, cfg.num_devices
     import torch
 
     return torch.device("cuda", index), index, cfg.num_devices

@@ -14,6 +14,8 @@ cuda     ``torch.multiprocessing.start_processes``, one          the process ind
          process per GPU (``torch.distributed``: nccl)
 cpu      with ``collectives=True`` and N > 1: N processes over   the process index / nprocs
          ``torch.distributed`` gloo (training)
+cpu      with ``processes=True``: N processes, each one PJRT     the process index / nprocs
+         CPU device (inference: no GIL shared between replicas)
 =======  =====================================================  ==========================
 
 torch_xla 2.9's CPU thread mode deadlocks on collectives (all-reduce of gradients), so
@@ -43,12 +45,17 @@ class Runtime:
         num_devices: replicas that :func:`launch` starts (the world size on one host).
         xla: True when replicas are driven by torch_xla (PJRT), False for plain CUDA.
         reason: one line saying what was found.
+        processes: CPU only: one process per PJRT CPU device instead of one thread per device.
+            Threads share one Python interpreter lock, and torch_xla traces every step in
+            Python, so on a CPU threads barely scale; processes do. Replicas then take their
+            rank from the process index, and cannot run collectives (inference only).
     """
 
     kind: str
     num_devices: int
     xla: bool
     reason: str
+    processes: bool = False
 
     @property
     def dist_backend(self) -> str:
@@ -56,7 +63,10 @@ class Runtime:
         return "xla" if self.xla else ("nccl" if self.kind == "cuda" else "gloo")
 
     def describe(self) -> str:
-        return f"runtime: {self.kind} x{self.num_devices} ({'torch_xla/PJRT' if self.xla else 'torch.multiprocessing'}): {self.reason}"
+        how = "torch_xla/PJRT" if self.xla else "torch.multiprocessing"
+        if self.xla and self.processes:
+            how = "torch_xla/PJRT, one process per device"
+        return f"runtime: {self.kind} x{self.num_devices} ({how}): {self.reason}"
 
 
 def _tpu_present() -> str | None:
@@ -80,7 +90,7 @@ def _tpu_chips() -> int | None:
         return None
 
 
-def detect_runtime(num_devices: int | None = None, prefer: str = "auto", collectives: bool = False) -> Runtime:
+def detect_runtime(num_devices: int | None = None, prefer: str = "auto", collectives: bool = False, cpu_processes: bool = False) -> Runtime:
     """Find the accelerator without touching it.
 
     Args:
@@ -89,6 +99,8 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto", collect
         prefer: ``"auto"``, or force ``"tpu"``, ``"cuda"`` or ``"cpu"``.
         collectives: the replicas exchange data (training). On CPU with more than one replica
             this gives N processes over ``torch.distributed`` gloo instead of torch_xla threads.
+        cpu_processes: on CPU, run the N PJRT CPU devices as N processes rather than N threads
+            of one process (see :attr:`Runtime.processes`); ignored on TPU and CUDA.
 
     Returns:
         A :class:`Runtime`.
@@ -125,6 +137,8 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto", collect
         return Runtime("cpu", n, False, f"no accelerator; {n} CPU processes over torch.distributed gloo")
     if not compat.has_torch_xla():
         raise RuntimeError("CPU runs use torch_xla with PJRT_DEVICE=CPU: pip install torch_xla")
+    if cpu_processes:
+        return Runtime("cpu", n, True, f"no accelerator; {n} PJRT CPU device(s), one process each", processes=True)
     return Runtime("cpu", n, True, f"no accelerator; {n} PJRT CPU device(s) as threads of one process")
 
 
@@ -137,7 +151,7 @@ def configure_env(rt: Runtime) -> None:
     """
     if rt.kind == "cpu":
         os.environ["PJRT_DEVICE"] = "CPU"
-        os.environ["CPU_NUM_DEVICES"] = str(rt.num_devices)
+        os.environ["CPU_NUM_DEVICES"] = "1" if rt.processes else str(rt.num_devices)
         os.environ.setdefault("PJRT_CPU_ASYNC_CLIENT", "false")
         if int(os.environ.get("XLA_THREAD_POOL_SIZE", "0")) < rt.num_devices:
             os.environ["XLA_THREAD_POOL_SIZE"] = str(max(rt.num_devices, os.cpu_count() or 1))
@@ -145,11 +159,15 @@ def configure_env(rt: Runtime) -> None:
         os.environ["PJRT_DEVICE"] = "TPU"
 
 
-def _process_entry(index: int, fn: Callable, args: tuple, cuda: bool) -> None:
-    if cuda:
-        import torch
+def _process_entry(index: int, fn: Callable, args: tuple, cuda: bool, cpu_threads: int) -> None:
+    import torch
 
+    if cuda:
         torch.cuda.set_device(index)
+    # Share the cores between replicas. A forked child must also stay off the OpenMP pool its
+    # parent may have started: GNU libgomp is not fork-safe, and the child's first parallel
+    # tensor op then waits forever at a barrier (seen here: model.to(xla) after fork).
+    torch.set_num_threads(cpu_threads)
     fn(index, *args)
 
 
@@ -193,13 +211,20 @@ def launch(fn: Callable, args: tuple, rt: Runtime, start_method: str = "fork") -
                 "torch_xla.runtime.world_size())."
             )
         configure_env(rt)
-        compat.xla_launch(fn, args, start_method)
-    else:
-        import torch.multiprocessing as tmp
+        if not rt.processes:
+            compat.xla_launch(fn, args, start_method)
+            return
+    # one process per replica: CUDA, gloo CPU (training), or PJRT CPU with processes=True
+    import torch.multiprocessing as tmp
 
-        # torch.distributed's env:// rendezvous for the replicas: a fresh local port per launch
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(_free_port())
-        tmp.start_processes(
-            _process_entry, args=(fn, args, rt.kind == "cuda"), nprocs=rt.num_devices, start_method=start_method, join=True
-        )
+    # torch.distributed's env:// rendezvous for the replicas: a fresh local port per launch
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(_free_port())
+    cpu_threads = 1 if start_method == "fork" else max(1, (os.cpu_count() or 1) // rt.num_devices)
+    tmp.start_processes(
+        _process_entry,
+        args=(fn, args, rt.kind == "cuda", cpu_threads),
+        nprocs=rt.num_devices,
+        start_method=start_method,
+        join=True,
+    )

@@ -35,6 +35,7 @@ length_buckets = 4  # pad each batch to one of at most this many lengths (rows s
 num_devices = 0  # 0: every device found (TPU cores, GPUs, or one PJRT CPU device per core)
 accelerator = "auto"  # "auto", "tpu", "cuda" or "cpu"
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
+cpu_processes = False  # CPU only: one process per PJRT CPU device instead of one thread each (scales better on CPU)
 cache_dir = ""  # "": <working dir>/.cache (the offline tiny model is built there once)
 
 # %% [markdown]
@@ -69,7 +70,7 @@ sample_path = Path(sample_submission) if sample_submission else data / "sample_s
 out_path = Path(output_csv) if output_csv else work / "submission.csv"
 shard_dir = work / "shards" / "xla_multicore_inference"
 
-rt = detect_runtime(num_devices or None, prefer=accelerator)
+rt = detect_runtime(num_devices or None, prefer=accelerator, cpu_processes=cpu_processes)
 print(rt.describe())
 print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}")
 
@@ -115,6 +116,7 @@ cfg = InferConfig(
     max_len=max_len,
     length_buckets=buckets,
     xla=rt.xla,
+    processes=rt.processes or not rt.xla,
     num_devices=rt.num_devices,
 )
 clear_shards(shard_dir)

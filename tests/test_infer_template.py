@@ -15,10 +15,12 @@ from kitlib.shards import read_shard_info
 pytestmark = pytest.mark.slow
 
 
-def run(checkpoint, test_csv, out_dir, devices, start_method="fork", batch_size=8, max_len=64, buckets=()):
+def run(checkpoint, test_csv, out_dir, devices, start_method="fork", batch_size=8, max_len=64, buckets=(), processes=False):
+    rt = detect_runtime(devices, prefer="cpu", cpu_processes=processes)
     cfg = InferConfig(checkpoint=str(checkpoint), test_csv=str(test_csv), shard_dir=str(out_dir / "shards"),
-                      batch_size=batch_size, max_len=max_len, length_buckets=buckets)
-    launch(_mp_fn, (cfg,), detect_runtime(devices, prefer="cpu"), start_method)
+                      batch_size=batch_size, max_len=max_len, length_buckets=buckets,
+                      processes=rt.processes, num_devices=rt.num_devices)
+    launch(_mp_fn, (cfg,), rt, start_method)
     merge_shards([out_dir / "shards"], out_dir / "sub.csv", test=test_csv)
     infos = [read_shard_info(pq.read_schema(p)) for p in sorted((out_dir / "shards").iterdir())]
     return pd.read_csv(out_dir / "sub.csv", dtype={"id": str}, keep_default_na=False), infos
@@ -49,6 +51,15 @@ def test_spawn_start_method_matches_fork(sharp_checkpoint, slice_103, one_device
     sub2, infos = run(sharp_checkpoint, slice_103, tmp_path, 2, start_method="spawn")
     assert sorted(i.rank for i in infos) == [0, 1]
     np.testing.assert_allclose(sub2["toxic"].to_numpy(), one_device[0]["toxic"].to_numpy(), atol=1e-5)
+
+
+def test_one_process_per_cpu_device(sharp_checkpoint, slice_103, one_device, tmp_path):
+    """cpu_processes: 3 processes with one PJRT CPU device each, ranked by the launcher."""
+    sub3, infos = run(sharp_checkpoint, slice_103, tmp_path, 3, processes=True)
+    assert sorted(i.rank for i in infos) == [0, 1, 2] and {i.world_size for i in infos} == {3}
+    assert [i.num_samples for i in infos] == [35] * 3  # ceil(103 / 3): two padding duplicates
+    assert {i.stats["xla_compiles"] for i in infos} == {1}  # each process compiles its own single graph
+    np.testing.assert_allclose(sub3["toxic"].to_numpy(), one_device[0]["toxic"].to_numpy(), atol=1e-5)
 
 
 def test_matches_plain_torch_on_cpu(sharp_checkpoint, slice_103, one_device):
