@@ -171,16 +171,15 @@ def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.Array
     preds = {c: np.concatenate([t.column(c).to_numpy() for _, t, _ in shards]) for c in cols}
     if len(rows) and (rows.min() < 0 or rows.max() >= n):
         raise MergeError(f"row index outside [0, {n}) in the shards of {p0.parent}")
-    counts = np.bincount(rows, minlength=n)
-    if (counts == 0).any():
-        absent = np.flatnonzero(counts == 0)
+    # one representative position per row (the last one written); padding duplicates must agree with it
+    positions = np.arange(len(rows), dtype=np.int64)
+    pick = np.full(n, -1, dtype=np.int64)
+    pick[rows] = positions
+    if (pick < 0).any():
+        absent = np.flatnonzero(pick < 0)
         raise MergeError(
             f"{len(absent)} input row(s) have no prediction in any shard (0-based rows {_preview(absent)})"
         )
-    # one representative position per row; padding duplicates must agree with it
-    positions = np.arange(len(rows), dtype=np.int64)
-    pick = np.empty(n, dtype=np.int64)
-    pick[rows] = positions
     dup = np.flatnonzero(pick[rows] != positions)
     ids_out = ids.take(pa.array(pick))
     if len(dup):
