@@ -258,8 +258,11 @@ def main() -> None:
         worker(sys.argv[2], sys.argv[3:])
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("parts", nargs="*", choices=[*PARTS, []], default=list(PARTS))
+    ap.add_argument("parts", nargs="*", help=f"any of {', '.join(PARTS)} (default: all)")
     parts = ap.parse_args().parts or list(PARTS)
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        ap.error(f"unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
     print(f"# kit benchmarks, {time.strftime('%Y-%m-%d %H:%M')}\nmachine: {machine()}")
     with tempfile.TemporaryDirectory() as d:
         for p in parts:

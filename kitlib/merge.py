@@ -31,7 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .shards import SHARD_RE, ShardInfo, atomic_write, read_shard_info, shard_name
+from .atomic import atomic_write
+from .shards import SHARD_RE, ShardInfo, read_shard_info, shard_name
 
 DUPLICATE_ATOL = 1e-4  # padding duplicates are the same text on another replica: equal up to float noise
 _SHOW = 5  # how many offending values an error lists

@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,6 +33,7 @@ from transformers import (
 )
 
 from . import compat
+from .atomic import atomic_dir
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, train_sentencepiece
 
 
@@ -73,9 +72,7 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLik
     The folder is built under a temporary name and renamed, so a half-built one never exists.
     """
     out_dir, data_dir = Path(out_dir), Path(data_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         spm_file = train_sentencepiece(_sample_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
         tok = hf_tokenizer_from_spm(spm_file)
         config = XLMRobertaConfig(
@@ -99,12 +96,6 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLik
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "kitlib-tiny.json").write_text(json.dumps(asdict(cfg)))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

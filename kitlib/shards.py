@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .atomic import atomic_write
 
 SHARD_FORMAT = 1
 META_KEY = b"kitlib.shard"
@@ -152,22 +153,3 @@ def clear_shards(out_dir: str | os.PathLike) -> int:
             p.unlink()
             removed += 1
     return removed
-
-
-def atomic_write(final: Path, write) -> None:
-    """Call ``write(tmp_path)`` for a temporary file beside ``final``, then rename it into place.
-
-    On any error the temporary file is removed and ``final`` is left as it was.
-    """
-    final = Path(final)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise

@@ -44,8 +44,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from . import compat
+from .atomic import atomic_dir
 from .data import plan_batches, read_csv_checked
 from .model import load_classifier, probabilities
 
@@ -214,9 +213,7 @@ def _replica(index: int, cfg: TrainConfig):
         if cfg.pattern == "ddp":
             compat.xla_init_process_group()
         return device, rank, world
-    rank, world = index, cfg.num_devices
-    if cfg.backend == "gloo":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # N processes share the cores
+    rank, world = index, cfg.num_devices  # kitlib.runtime.launch has set this process's CPU threads
     device = torch.device("cuda", index) if cfg.backend == "nccl" else torch.device("cpu")
     dist.init_process_group(cfg.backend, init_method="env://", rank=rank, world_size=world)
     return device, rank, world
@@ -429,19 +426,11 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
     import pandas as pd
 
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         model.to("cpu").save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / HISTORY_FILE).write_text(json.dumps(history, indent=1))
         pd.DataFrame({"id": valid_ids, label_col: valid_probs}).to_csv(tmp / VALID_PREDICTIONS_FILE, index=False)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 
