@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -203,6 +204,12 @@ def launch(fn: Callable, args: tuple, rt: Runtime, start_method: str = "fork") -
             "(a notebook cell). Use a kitlib template or start_method='fork'."
         )
     if rt.xla:
+        if "tensorflow" in sys.modules and "torch_xla" not in sys.modules:
+            raise RuntimeError(
+                "TensorFlow is imported in this process and torch_xla is not: importing torch_xla now "
+                "aborts the process ('LLVM ERROR: inconsistency in registered CommandLine options'). "
+                "Restart the kernel and import torch_xla (or run this launch) before TensorFlow."
+            )
         why = compat.xla_runtime_touched()
         if why:
             raise RuntimeError(

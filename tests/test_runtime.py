@@ -77,3 +77,19 @@ def test_touching_the_device_before_launch_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "REFUSED: cannot launch replicas: the XLA runtime is already initialised" in r.stdout, r.stderr[-2000:]
     assert "Restart the kernel" in r.stdout
+
+
+def test_tensorflow_before_torch_xla_is_refused_not_aborted():
+    """TF first, then torch_xla, kills the process in LLVM; launch says what to do instead."""
+    code = textwrap.dedent("""
+        import tensorflow
+        from kitlib.runtime import Runtime, launch
+        from kitlib.infer_template import _mp_fn
+        try:
+            launch(_mp_fn, (None,), Runtime("cpu", 2, True, "test"), "fork")
+        except RuntimeError as e:
+            print("REFUSED:", e)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "REFUSED: TensorFlow is imported in this process and torch_xla is not" in r.stdout
