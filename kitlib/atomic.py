@@ -21,6 +21,7 @@ def atomic_write(final: str | os.PathLike, write: Callable[[str], None]) -> None
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a submission or shard is an ordinary file
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -100,6 +100,10 @@ def make_dataset(
             "the JAX input pipeline needs grain (pip install grain; Kaggle's TPU image: check `pip show grain`), "
             "or run the notebook with backend='tensorflow'"
         ) from None
+    # Build the preprocessor's layers here, in one thread: Keras builds a layer on its first call,
+    # and grain's reader threads calling an unbuilt preprocessor at once race in that build
+    # ("You cannot add new elements of state ... to a layer that is already built").
+    preprocessor(texts[:1])
     ds = grain.MapDataset.range(n)
     if shuffle:
         ds = ds.shuffle(seed=seed)
