@@ -143,7 +143,7 @@ def _check_blank_ids(ids: pa.ChunkedArray | pa.Array, where: str, unit: str = "d
         raise MergeError(f"{where}: blank id at {unit}(s) {_preview(bad + 1)}")
 
 
-def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.Array, dict[str, np.ndarray], int]:
+def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.ChunkedArray, dict[str, np.ndarray], int]:
     """Kit shards -> (ids [N] in row order, predictions, number of padding duplicates dropped)."""
     p0, _, i0 = shards[0]
     for p, _, info in shards[1:]:

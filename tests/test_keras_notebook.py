@@ -6,7 +6,6 @@ writes into its own temporary work_dir: the .keras model, the curves, metrics.js
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from kitlib.keras_data import pad_to_multiple, write_submission
-from kitlib.keras_runtime import Probes, choose_backend, select_backend
+from kitlib.keras_runtime import Probes, choose_backend
 from kitlib.merge import MergeError
 
 ROOT = Path(__file__).resolve().parents[1]
