@@ -20,9 +20,38 @@ def has_torch_xla() -> bool:
     return importlib.util.find_spec("torch_xla") is not None
 
 
+def import_torch_xla():
+    """Import ``torch_xla`` without the warnings that say nothing to a kit user.
+
+    torch_xla warns "`tensorflow` can conflict with `torch-xla`" whenever the full ``tensorflow``
+    wheel is installed (Kaggle's TPU image has it through keras-nlp), even when nothing imports it,
+    and logs "Defaulting to PJRT_DEVICE=CPU" when no device was chosen. The kit chooses the device
+    itself (:func:`kitlib.runtime.configure_env`) and refuses the one import order that breaks
+    (TensorFlow before torch_xla), so both are filtered here, for this import only.
+    """
+    import logging
+    import warnings
+
+    class _NoDefaulting(logging.Filter):
+        def filter(self, record):
+            return "Defaulting to PJRT_DEVICE" not in record.getMessage()
+
+    root = logging.getLogger()
+    quiet = _NoDefaulting()
+    root.addFilter(quiet)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*tensorflow.* can conflict with .*torch-xla")
+            import torch_xla
+            import torch_xla.runtime  # noqa: F401
+    finally:
+        root.removeFilter(quiet)
+    return torch_xla
+
+
 def xla_device():
     """The XLA device of the calling replica (``torch_xla.device()``; ``xm.xla_device()`` before 2.5)."""
-    import torch_xla
+    torch_xla = import_torch_xla()
 
     if hasattr(torch_xla, "device"):
         return torch_xla.device()
@@ -80,7 +109,9 @@ def xla_runtime_touched() -> str | None:
     that a forked child inherits: a parent that asked for it would make every replica believe
     the world size is 1.
     """
-    if not has_torch_xla():
+    import sys
+
+    if "torch_xla" not in sys.modules:  # never imported here: nothing can have touched it
         return None
     import torch_xla
     import torch_xla.runtime as xr
@@ -94,7 +125,7 @@ def xla_runtime_touched() -> str | None:
 
 def xla_launch(fn: Callable, args: tuple, start_method: str) -> None:
     """Run ``fn(index, *args)`` once per XLA device (``torch_xla.launch``; ``xmp.spawn`` before 2.5)."""
-    import torch_xla
+    torch_xla = import_torch_xla()
 
     if hasattr(torch_xla, "launch"):
         torch_xla.launch(fn, args=args, start_method=start_method)

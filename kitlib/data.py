@@ -95,7 +95,7 @@ class BatchPlan:
         return self.rows >= 0
 
 
-def choose_buckets(lengths: np.ndarray, max_len: int, num_buckets: int, multiple: int = 8) -> tuple[int, ...]:
+def choose_bucket_lengths(lengths: np.ndarray, max_len: int, num_buckets: int, multiple: int = 8) -> tuple[int, ...]:
     """Sequence lengths to pad to, chosen to waste the fewest padding tokens.
 
     An exact dynamic program over the candidate lengths ``multiple, 2*multiple, ...``: it picks
@@ -150,7 +150,7 @@ def plan_batches(rows: np.ndarray, batch_size: int, seq_len: int, lengths: np.nd
     """Split ``rows`` (a rank's sampler indices) into full batches of a few fixed shapes.
 
     Without ``buckets`` every batch is ``[batch_size, seq_len]`` and rows keep their order. With
-    ``buckets`` (from :func:`choose_buckets`) and ``lengths`` (int ``[num_rows]``, indexed by row),
+    ``buckets`` (from :func:`choose_bucket_lengths`) and ``lengths`` (int ``[num_rows]``, indexed by row),
     the rows are sorted by length (stable) and each batch is padded to the smallest bucket that
     holds its longest row, so short comments are not padded to ``seq_len``; the merger restores
     the input order. In both cases only the last batch is partial: it is filled up to
@@ -179,6 +179,58 @@ def token_lengths(tokenizer, texts: list[str], max_len: int) -> np.ndarray:
     return np.fromiter((len(ids) for ids in enc["input_ids"]), dtype=np.int64, count=len(texts))
 
 
+@dataclass(frozen=True)
+class Tokens:
+    """Every row of a text column tokenized once (truncated to ``max_len``, not padded), packed flat.
+
+    Attributes:
+        ids: int32 ``[total_tokens]``: the rows' token ids one after another.
+        offsets: int64 ``[num_rows + 1]``: row ``i`` is ``ids[offsets[i]:offsets[i + 1]]``.
+        pad_id: the tokenizer's padding id.
+        filler: int32 ``[k]``: the ids of an empty text (``<s></s>``), for filler slots of a last batch.
+    """
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    pad_id: int
+    filler: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int64 ``[num_rows]``: tokens per row."""
+        return np.diff(self.offsets)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write to ``path`` (``.npy`` arrays in an uncompressed ``.npz``), atomically."""
+        from .atomic import atomic_write
+
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
+                np.savez(f, ids=self.ids, offsets=self.offsets, pad_id=np.int64(self.pad_id), filler=self.filler)
+
+        atomic_write(path, write)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Tokens":
+        """Read what :meth:`save` wrote."""
+        with np.load(path) as z:
+            return cls(z["ids"], z["offsets"], int(z["pad_id"]), z["filler"])
+
+
+def tokenize(tokenizer, texts: list[str], max_len: int) -> Tokens:
+    """Tokenize ``texts`` once, truncated to ``max_len`` (special tokens included), for every replica.
+
+    The same ids as ``tokenizer(text, truncation=True, max_length=L, padding="max_length")`` gives
+    for any padded length ``L`` that holds the row (right padding with ``pad_token_id``).
+    """
+    enc = tokenizer(texts, truncation=True, max_length=max_len)["input_ids"]
+    lengths = np.fromiter((len(x) for x in enc), dtype=np.int64, count=len(enc))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    ids = np.fromiter((t for row in enc for t in row), dtype=np.int32, count=int(offsets[-1]))
+    filler = np.asarray(tokenizer("", truncation=True, max_length=max_len)["input_ids"], dtype=np.int32)
+    return Tokens(ids, offsets, int(tokenizer.pad_token_id), filler)
+
+
 def padding_waste(plans: list[BatchPlan], lengths: np.ndarray) -> float:
     """Share of computed tokens (batch x padded length, filler slots included) that are padding."""
     computed = sum(len(p.rows) * p.seq_len for p in plans)
@@ -187,23 +239,32 @@ def padding_waste(plans: list[BatchPlan], lengths: np.ndarray) -> float:
 
 
 class PlannedBatches:
-    """A map-style dataset whose item ``i`` is the tokenized batch ``plans[i]``.
+    """A map-style dataset whose item ``i`` is the batch ``plans[i]``, built from pre-tokenized rows.
 
     Returns dicts of CPU tensors: ``input_ids`` and ``attention_mask``, int64 ``[batch_size,
-    seq_len]``. Filler slots hold ``<s></s>`` (a real two-token sequence, so no attention row is
-    fully masked) and are dropped after the forward pass. Use with ``DataLoader(batch_size=None)``.
+    seq_len]``, right-padded with the pad id. Filler slots hold ``<s></s>`` (a real two-token
+    sequence, so no attention row is fully masked) and are dropped after the forward pass. Use
+    with ``DataLoader(batch_size=None)``.
     """
 
-    def __init__(self, texts: list[str], plans: list[BatchPlan], tokenizer):
-        self.texts, self.plans, self.tokenizer = texts, plans, tokenizer
+    def __init__(self, tokens: Tokens, plans: list[BatchPlan], index: np.ndarray | None = None):
+        """``index``: int ``[m]``; when given, a plan slot ``p >= 0`` means token row ``index[p]``."""
+        self.tokens, self.plans, self.index = tokens, plans, index
 
     def __len__(self) -> int:
         return len(self.plans)
 
     def __getitem__(self, i: int):
-        plan = self.plans[i]
-        texts = [self.texts[r] if r >= 0 else "" for r in plan.rows]
-        enc = self.tokenizer(
-            texts, padding="max_length", truncation=True, max_length=plan.seq_len, return_tensors="pt"
-        )
-        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+        import torch
+
+        plan, t = self.plans[i], self.tokens
+        ids = np.full((len(plan.rows), plan.seq_len), t.pad_id, dtype=np.int64)
+        mask = np.zeros((len(plan.rows), plan.seq_len), dtype=np.int64)
+        for j, r in enumerate(plan.rows):
+            if r >= 0 and self.index is not None:
+                r = self.index[r]
+            row = t.ids[t.offsets[r] : t.offsets[r + 1]] if r >= 0 else t.filler
+            row = row[: plan.seq_len]
+            ids[j, : len(row)] = row
+            mask[j, : len(row)] = 1
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}

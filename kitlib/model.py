@@ -4,7 +4,11 @@
 parent process, once, before any replica starts; every replica then only loads that folder:
 
 * a folder with ``config.json`` (a Kaggle dataset/model mount, or the training notebook's output);
-* ``"auto"``: the training notebook's checkpoint when it exists, else ``"tiny-random"``;
+* ``"auto"``: for inference, the training notebook's checkpoint in the working folder, else one
+  found under ``/kaggle/input`` (an attached training kernel's output); for training, a pretrained
+  checkpoint found under ``/kaggle/input``. Off Kaggle it falls back to ``"tiny-random"``; on the
+  real competition data it refuses instead, saying where it looked and what to attach;
+* a name in :data:`PRETRAINED`: a real checkpoint shipped inside a Python package, unpacked once;
 * ``"tiny-random"``: a small randomly initialised ``XLMRobertaConfig`` with a SentencePiece
   tokenizer trained offline on the sample text, built once and cached (nothing is downloaded);
 * anything else is a Hugging Face hub name (e.g. ``xlm-roberta-base``), fetched with
@@ -35,6 +39,10 @@ from transformers import (
 from . import compat
 from .atomic import atomic_dir
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, train_sentencepiece
+
+# Checkpoints a package ships, by the name the notebooks' `model` parameter takes: name -> a
+# function(cache_dir) returning the unpacked folder. Filled in at the end of this module.
+PRETRAINED: dict = {}
 
 
 @dataclass(frozen=True)
@@ -103,23 +111,84 @@ def _is_checkpoint(p: Path) -> bool:
     return (p / "config.json").is_file()
 
 
-def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: str | os.PathLike, trained_dir: str | os.PathLike | None = None) -> Path:
+TINY = "tiny-random"
+TRAINED_MARKER = "train_history.json"  # written by kitlib.train next to every checkpoint it saves
+
+
+def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int = 6) -> list[Path]:
+    """Checkpoint folders (``config.json`` inside) under ``root``, newest first.
+
+    Kaggle mounts an attached kernel's output at ``/kaggle/input/<slug>/``, a dataset at
+    ``/kaggle/input/<slug>/`` and a model at ``/kaggle/input/<model>/<framework>/<variation>/<version>/``
+    (Kaggle docs, "Kaggle Notebooks: data sources"), so the search goes ``max_depth`` folders down.
+
+    Args:
+        root: where to look (``/kaggle/input``).
+        trained: only checkpoints written by :mod:`kitlib.train` (they hold ``train_history.json``);
+            False: any transformers checkpoint (a pretrained model to start training from).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        depth = len(Path(dirpath).relative_to(root).parts)
+        if "config.json" in filenames and (not trained or TRAINED_MARKER in filenames):
+            found.append(Path(dirpath))
+            dirnames.clear()
+        elif depth >= max_depth:
+            dirnames.clear()
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+    return sorted(found, key=lambda p: (p / "config.json").stat().st_mtime, reverse=True)
+
+
+def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
+                       trained_dir: str | os.PathLike | None = None, search_dir: str | os.PathLike | None = None,
+                       real_data: bool = False, purpose: str = "inference") -> Path:
     """Turn the ``model`` parameter into a local checkpoint folder (see the module docstring).
 
     Args:
-        model: ``"auto"``, ``"tiny-random"``, a folder, or a hub name.
-        data_dir: the folder with the sample CSVs (tokenizer training text for ``tiny-random``).
-        cache_dir: where ``tiny-random`` checkpoints are cached (keyed by size and data).
-        trained_dir: the training notebook's output folder, used by ``"auto"`` when it holds a checkpoint.
+        model: ``"auto"``, ``"tiny-random"``, a name in :data:`PRETRAINED` (a checkpoint a package
+            ships), a folder, or a hub name.
+        data_dir: the folder with the CSVs (tokenizer training text for ``tiny-random``).
+        cache_dir: where ``tiny-random`` and packaged checkpoints are unpacked.
+        trained_dir: the training notebook's output folder in the working folder (``"auto"`` looks there first).
+        search_dir: where attached inputs are mounted (``/kaggle/input``); ``"auto"`` searches it:
+            for inference, checkpoints written by :mod:`kitlib.train` (an attached training
+            kernel's output); for training, any transformers checkpoint (an attached model).
+        real_data: the data is the real competition's (on Kaggle). ``"auto"`` then never falls
+            back to the random ``tiny-random`` model: that gives a chance-level submission.
+        purpose: ``"inference"`` or ``"training"`` (what ``"auto"`` looks for).
 
     Raises:
-        FileNotFoundError: ``model`` looks like a path (has a ``/`` and exists) but has no ``config.json``.
+        FileNotFoundError: ``"auto"`` found nothing on real data (the message says where it looked
+            and what to attach); ``model`` is a folder without ``config.json``.
     """
     if model == "auto":
-        if trained_dir is not None and _is_checkpoint(Path(trained_dir)):
-            return Path(trained_dir)
-        model = "tiny-random"
-    if model == "tiny-random":
+        looked = []
+        if purpose == "inference" and trained_dir is not None:
+            looked.append(str(trained_dir))
+            if _is_checkpoint(Path(trained_dir)):
+                return Path(trained_dir)
+        if search_dir is not None:
+            looked.append(f"{search_dir} (every folder, {'kit-trained checkpoints' if purpose == 'inference' else 'any checkpoint'})")
+            found = find_checkpoints(search_dir, trained=purpose == "inference")
+            if purpose == "training":
+                found.sort(key=lambda p: "xlm-roberta" not in str(p).lower())  # prefer XLM-R, else newest
+            if found:
+                return found[0]
+        if real_data:
+            what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
+                    "a checkpoint written by the training notebook" if purpose == "inference" else
+                    "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
+            raise FileNotFoundError(
+                f"model='auto' found no checkpoint for {purpose} on the competition data; looked in "
+                f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, a hub "
+                f"name (internet on), or model='{TINY}' to {'predict' if purpose == 'inference' else 'train'} "
+                "with a small random model on purpose."
+            )
+        model = TINY
+    if model == TINY:
         cfg = TinyConfig()
         data_dir = Path(data_dir)
         h = hashlib.sha256(json.dumps(asdict(cfg)).encode())
@@ -128,6 +197,8 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
                 h.update((data_dir / name).read_bytes())
         out = Path(cache_dir) / f"tiny-xlmr-{h.hexdigest()[:12]}"
         return out if _is_checkpoint(out) else build_tiny_checkpoint(out, data_dir, cfg)
+    if model in PRETRAINED:
+        return PRETRAINED[model](cache_dir)
     p = Path(model)
     if p.exists():
         if not _is_checkpoint(p):
@@ -138,16 +209,81 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
     return Path(snapshot_download(model))
 
 
-def load_classifier(path: str | os.PathLike, *, xla: bool = False):
+def usable_positions(checkpoint: str | os.PathLike) -> int | None:
+    """Tokens per row the model's position table can take, or None if it has no such limit.
+
+    ``max_position_embeddings`` less the RoBERTa family's offset: XLM-R numbers positions from
+    ``padding_idx + 1`` (modeling_xlm_roberta ``create_position_ids_from_input_ids``), so 514 slots
+    hold 512 tokens; BERT uses them all (512).
+    """
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(checkpoint)
+    n = getattr(cfg, "max_position_embeddings", None)
+    if not n:
+        return None
+    if cfg.model_type in ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer"):
+        n -= (cfg.pad_token_id or 0) + 1
+    return int(n)
+
+
+def check_max_len(checkpoint: str | os.PathLike, max_len: int) -> None:
+    """Refuse a ``max_len`` above the model's position table, before any replica starts.
+
+    Past the table, eager torch raises "index out of range" but XLA clamps the index and
+    silently computes a wrong prediction (measured: 0.4997661 instead of 0.49982214).
+
+    Raises:
+        ValueError: ``max_len`` is above :func:`usable_positions`, naming the limit.
+    """
+    limit = usable_positions(checkpoint)
+    if limit is not None and max_len > limit:
+        raise ValueError(
+            f"max_len={max_len} is more than {checkpoint} can read: its position table holds {limit} tokens "
+            f"per row. Set max_len <= {limit}."
+        )
+
+
+def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False):
     """Load ``(tokenizer, model)`` from a local checkpoint folder; the model is in eval mode on CPU.
 
     With ``xla=True`` the model uses :func:`kitlib.compat.xla_attention_implementation`, whose
-    attention never inspects mask values, so one input shape means one XLA graph.
+    attention never inspects mask values, so one input shape means one XLA graph. With
+    ``head_for_training=True``, a checkpoint that is not yet a sequence classifier (a pretrained
+    encoder such as MiniLM or xlm-roberta-base) gets this kit's head: one logit
+    (``num_labels=1``, ``problem_type="multi_label_classification"``, sigmoid).
     """
+    from transformers import AutoConfig
+
     tok = AutoTokenizer.from_pretrained(path)
     kwargs = {"attn_implementation": compat.xla_attention_implementation()} if xla else {}
+    if head_for_training:
+        archs = getattr(AutoConfig.from_pretrained(path), "architectures", None) or []
+        if not any(a.endswith("ForSequenceClassification") for a in archs):
+            kwargs.update(num_labels=1, problem_type="multi_label_classification",
+                          id2label={0: "toxic"}, label2id={"toxic": 0})
     model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     return tok, model.eval()
+
+
+def keep_head_float32(model) -> None:
+    """Run the classifier head in float32 even under ``torch.autocast`` (bf16 on TPU, fp16 on GPU).
+
+    Under autocast the head's last ``Linear`` would return bf16 logits: 256 rows then give about
+    13 distinct probabilities, ranks tie and ROC AUC drops. The head gets float32 inputs and runs
+    with autocast off, so logits leave the model as float32. Changes ``model.classifier`` in place.
+    """
+    head = getattr(model, "classifier", None)
+    if head is None or getattr(head, "_kitlib_float32", False):
+        return
+    forward = head.forward
+
+    def float32_forward(x, *args, **kwargs):
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return forward(x.float(), *args, **kwargs)
+
+    head.forward = float32_forward
+    head._kitlib_float32 = True
 
 
 def probabilities(logits):

@@ -52,6 +52,31 @@ def competition_dir(slug: str = COMPETITION, kaggle_input: Path | None = None) -
     return None
 
 
+def is_competition_data(data_dir: str | os.PathLike) -> bool:
+    """True when ``data_dir`` is the mounted competition folder (real data, on Kaggle or a Kaggle-like layout)."""
+    comp = competition_dir()
+    return comp is not None and Path(data_dir).resolve() == comp.resolve()
+
+
+# The competition's training file first (Jigsaw Multilingual ships jigsaw-toxic-comment-train.csv,
+# its English training set), then the bundled sample's name.
+TRAIN_FILES = ("jigsaw-toxic-comment-train.csv", "train.csv")
+
+
+def train_file(data_dir: str | os.PathLike) -> Path:
+    """The training CSV in ``data_dir``: the first of :data:`TRAIN_FILES` that exists.
+
+    Raises:
+        FileNotFoundError: none of them is there (the message lists what the folder holds).
+    """
+    data_dir = Path(data_dir)
+    for name in TRAIN_FILES:
+        if (data_dir / name).is_file():
+            return data_dir / name
+    have = ", ".join(sorted(p.name for p in data_dir.glob("*.csv"))) if data_dir.is_dir() else "nothing (no such folder)"
+    raise FileNotFoundError(f"{data_dir}: no training file ({' or '.join(TRAIN_FILES)}); it holds {have}. Set train_csv.")
+
+
 def default_data_dir(root: Path | None = None) -> Path:
     """The competition data on Kaggle, else the bundled sample under ``root``."""
     return competition_dir() or (root or project_root()) / SAMPLE_DIR

@@ -68,6 +68,7 @@ def write_shard(
     predictions: dict[str, np.ndarray],
     run_id: str,
     stats: dict | None = None,
+    padding: np.ndarray | None = None,
 ) -> Path:
     """Write one rank's predictions atomically and return the shard's path.
 
@@ -122,6 +123,15 @@ def write_shard(
     return final
 
 
+def sampler_padding(rank: int, world_size: int, num_rows: int, num_samples: int) -> np.ndarray:
+    """bool ``[num_samples]``: which of rank's ``DistributedSampler(shuffle=False, drop_last=False)`` samples are padding.
+
+    Position ``k`` of rank ``r`` is the sampler's global position ``r + k * world_size``; positions
+    at or past ``num_rows`` repeat early rows to make every rank's share equal.
+    """
+    return rank + np.arange(num_samples, dtype=np.int64) * world_size >= num_rows
+
+
 def read_shard_info(schema: pa.Schema) -> ShardInfo | None:
     """The :class:`ShardInfo` in a Parquet schema, or None for a shard without kit metadata."""
     meta = schema.metadata or {}
@@ -149,7 +159,7 @@ def clear_shards(out_dir: str | os.PathLike) -> int:
         return 0
     removed = 0
     for p in out_dir.iterdir():
-        if SHARD_RE.match(p.name):
+        if SHARD_RE.match(p.name) and p.is_file():
             p.unlink()
             removed += 1
     return removed

@@ -16,33 +16,35 @@
 # * Two ways to keep the replicas in step, chosen by `pattern`: `"optimizer_step"` (all-reduce
 #   the gradients, then step: `xm.optimizer_step` on XLA) or `"ddp"`
 #   (`DistributedDataParallel(gradient_as_bucket_view=True)`, over the `xla` process group on TPU).
-# * The runtime detector picks the backend: torch_xla on TPU (and on one CPU device), nccl on
-#   CUDA GPUs, gloo processes for several CPU replicas.
+# * The runtime detector picks the launch mode: torch_xla on TPU, nccl on CUDA GPUs, eager
+#   torch with gloo on the CPU (or torch_xla on the CPU, `accelerator="xla-cpu"`, to rehearse
+#   the TPU path).
 # * Every batch has one shape (`drop_last=True`, padding to `max_len`), so XLA compiles the
 #   training step once; the validation AUC is computed on the predictions of all replicas.
 #
-# The replica function lives in `kitlib.train_template`, not in this notebook, so the
+# The replica program (`_mp_fn`) lives in `kitlib.train`, not in this notebook, so the
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
-model = "tiny-random"  # "tiny-random" (offline: a small random XLM-R), a checkpoint folder (Kaggle model mount), or a hub name such as "xlm-roberta-base"
+model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (XLM-R preferred); off Kaggle "tiny-random". Or a folder, "all-minilm-l6-v2", "tiny-random", or a hub name (internet on)
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
-train_csv = ""  # "": <data_dir>/train.csv (on Kaggle e.g. <data_dir>/jigsaw-toxic-comment-train.csv)
+train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition's), else <data_dir>/train.csv
 valid_csv = ""  # "": <data_dir>/validation.csv
 output_dir = ""  # "": <working dir>/artifacts/xlmr-toxic, which the inference notebook loads when its model is "auto"
 cache_dir = ""  # "": <working dir>/.cache (the offline tiny model is built there once; XLA compilation cache)
-accelerator = "auto"  # "auto", "tpu", "cuda" or "cpu"
-num_devices = 0  # 0: every device found (TPU chips, GPUs, or one CPU process per core)
+accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch, gloo), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
+num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, one CPU replica per 4 cores)
 pattern = "optimizer_step"  # "optimizer_step" (all-reduce gradients + step) or "ddp" (DistributedDataParallel)
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab and in scripts
 epochs = 2
-batch_size = 16  # rows per device per step; the global batch is batch_size x devices
-max_len = 128  # tokens per row (longer comments are truncated)
+batch_size = 16  # rows per replica per step; the global batch is batch_size x replicas
+max_len = 128  # tokens per row (longer comments are truncated); at most the model's position table (512 for XLM-R)
 lr = 1e-3  # AdamW, constant; 1e-3 suits tiny-random, use about 1e-5 for xlm-roberta-base
 train_limit = 0  # 0: every training row; else the first N rows
 valid_limit = 0  # 0: every validation row; else the first N rows
 seed = 0
 log_every = 10  # the master logs the step loss every N steps
+precision = "auto"  # "auto": bf16 autocast on TPU, fp32 elsewhere; or "fp32", "bf16" (head and loss stay float32)
 
 # %% [markdown]
 # ## Setup
@@ -65,17 +67,17 @@ from kitlib import paths
 from kitlib.data import read_csv_checked
 from kitlib.model import load_classifier, probabilities, resolve_checkpoint
 from kitlib.runtime import detect_runtime
-from kitlib.train_template import VALID_PREDICTIONS_FILE, TrainConfig, train
+from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, train
 
 root = paths.project_root()
 work = paths.working_dir(root)
 data = Path(data_dir) if data_dir else paths.default_data_dir(root)
-train_path = Path(train_csv) if train_csv else data / "train.csv"
+train_path = Path(train_csv) if train_csv else paths.train_file(data)
 valid_path = Path(valid_csv) if valid_csv else data / "validation.csv"
 out_dir = Path(output_dir) if output_dir else work / paths.TRAINED_CHECKPOINT
 cache = Path(cache_dir) if cache_dir else work / ".cache"
 
-rt = detect_runtime(num_devices or None, prefer=accelerator, collectives=True)
+rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
 print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}")
 
@@ -87,11 +89,11 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 # %%
 train_df = read_csv_checked(train_path, label_cols=("toxic",), limit=train_limit or None)
 valid_df = read_csv_checked(valid_path, label_cols=("toxic",), limit=valid_limit or None)
-global_batch = batch_size * rt.num_devices
+global_batch = batch_size * rt.world_size if rt.world_size else None  # None: torch_xla counts the TPU chips
 display(pd.DataFrame({
     "rows": [len(train_df), len(valid_df)],
     "toxic share": [train_df["toxic"].mean(), valid_df["toxic"].mean()],
-    "steps per epoch": [len(train_df) // global_batch, None],
+    "steps per epoch": [len(train_df) // global_batch if global_batch else None, None],
 }, index=["train", "validation"]))
 
 # %% [markdown]
@@ -100,7 +102,8 @@ display(pd.DataFrame({
 # seed, so a freshly initialised classifier head is identical on every replica).
 
 # %%
-checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache)
+checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
+                                real_data=paths.is_competition_data(data), purpose="training")
 print(f"model {model!r} -> {checkpoint}")
 
 # %% [markdown]
@@ -110,13 +113,11 @@ print(f"model {model!r} -> {checkpoint}")
 # predictions.
 
 # %%
-cfg = TrainConfig(
+job = TrainJob(
     checkpoint=str(checkpoint),
     train_csv=str(train_path),
     valid_csv=str(valid_path),
     out_dir=str(out_dir),
-    backend=rt.dist_backend,
-    num_devices=rt.num_devices,
     pattern=pattern,
     epochs=epochs,
     batch_size=batch_size,
@@ -127,10 +128,11 @@ cfg = TrainConfig(
     seed=seed,
     log_every=log_every,
     compile_cache_dir=str(cache / "xla-compile"),
+    precision=precision,
 )
 t0 = time.perf_counter()
-history = train(cfg, rt, start_method)
-print(f"{history['world_size']} replica(s) ({history['backend']}, {history['pattern']}) finished in {time.perf_counter() - t0:.1f} s")
+history = train(job, rt, start_method)
+print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern']}) finished in {time.perf_counter() - t0:.1f} s")
 
 # %% [markdown]
 # ## Results

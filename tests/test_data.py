@@ -46,15 +46,15 @@ def test_plan_batches_pads_the_tail_with_filler():
 
 
 def test_buckets_minimise_padding_and_keep_every_row():
-    from kitlib.data import choose_buckets, padding_waste
+    from kitlib.data import choose_bucket_lengths, padding_waste
 
     rng = np.random.default_rng(0)
     lengths = np.clip(rng.lognormal(4.3, 0.6, 2000).astype(np.int64), 3, 256)
-    buckets = choose_buckets(lengths, 256, 4)
+    buckets = choose_bucket_lengths(lengths, 256, 4)
     assert len(buckets) <= 4 and buckets[-1] >= lengths.max() and all(b % 8 == 0 for b in buckets[:-1])
     single = plan_batches(np.arange(2000), 32, 256)
     bucketed = plan_batches(np.arange(2000), 32, 256, lengths, buckets)
     assert sorted(np.concatenate([p.rows[p.valid] for p in bucketed]).tolist()) == list(range(2000))
     assert all(lengths[p.rows[p.valid]].max() <= p.seq_len for p in bucketed)
     assert padding_waste(bucketed, lengths) < 0.5 * padding_waste(single, lengths)
-    assert choose_buckets(lengths, 256, 1) == (256,)
+    assert choose_bucket_lengths(lengths, 256, 1) == (256,)

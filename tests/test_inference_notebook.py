@@ -41,5 +41,7 @@ def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
     text = "".join(
         "".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
     )
-    assert "runtime: cpu x2" in text and "45 rows from 2 shard(s); 1 padding duplicate(s) dropped" in text
+    assert "runtime: cpu, 2 replica(s)" in text and "45 rows from 2 shard(s)" in text
+    assert "1 padding duplicate(s) dropped" in text
+    assert "Defaulting to PJRT_DEVICE" not in text and "can conflict with" not in text
     assert any("image/png" in o.get("data", {}) for c in executed["cells"] for o in c.get("outputs", []))

@@ -1,4 +1,4 @@
-"""The torch-side runtime detector and launcher guards."""
+"""The runtime detector, the launch-mode table and the launcher's guards (no accelerator needed)."""
 from __future__ import annotations
 
 import subprocess
@@ -7,89 +7,183 @@ import textwrap
 
 import pytest
 
-from kitlib import runtime
-from kitlib.runtime import configure_env, detect_runtime, launch
+from kitlib import hardware, runtime
+from kitlib.runtime import MODES, Runtime, configure_env, detect_runtime, launch
 
 
-def fn_defined_here(index):  # noqa: D103 - used only for the __main__ check below
+def fn_defined_here(replica, job):  # noqa: D103 - used only for the __main__ check below
     pass
 
 
-def test_cpu_default_and_count(monkeypatch):
-    monkeypatch.setattr(runtime, "_tpu_present", lambda: None)
-    rt = detect_runtime(3, prefer="auto")
-    assert (rt.kind, rt.num_devices, rt.xla) == ("cpu", 3, True)
-    assert "3 PJRT CPU device(s)" in rt.describe()
+@pytest.fixture
+def no_accelerator(monkeypatch):
+    monkeypatch.setattr(hardware, "tpu_evidence", lambda: None)
+    monkeypatch.setattr(hardware, "cuda_device_count", lambda: 0)
+    for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "GROUP_RANK"):
+        monkeypatch.delenv(v, raising=False)
 
 
-def test_tpu_found_from_environment(monkeypatch):
-    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-8")
-    monkeypatch.setattr(runtime, "_tpu_chips", lambda: 8)
+def test_cpu_default_is_eager_with_the_cores_shared(no_accelerator, monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_cores", lambda: 2)
     rt = detect_runtime()
-    assert (rt.kind, rt.num_devices, rt.xla) == ("tpu", 8, True)
+    assert (rt.mode, rt.num_replicas, rt.threads, rt.world_size) == ("cpu", 1, 2, 1)
+    assert rt.launch_mode.device == "cpu" and rt.launch_mode.collectives == "gloo"
+    monkeypatch.setattr(hardware, "cpu_cores", lambda: 16)
+    rt = detect_runtime()
+    assert (rt.num_replicas, rt.threads) == (4, 4)
+    assert "4 replica(s) x 4 thread(s) (eager torch on the CPU, gloo)" in rt.describe()
+    rt = detect_runtime(3, "xla-cpu")
+    assert (rt.mode, rt.num_replicas, rt.launch_mode.device) == ("xla-cpu", 3, "xla")
+    assert "rehearsal of the TPU path" in rt.describe()
+
+
+def test_modes_are_one_table():
+    assert set(MODES) == {"tpu", "cuda", "cpu", "xla-cpu", "xla-cpu-processes"}
+    assert {m.collectives for m in MODES.values()} == {"xla", "nccl", "gloo", None}
+    with pytest.raises(ValueError, match="unknown launch mode"):
+        Runtime("gpu", 1, "test")
+
+
+def test_tpu_runs_every_chip_and_refuses_a_subset(monkeypatch):
+    """torch_xla.launch always runs every chip: num_devices=4 on a v5e-8 is refused, never misreported."""
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-8")
+    monkeypatch.setattr(hardware, "tpu_chip_count", lambda: 8)
+    rt = detect_runtime()
+    assert (rt.mode, rt.num_replicas, rt.world_size) == ("tpu", 8, 8)
     assert "v5litepod-8" in rt.reason
+    with pytest.raises(ValueError, match=r"num_devices=4, but torch_xla.launch runs one replica on every TPU chip of this host \(8\)"):
+        detect_runtime(4)
+    assert detect_runtime(8).num_replicas == 8
 
 
-def test_forced_accelerators_that_are_absent(monkeypatch):
-    monkeypatch.setattr(runtime, "_tpu_present", lambda: None)
+def test_cuda_detection_and_launch_plan_never_initialise_cuda(monkeypatch):
+    """On 2x T4 with fork: nothing in the parent may initialise CUDA (else every child fails)."""
+    import torch
+    import torch.multiprocessing as tmp
+
+    def poisoned(*a, **k):
+        raise AssertionError("CUDA initialised in the parent")
+
+    monkeypatch.setattr(hardware, "tpu_evidence", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # NVML's count
+    for name in ("is_available", "get_device_name", "get_device_properties", "set_device", "_lazy_init", "init",
+                 "current_device", "mem_get_info"):
+        monkeypatch.setattr(torch.cuda, name, poisoned)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", poisoned, raising=False)
+    rt = detect_runtime()
+    assert (rt.mode, rt.num_replicas) == ("cuda", 2) and "NVML" in rt.describe()
+    started = {}
+    monkeypatch.setattr(tmp, "start_processes", lambda fn, args, nprocs, start_method, join: started.update(
+        nprocs=nprocs, start_method=start_method))
+    launch(fn_defined_here, None, rt, "fork")
+    assert started == {"nprocs": 2, "start_method": "fork"}
+    assert not torch.cuda.is_initialized()
+    with pytest.raises(RuntimeError, match="3 CUDA devices asked for, 2 present"):
+        detect_runtime(3)
+
+
+def test_forced_accelerators_that_are_absent(no_accelerator):
     with pytest.raises(RuntimeError, match="no TPU"):
         detect_runtime(prefer="tpu")
     with pytest.raises(RuntimeError, match="no CUDA device"):
         detect_runtime(prefer="cuda")
-    with pytest.raises(ValueError, match="prefer must be"):
+    with pytest.raises(ValueError, match="must be one of"):
         detect_runtime(prefer="gpu")
     with pytest.raises(ValueError, match="num_devices"):
         detect_runtime(0)
 
 
-def test_configure_env_for_cpu_collectives(monkeypatch):
+def test_torchrun_process_is_one_replica_of_a_multi_host_world(no_accelerator, monkeypatch):
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+           "TORCHELASTIC_RUN_ID": "test"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    rt = detect_runtime()
+    assert (rt.mode, rt.num_replicas, rt.num_hosts, rt.host, rt.world_size, rt.started_by) == ("cpu", 2, 2, 1, 4, "torchrun")
+    assert "host 2 of 2, 2 replica(s)" in rt.describe() and "world 4" in rt.describe()
+    with pytest.raises(ValueError, match="torchrun started 2 process"):
+        detect_runtime(1)
+
+
+def test_tpu_pod_hosts_from_the_cloud_tpu_environment(monkeypatch):
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-32")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4")
+    monkeypatch.setenv("TPU_WORKER_ID", "1")
+    monkeypatch.setattr(hardware, "tpu_chip_count", lambda: 8)
+    rt = detect_runtime()
+    assert (rt.num_hosts, rt.host, rt.world_size, rt.started_by) == (4, 1, 32, "tpu-pod")
+    assert "host 2 of 4, 8 replica(s) on this host, world 32" in rt.describe()
+
+
+def test_configure_env_for_xla_cpu(monkeypatch):
     for v in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "PJRT_CPU_ASYNC_CLIENT", "XLA_THREAD_POOL_SIZE"):
         monkeypatch.delenv(v, raising=False)
-    configure_env(runtime.Runtime("cpu", 4, True, "test"))
+    configure_env(Runtime("xla-cpu", 4, "test"))
     import os
 
     assert os.environ["PJRT_DEVICE"] == "CPU" and os.environ["CPU_NUM_DEVICES"] == "4"
     assert os.environ["PJRT_CPU_ASYNC_CLIENT"] == "false" and int(os.environ["XLA_THREAD_POOL_SIZE"]) >= 4
+    configure_env(Runtime("xla-cpu-processes", 3, "test"))
+    assert os.environ["CPU_NUM_DEVICES"] == "1"
 
 
 def test_spawn_refuses_a_function_from_main(monkeypatch):
     monkeypatch.setattr(fn_defined_here, "__module__", "__main__")
     with pytest.raises(ValueError, match="importable function"):
-        launch(fn_defined_here, (), runtime.Runtime("cpu", 1, True, "test"), "spawn")
+        launch(fn_defined_here, None, Runtime("cpu", 1, "test"), "spawn")
     with pytest.raises(ValueError, match="start_method"):
-        launch(fn_defined_here, (), runtime.Runtime("cpu", 1, True, "test"), "forkserver")
+        launch(fn_defined_here, None, Runtime("cpu", 1, "test"), "forkserver")
 
 
-def test_touching_the_device_before_launch_is_a_clear_error(tmp_path):
+def _child(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+
+
+def test_touching_the_device_before_launch_is_a_clear_error():
     """A notebook that ran torch_xla.device() in the parent gets told what to do."""
-    code = textwrap.dedent("""
+    r = _child("""
         import os
         os.environ["PJRT_DEVICE"] = "CPU"
         import torch, torch_xla
         from kitlib.runtime import Runtime, launch
-        from kitlib.infer_template import _mp_fn
+        from kitlib.infer import _mp_fn
         torch.zeros(1).to(torch_xla.device())
         try:
-            launch(_mp_fn, (None,), Runtime("cpu", 2, True, "test"), "fork")
+            launch(_mp_fn, None, Runtime("xla-cpu", 2, "test"), "fork")
         except RuntimeError as e:
             print("REFUSED:", e)
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "REFUSED: cannot launch replicas: the XLA runtime is already initialised" in r.stdout, r.stderr[-2000:]
     assert "Restart the kernel" in r.stdout
 
 
 def test_tensorflow_before_torch_xla_is_refused_not_aborted():
     """TF first, then torch_xla, kills the process in LLVM; launch says what to do instead."""
-    code = textwrap.dedent("""
+    r = _child("""
         import tensorflow
         from kitlib.runtime import Runtime, launch
-        from kitlib.infer_template import _mp_fn
+        from kitlib.infer import _mp_fn
         try:
-            launch(_mp_fn, (None,), Runtime("cpu", 2, True, "test"), "fork")
+            launch(_mp_fn, None, Runtime("xla-cpu", 2, "test"), "fork")
         except RuntimeError as e:
             print("REFUSED:", e)
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "REFUSED: TensorFlow is imported in this process and torch_xla is not" in r.stdout
+
+
+def test_xla_replicas_start_without_warnings_that_say_nothing():
+    """No "Defaulting to PJRT_DEVICE=CPU" and no TF/torch_xla conflict warning (TF is never imported)."""
+    r = _child("""
+        from kitlib.replica import Replica
+        from kitlib.runtime import Runtime, launch
+
+        def report(replica, job):
+            print("REPLICA", replica.rank, replica.world_size, replica.device)
+
+        launch(report, None, Runtime("xla-cpu", 2, "test"), "fork")
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(line for line in r.stdout.splitlines() if line.startswith("REPLICA")) == [
+        "REPLICA 0 2 xla:0", "REPLICA 1 2 xla:1"]
+    assert "Defaulting to PJRT_DEVICE" not in r.stderr and "can conflict with" not in r.stderr, r.stderr

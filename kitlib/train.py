@@ -1,28 +1,23 @@
-"""The data-parallel training template: one ``_mp_fn`` per device, two ways to sync gradients.
+"""Data-parallel training as one call: ``train(job, rt)`` -> the master's history.
 
-Parent process (notebook)::
+::
 
-    rt = detect_runtime(num_devices, collectives=True)     # touches no device
-    cfg = TrainConfig(checkpoint=..., train_csv=..., valid_csv=..., out_dir=...,
-                      backend=rt.dist_backend, num_devices=rt.num_devices, pattern="optimizer_step")
-    history = train(cfg, rt, start_method)                 # launch(_mp_fn, (cfg,), rt, ...), then read the history
+    rt = detect_runtime(num_devices, accelerator)          # touches no device
+    job = TrainJob(checkpoint=..., train_csv=..., valid_csv=..., out_dir=..., pattern="optimizer_step")
+    history = train(job, rt)                               # launch(_mp_fn, job, rt), then the history
 
-Backends (``TrainConfig.backend``, from :attr:`kitlib.runtime.Runtime.dist_backend`):
+One replica per device runs :func:`_mp_fn` with its :class:`kitlib.replica.Replica`; the launch
+mode (:data:`kitlib.runtime.MODES`) decides the collectives: ``xla`` on a TPU (and ``xla-cpu``),
+``nccl`` on CUDA GPUs, ``gloo`` for eager CPU replicas. The replica program never branches on it.
 
-* ``"xla"``: torch_xla replicas (TPU; one PJRT CPU device). Batches come through
-  ``MpDeviceLoader``, every step runs inside ``torch_xla.step()``, and each process keeps its
-  own persistent compilation cache (``<compile_cache_dir>/proc-<index>``).
-* ``"nccl"``: one process per CUDA GPU over ``torch.distributed``.
-* ``"gloo"``: N CPU processes over ``torch.distributed`` (torch_xla's CPU thread mode
-  deadlocks on collectives in 2.9, so multi-replica CPU training uses real processes).
-
-Patterns (``TrainConfig.pattern``):
+Patterns (``TrainJob.pattern``):
 
 * ``"optimizer_step"``: plain model; after ``backward()`` the gradients are all-reduced (mean
   over replicas) and the optimizer steps: ``xm.optimizer_step`` on XLA, the same thing by hand
-  with ``torch.distributed.all_reduce`` elsewhere.
+  with ``replica.all_reduce_sum`` elsewhere.
 * ``"ddp"``: ``DistributedDataParallel(model, gradient_as_bucket_view=True)``, whose backward
-  averages the gradients; on XLA over the ``xla`` process group (``init_method="xla://"``).
+  averages the gradients; on XLA over the ``xla`` process group (``init_method="xla://"``). With
+  one eager replica there is nothing to average and the plain model is used.
 
 Shapes are fixed so XLA compiles one training graph: every training batch is ``[batch_size,
 max_len]`` (``DistributedSampler(drop_last=True)`` + ``DataLoader(drop_last=True)``, padding to
@@ -36,12 +31,13 @@ every replica's step losses; validation ROC AUC is computed on the predictions o
 gathered together, each validation row once (the sampler's padding duplicates are dropped).
 Loss is logged and tqdm shown on the master (rank 0) only. The master alone writes
 ``out_dir``: ``save_pretrained`` of the model and the tokenizer (what
-:func:`kitlib.model.load_classifier` and the inference template load), plus
-``train_history.json`` and ``valid_predictions.csv``.
+:func:`kitlib.model.load_classifier` and :mod:`kitlib.infer` load), plus
+``train_history.json`` and ``valid_predictions.csv``. Reading the data and saving are wrapped in
+``replica.together``: a failure on one rank (a read-only folder, a full disk) ends every rank
+with one error naming that rank, instead of leaving the others waiting at a barrier.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -53,17 +49,17 @@ import numpy as np
 from . import compat
 from .atomic import atomic_dir
 from .data import plan_batches, read_csv_checked
-from .model import load_classifier, probabilities
+from .model import check_max_len, keep_head_float32, load_classifier, probabilities
+from .runtime import Runtime, launch
 
 PATTERNS = ("optimizer_step", "ddp")
-BACKENDS = ("xla", "nccl", "gloo")
 HISTORY_FILE = "train_history.json"
 VALID_PREDICTIONS_FILE = "valid_predictions.csv"
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Everything a replica needs; picklable, so it travels to ``spawn``-ed processes.
+class TrainJob:
+    """What to train (nothing about the devices: that is the runtime's); picklable for ``spawn``.
 
     Attributes:
         checkpoint: local transformers folder to start from (model + tokenizer), e.g. from
@@ -71,8 +67,6 @@ class TrainConfig:
         train_csv: training CSV (``id``, a text column, the label column).
         valid_csv: validation CSV, same columns; ROC AUC is reported on it after every epoch.
         out_dir: folder the master writes the trained checkpoint to (replaced atomically).
-        backend: ``"xla"``, ``"nccl"`` or ``"gloo"`` (see the module docstring).
-        num_devices: world size for nccl/gloo; XLA asks ``torch_xla.runtime``.
         pattern: ``"optimizer_step"`` or ``"ddp"``.
         epochs: passes over the training rows.
         batch_size: rows per step on each replica (global batch = batch_size x world size).
@@ -87,17 +81,18 @@ class TrainConfig:
             deterministic, for comparisons); None keeps the checkpoint's.
         log_every: master logs the step loss every this many steps.
         compile_cache_dir: XLA only: root of the persistent compilation cache; process ``i``
-            uses ``<root>/proc-<i>``. None: no persistent cache.
+            uses ``<root>/proc-<i>`` (not with ``xla-cpu`` thread replicas, which share a process).
+            None: no persistent cache.
         rank_states_dir: if set, every replica saves its final ``state_dict`` (CPU tensors) to
             ``<dir>/rank-<r>.pt`` (to check that replicas hold identical parameters).
+        precision: ``"auto"`` (bf16 autocast on a TPU, fp32 elsewhere), ``"fp32"`` or ``"bf16"``;
+            the head and the loss stay float32.
     """
 
     checkpoint: str
     train_csv: str
     valid_csv: str
     out_dir: str
-    backend: str = "xla"
-    num_devices: int = 1
     pattern: str = "optimizer_step"
     epochs: int = 1
     batch_size: int = 16
@@ -113,13 +108,14 @@ class TrainConfig:
     log_every: int = 10
     compile_cache_dir: str | None = None
     rank_states_dir: str | None = None
+    precision: str = "auto"
 
     def __post_init__(self):
         if self.pattern not in PATTERNS:
             raise ValueError(f"pattern must be one of {PATTERNS}, not {self.pattern!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, not {self.backend!r}")
-        for name in ("num_devices", "epochs", "batch_size", "max_len", "log_every"):
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"precision must be auto, fp32 or bf16 for training, not {self.precision!r}")
+        for name in ("epochs", "batch_size", "max_len", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
 
@@ -201,68 +197,21 @@ def _tokenize(tokenizer, texts: list[str], max_len: int):
     return enc["input_ids"], enc["attention_mask"]
 
 
-def _replica(index: int, cfg: TrainConfig):
-    """(device, rank, world) of this replica, with its process group (and XLA cache) set up."""
-    import torch
-    import torch.distributed as dist
-
-    if cfg.backend == "xla":
-        if cfg.compile_cache_dir:
-            compat.xla_initialize_cache(str(Path(cfg.compile_cache_dir) / f"proc-{index}"))
-        device, rank, world = compat.xla_device(), compat.xla_rank(), compat.xla_world_size()
-        if cfg.pattern == "ddp":
-            compat.xla_init_process_group()
-        return device, rank, world
-    rank, world = index, cfg.num_devices  # kitlib.runtime.launch has set this process's CPU threads
-    device = torch.device("cuda", index) if cfg.backend == "nccl" else torch.device("cpu")
-    dist.init_process_group(cfg.backend, init_method="env://", rank=rank, world_size=world)
-    return device, rank, world
-
-
-def _all_reduce_sum(t, cfg: TrainConfig):
-    import torch.distributed as dist
-
-    if cfg.backend == "xla":
-        return compat.xla_all_reduce_sum(t)
-    dist.all_reduce(t)
-    return t
-
-
-def _all_gather(t, cfg: TrainConfig, world: int):
-    import torch
-    import torch.distributed as dist
-
-    if cfg.backend == "xla":
-        return compat.xla_all_gather(t)
-    parts = [torch.empty_like(t) for _ in range(world)]
-    dist.all_gather(parts, t)
-    return torch.cat(parts)
-
-
-def _barrier(cfg: TrainConfig, tag: str) -> None:
-    import torch.distributed as dist
-
-    if cfg.backend == "xla":
-        compat.xla_rendezvous(tag)
-    else:
-        dist.barrier()
-
-
-def average_gradients(model, world: int) -> None:
-    """All-reduce every parameter gradient over the ``torch.distributed`` group and divide by ``world``.
+def average_gradients(model, replica) -> None:
+    """All-reduce every parameter gradient over the replicas and divide by the world size.
 
     What ``xm.optimizer_step`` does before stepping, for nccl/gloo. Parameters without a
     gradient are skipped (every replica must have the same ones).
     """
-    import torch.distributed as dist
-
+    if replica.world_size == 1:
+        return
     for p in model.parameters():
         if p.grad is not None:
-            dist.all_reduce(p.grad)
-            p.grad.div_(world)
+            replica.all_reduce_sum(p.grad)
+            p.grad.div_(replica.world_size)
 
 
-def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, cfg: TrainConfig, device):
+def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, job: TrainJob, replica):
     """Probabilities for the validation rows of one replica, left on the device.
 
     Args:
@@ -270,34 +219,29 @@ def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, cfg: Train
         rows: from :func:`validation_rows` (``-1`` = filler, predicted on row 0 and dropped later).
 
     Returns:
-        float32 tensor ``[len(rows)]`` on ``device``.
+        float32 tensor ``[len(rows)]`` on the replica's device.
     """
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     idx = torch.from_numpy(np.maximum(rows, 0))
-    loader = DataLoader(TensorDataset(input_ids[idx], attention_mask[idx]), batch_size=cfg.batch_size, shuffle=False)
-    xla = cfg.backend == "xla"
-    if xla:
-        loader = compat.xla_device_loader(loader, device)
+    loader = replica.loader(DataLoader(TensorDataset(input_ids[idx], attention_mask[idx]), batch_size=job.batch_size, shuffle=False))
     out = []
     model.eval()
-    with torch.no_grad():
-        for ids, mask in loader:
-            if not xla:
-                ids, mask = ids.to(device), mask.to(device)
+    with torch.no_grad(), replica.autocast(job.precision):
+        for batch in loader:
+            ids, mask = replica.to_device(batch)
             out.append(probabilities(model(input_ids=ids, attention_mask=mask).logits))
     model.train()
     return torch.cat(out)
 
 
-def _mp_fn(index: int, cfg: TrainConfig) -> None:
-    """Per-device training: train, validate after every epoch, and (master) save the checkpoint.
+def _mp_fn(replica, job: TrainJob) -> None:
+    """One replica's training: train, validate after every epoch, and (master) save the checkpoint.
 
     Args:
-        index: the launcher's process index (on XLA the rank comes from
-            ``torch_xla.runtime.global_ordinal()``).
-        cfg: a :class:`TrainConfig`.
+        replica: the :class:`kitlib.replica.Replica` the launcher built.
+        job: a :class:`TrainJob`.
 
     Raises:
         ValueError: the training rows give no full global batch, or a CSV fails
@@ -308,45 +252,50 @@ def _mp_fn(index: int, cfg: TrainConfig) -> None:
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
     from tqdm.auto import tqdm
 
-    device, rank, world = _replica(index, cfg)
-    xla, master = cfg.backend == "xla", rank == 0
-    labels = (cfg.label_col,)
-    train_df = read_csv_checked(cfg.train_csv, text_col=cfg.text_col, label_cols=labels, limit=cfg.train_limit)
-    valid_df = read_csv_checked(cfg.valid_csv, text_col=cfg.text_col, label_cols=labels, limit=cfg.valid_limit)
-
-    torch.manual_seed(cfg.seed)  # a freshly initialised head is then the same on every replica
-    tokenizer, model = load_classifier(cfg.checkpoint, xla=xla)  # xla: one graph per shape (no mask skip)
-    if cfg.dropout is not None:
+    rank, world, master, xla = replica.rank, replica.world_size, replica.is_master, replica.xla
+    if xla and job.compile_cache_dir and not replica.threaded:
+        compat.xla_initialize_cache(str(Path(job.compile_cache_dir) / f"proc-{replica.local_rank}"))
+    labels = (job.label_col,)
+    with replica.together("reading the data and loading the model"):
+        train_df = read_csv_checked(job.train_csv, text_col=job.text_col, label_cols=labels, limit=job.train_limit)
+        valid_df = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=labels, limit=job.valid_limit)
+        torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
+        tokenizer, model = load_classifier(job.checkpoint, xla=xla, head_for_training=True)
+    keep_head_float32(model)
+    if job.dropout is not None:
         for m in model.modules():
             if isinstance(m, torch.nn.Dropout):
-                m.p = cfg.dropout
-    model.train().to(device)
+                m.p = job.dropout
+    model.train().to(replica.device)
 
     train_set = TensorDataset(
-        *_tokenize(tokenizer, train_df["text"].tolist(), cfg.max_len),
-        torch.tensor(train_df[cfg.label_col].to_numpy(np.float32)),
+        *_tokenize(tokenizer, train_df["text"].tolist(), job.max_len),
+        torch.tensor(train_df[job.label_col].to_numpy(np.float32)),
     )
-    sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True)
-    loader = DataLoader(train_set, batch_size=cfg.batch_size, sampler=sampler, drop_last=True)
+    sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=job.seed, drop_last=True)
+    loader = DataLoader(train_set, batch_size=job.batch_size, sampler=sampler, drop_last=True)
     if len(loader) == 0:
-        raise ValueError(f"{len(train_df)} training rows give no full global batch of {cfg.batch_size} x {world}")
-    valid_ids, valid_mask = _tokenize(tokenizer, valid_df["text"].tolist(), cfg.max_len)
-    valid_rows = validation_rows(len(valid_df), world, rank, cfg.batch_size)
-    valid_labels = valid_df[cfg.label_col].to_numpy(np.float32)
+        raise ValueError(f"{job.train_csv}: {len(train_df)} training rows give no full global batch of "
+                         f"{job.batch_size} x {world} replicas; lower batch_size or add rows")
+    valid_ids, valid_mask = _tokenize(tokenizer, valid_df["text"].tolist(), job.max_len)
+    valid_rows = validation_rows(len(valid_df), world, rank, job.batch_size)
+    valid_labels = valid_df[job.label_col].to_numpy(np.float32)
 
-    net = model
-    if cfg.pattern == "ddp":
+    net, ddp = model, job.pattern == "ddp" and (xla or world > 1)
+    if ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        device_ids = [device.index] if cfg.backend == "nccl" else None
-        # broadcast_buffers=False: XLM-R's buffers (position / token type ids) are constants, the
+        if xla:
+            compat.xla_init_process_group()
+        device_ids = [replica.device.index] if replica.mode.device == "cuda" else None
+        # broadcast_buffers=False: the models' buffers (position / token type ids) are constants, the
         # same on every replica; broadcasting them would add a collective to every step.
         net = DDP(model, device_ids=device_ids, gradient_as_bucket_view=True, broadcast_buffers=False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step_context = compat.xla_step if xla else contextlib.nullcontext
+    optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=job.weight_decay)
 
-    history = {"world_size": world, "backend": cfg.backend, "pattern": cfg.pattern, "config": asdict(cfg),
-               "steps_per_epoch": len(loader), "global_batch": cfg.batch_size * world,
+    history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
+               "pattern": job.pattern, "ddp_wrapped": ddp, "precision": replica.precision(job.precision),
+               "config": asdict(job), "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
                "epochs": [], "step_loss": [], "compile_counts": [] if xla else None}
 
     def log_loss(step: int, loss) -> None:
@@ -357,41 +306,41 @@ def _mp_fn(index: int, cfg: TrainConfig) -> None:
     global_step, done_loss = 0, 0.0
     # One running total for the whole run: a fresh zero tensor per epoch would be a new little
     # XLA graph at the next epoch's first step.
-    loss_total = torch.zeros((), device=device)
-    for epoch in range(cfg.epochs):
+    loss_total = torch.zeros((), device=replica.device)
+    for epoch in range(job.epochs):
         sampler.set_epoch(epoch)
-        batches = compat.xla_device_loader(loader, device) if xla else loader
         t0 = time.perf_counter()
-        for ids, mask, y in tqdm(batches, total=len(loader), desc=f"epoch {epoch + 1} (rank 0)", disable=not master):
-            with step_context():
-                if not xla:
-                    ids, mask, y = ids.to(device), mask.to(device), y.to(device)
+        for batch in tqdm(replica.loader(loader), total=len(loader), desc=f"epoch {epoch + 1} (master)", disable=not master):
+            with replica.step():
+                ids, mask, y = replica.to_device(batch)
                 optimizer.zero_grad(set_to_none=True)
-                loss = classification_loss(net(input_ids=ids, attention_mask=mask).logits, y)
+                with replica.autocast(job.precision):
+                    logits = net(input_ids=ids, attention_mask=mask).logits
+                loss = classification_loss(logits, y)
                 loss.backward()
-                if cfg.pattern == "ddp":
+                if ddp:
                     optimizer.step()  # DDP's backward already averaged the gradients
                 elif xla:
                     compat.xla_optimizer_step(optimizer)
                 else:
-                    average_gradients(model, world)
+                    average_gradients(model, replica)
                     optimizer.step()
                 loss_total += loss.detach()
                 global_step += 1
-                if master and global_step % cfg.log_every == 0:
+                if master and global_step % job.log_every == 0:
                     if xla:
                         compat.xla_add_step_closure(log_loss, (global_step, loss))
                     else:
                         log_loss(global_step, loss)
             if xla and master:
                 history["compile_counts"].append(compat.xla_compile_count())
-        run_loss = _all_reduce_sum(loss_total.clone(), cfg).item()  # sum over replicas and steps so far
+        run_loss = replica.all_reduce_sum(loss_total.clone()).item()  # sum over replicas and steps so far
         train_loss, done_loss = (run_loss - done_loss) / (len(loader) * world), run_loss
         train_seconds = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        gathered = _all_gather(predict_valid(model, valid_ids, valid_mask, valid_rows, cfg, device), cfg, world)
-        probs = merge_gathered(gathered.cpu().numpy(), len(valid_df), world, cfg.batch_size)
+        gathered = replica.all_gather(predict_valid(model, valid_ids, valid_mask, valid_rows, job, replica))
+        probs = merge_gathered(gathered.cpu().numpy(), len(valid_df), world, job.batch_size)
         p = np.clip(probs, 1e-7, 1 - 1e-7)
         valid_loss = float(-np.mean(valid_labels * np.log(p) + (1 - valid_labels) * np.log(1 - p)))
         record = {"epoch": epoch + 1, "train_loss": train_loss, "valid_loss": valid_loss,
@@ -403,14 +352,14 @@ def _mp_fn(index: int, cfg: TrainConfig) -> None:
             tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "
                        f"valid ROC AUC {record['valid_auc']:.4f}, {train_seconds:.1f} s training")
 
-    if cfg.rank_states_dir:
-        Path(cfg.rank_states_dir).mkdir(parents=True, exist_ok=True)
+    if job.rank_states_dir:
+        Path(job.rank_states_dir).mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        torch.save(state, Path(cfg.rank_states_dir) / f"rank-{rank}.pt")
-    if master:
-        save_checkpoint(model, tokenizer, cfg.out_dir, history, valid_df["id"].tolist(), probs, cfg.label_col)
-    _barrier(cfg, "kitlib-train-saved")
-    if dist.is_initialized():
+        torch.save(state, Path(job.rank_states_dir) / f"rank-{rank}.pt")
+    with replica.together("saving the checkpoint"):  # every rank learns whether the master's save worked
+        if master:
+            save_checkpoint(model, tokenizer, job.out_dir, history, valid_df["id"].tolist(), probs, job.label_col)
+    if ddp and xla and dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -437,7 +386,7 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
 def read_history(out_dir: str | os.PathLike) -> dict:
     """The ``train_history.json`` of a trained checkpoint folder (see :func:`_mp_fn`).
 
-    Keys: ``world_size``, ``backend``, ``pattern``, ``config``, ``steps_per_epoch``,
+    Keys: ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``, ``config``, ``steps_per_epoch``,
     ``global_batch``, ``epochs`` (one dict per epoch: ``train_loss``, ``valid_loss``,
     ``valid_auc``, ``train_seconds``, ``valid_seconds``, ``steps``, ``compile_count``),
     ``step_loss`` (``[step, loss]`` pairs logged by the master), ``compile_counts`` (XLA: the
@@ -452,25 +401,22 @@ def read_history(out_dir: str | os.PathLike) -> dict:
     return json.loads(p.read_text())
 
 
-def train(cfg: TrainConfig, rt, start_method: str = "fork") -> dict:
-    """Launch :func:`_mp_fn` on every device of ``rt`` and return the master's training history.
+def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict:
+    """Launch :func:`_mp_fn` on every replica of ``rt`` and return the master's training history.
 
     Args:
-        cfg: a :class:`TrainConfig` whose ``backend`` is ``rt.dist_backend`` (and
-            ``num_devices`` is ``rt.num_devices`` for nccl/gloo).
-        rt: from ``kitlib.runtime.detect_runtime(..., collectives=True)``.
+        job: a :class:`TrainJob`.
+        rt: from :func:`kitlib.runtime.detect_runtime`.
         start_method: ``"fork"`` or ``"spawn"``.
 
     Raises:
-        ValueError: ``cfg`` and ``rt`` disagree.
-        RuntimeError, ValueError: from :func:`kitlib.runtime.launch`.
+        ValueError: ``max_len`` is above the model's position table, or ``rt``'s launch mode has
+            no collectives for more than one replica (``xla-cpu-processes``).
+        kitlib.runtime.ReplicaError: a replica failed; names its rank and the original error.
     """
-    from .runtime import launch
-
-    if cfg.backend != rt.dist_backend or (not rt.xla and cfg.num_devices != rt.num_devices):
-        raise ValueError(
-            f"TrainConfig(backend={cfg.backend!r}, num_devices={cfg.num_devices}) does not match "
-            f"the runtime ({rt.dist_backend} x{rt.num_devices})"
-        )
-    launch(_mp_fn, (cfg,), rt, start_method)
-    return read_history(cfg.out_dir)
+    check_max_len(job.checkpoint, job.max_len)
+    if rt.launch_mode.collectives is None and (rt.world_size or 2) > 1:
+        raise ValueError(f"launch mode {rt.mode!r} has no collectives ({rt.launch_mode.summary}); "
+                         "train with accelerator='cpu' (gloo) or 'xla-cpu'")
+    launch(_mp_fn, job, rt, start_method)
+    return read_history(job.out_dir)

@@ -1,0 +1,93 @@
+"""What accelerators this host has, read without initialising any of them.
+
+One probe for the torch runtime (:mod:`kitlib.runtime`) and the TensorFlow / Keras detectors
+(:mod:`kitlib.strategy`, :mod:`kitlib.keras_runtime`), so they never disagree about the machine.
+
+Nothing here may initialise a device in the calling process:
+
+* CUDA: ``torch.cuda.device_count()`` counts through NVML and leaves CUDA uninitialised, so
+  forked replicas can still use it. ``torch.cuda.is_available()`` (unless
+  ``PYTORCH_NVML_BASED_CUDA_CHECK=1``), ``get_device_name``, ``get_device_properties``,
+  ``set_device`` or a tensor on ``cuda`` initialise CUDA, after which every forked child fails
+  with "Cannot re-initialize CUDA in forked subprocess" (PyTorch docs, "CUDA in multiprocessing").
+  Device names are read inside the replicas.
+* TPU: environment variables and device files only (``torch_xla._internal.tpu`` counts chips from
+  the same device files); touching the XLA device would make ``torch_xla.launch`` refuse to start.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+
+# Variables that say "this host has a TPU": Kaggle's TPU v5e-8 image sets TPU_ACCELERATOR_TYPE and
+# TPU_PROCESS_ADDRESSES=local; Cloud TPU VMs set TPU_NAME / TPU_ACCELERATOR_TYPE; Colab's old TPU
+# Node runtime sets COLAB_TPU_ADDR.
+TPU_ENV_VARS = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "COLAB_TPU_ADDR", "TPU_PROCESS_ADDRESSES")
+
+
+def tpu_evidence() -> str | None:
+    """Why this host looks like a TPU host (a variable or device files), or None.
+
+    Returns:
+        e.g. ``"TPU_ACCELERATOR_TYPE=v5litepod-8"``, ``"PJRT_DEVICE=TPU"`` or
+        ``"TPU device files in /dev"``; None when there is no sign of a TPU.
+    """
+    for var in TPU_ENV_VARS:
+        if os.environ.get(var):
+            return f"{var}={os.environ[var]}"
+    if os.environ.get("PJRT_DEVICE", "").upper() == "TPU":
+        return "PJRT_DEVICE=TPU"
+    if _tpu_device_files():
+        return "TPU device files in /dev"
+    return None
+
+
+def _tpu_device_files() -> list[str]:
+    return glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
+
+
+def tpu_chip_count() -> int | None:
+    """TPU chips on this host (what ``torch_xla.launch`` starts one process each for), or None if unknown.
+
+    Read from ``torch_xla._internal.tpu.num_available_devices()`` when torch_xla has it (it counts
+    the device files; nothing is initialised), else from the device files directly.
+    """
+    if importlib.util.find_spec("torch_xla") is not None:
+        try:
+            from torch_xla._internal import tpu
+
+            n = int(tpu.num_available_devices())
+            if n > 0:
+                return n
+        except Exception:  # noqa: BLE001 - private API, moved between versions; fall back to /dev
+            pass
+    n = len(_tpu_device_files())
+    return n or None
+
+
+def cuda_device_count() -> int:
+    """CUDA GPUs visible to torch, counted without initialising CUDA (0 without torch or a driver).
+
+    ``torch.cuda.device_count()`` asks NVML first (PyTorch >= 2.0) and so leaves CUDA
+    uninitialised; without torch, the NVIDIA driver's ``/proc/driver/nvidia/gpus`` entries.
+    """
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        return int(torch.cuda.device_count())
+    return gpu_count_from_driver()
+
+
+def gpu_count_from_driver() -> int:
+    """NVIDIA GPUs listed by the driver in ``/proc/driver/nvidia/gpus`` (no framework involved)."""
+    p = "/proc/driver/nvidia/gpus"
+    return len(os.listdir(p)) if os.path.isdir(p) else 0
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, which containers narrow), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)

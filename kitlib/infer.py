@@ -1,0 +1,214 @@
+"""Multi-device inference as one call: ``predict(job, rt)`` -> the merged submission.
+
+::
+
+    rt = detect_runtime(num_devices, accelerator)        # touches no device
+    job = InferJob(checkpoint=..., test_csv=..., shard_dir=..., output_csv="submission.csv",
+                   sample_submission="sample_submission.csv")
+    result = predict(job, rt)                            # a kitlib.merge.MergeResult
+
+In the calling process ``predict`` checks ``max_len`` against the model, reads the test CSV,
+tokenizes every row once, and chooses the padded lengths (:func:`kitlib.data.choose_bucket_lengths`)
+from the whole test set, so every replica compiles the same few shapes. Then one replica per
+device (:func:`kitlib.runtime.launch`) runs :func:`_mp_fn`: it takes its rows with
+``DistributedSampler(shuffle=False, drop_last=False)`` (which pads every rank to
+``ceil(N / world_size)`` rows by repeating the first rows), sorts them by length, runs fixed-shape
+``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.shards`), marking the
+sampler's padding rows. Last, the shards are merged into the submission (:mod:`kitlib.merge`).
+
+A replica that fails raises :class:`kitlib.runtime.ReplicaError` naming its rank: nothing is merged
+and an existing submission is left as it was. Replica programs keep no module-level state: on
+PJRT CPU (``xla-cpu``) replicas are threads of one process.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_csv_checked, tokenize
+from .merge import MergeResult, merge_shards
+from .model import check_max_len, keep_head_float32, load_classifier, probabilities
+from .runtime import Runtime, launch
+from .shards import clear_shards, read_shard_info, sampler_padding, write_shard
+
+TOKENS_FILE = ".tokens.npz"  # in the shard folder; a dot name, so the merger never reads it
+
+
+@dataclass(frozen=True)
+class InferJob:
+    """What to predict and where to put it (nothing about the devices: that is the runtime's).
+
+    Attributes:
+        checkpoint: local folder with the transformers checkpoint and tokenizer
+            (from :func:`kitlib.model.resolve_checkpoint`).
+        test_csv: the CSV to predict (``id`` plus a text column).
+        shard_dir: folder the per-rank shards are written to (cleared of older shards first).
+        output_csv: the merged submission; None: write the shards only.
+        sample_submission: Kaggle's ``sample_submission.csv``: the submission's row order and
+            columns; None: the test set's order.
+        batch_size: rows per model call on each replica (global batch = batch_size x world size).
+        max_len: tokens per row; longer texts are truncated. At most the model's position table
+            (:func:`kitlib.model.check_max_len`).
+        num_buckets: pad each batch to one of at most this many lengths, chosen over the whole
+            test set; 1: every batch is ``max_len`` long.
+        precision: ``"auto"`` (bf16 on TPU, fp16 on CUDA, fp32 on CPU), ``"fp32"``, ``"bf16"`` or
+            ``"fp16"``; logits are float32 whatever the compute precision.
+        prediction_column: name of the prediction column (Kaggle's ``toxic``).
+        text_col: text column; None picks ``content`` or ``comment_text``.
+    """
+
+    checkpoint: str
+    test_csv: str
+    shard_dir: str
+    output_csv: str | None = None
+    sample_submission: str | None = None
+    batch_size: int = 32
+    max_len: int = 128
+    num_buckets: int = 4
+    precision: str = "auto"
+    prediction_column: str = "toxic"
+    text_col: str | None = None
+
+    def __post_init__(self):
+        for name in ("batch_size", "max_len", "num_buckets"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"InferJob.{name} must be >= 1, not {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What :func:`predict` works out once, in the calling process, for every replica."""
+
+    job: InferJob
+    tokens_file: str
+    num_rows: int
+    bucket_lengths: tuple[int, ...]
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResult | None:
+    """Predict ``job.test_csv`` on every replica of ``rt`` and merge the shards.
+
+    Args:
+        job: an :class:`InferJob`.
+        rt: from :func:`kitlib.runtime.detect_runtime`.
+        start_method: ``"fork"`` (Kaggle notebooks) or ``"spawn"`` (Colab, scripts).
+
+    Returns:
+        The :class:`kitlib.merge.MergeResult` of the written submission, or None when
+        ``job.output_csv`` is None (shards only).
+
+    Raises:
+        ValueError: ``max_len`` above the model's limit, or a bad test CSV (file, row, field named).
+        kitlib.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
+        kitlib.merge.MergeError: the shards cannot give a correct submission; nothing written.
+    """
+    from transformers import AutoTokenizer
+
+    check_max_len(job.checkpoint, job.max_len)
+    texts = read_csv_checked(job.test_csv, text_col=job.text_col)["text"].tolist()
+    tokens = tokenize(AutoTokenizer.from_pretrained(job.checkpoint), texts, job.max_len)
+    buckets = choose_bucket_lengths(tokens.lengths, job.max_len, job.num_buckets)
+    shard_dir = Path(job.shard_dir)
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    clear_shards(shard_dir)
+    tokens_file = shard_dir / TOKENS_FILE
+    tokens.save(tokens_file)
+    plan = _Plan(job, str(tokens_file), len(texts), buckets)
+    try:
+        launch(_mp_fn, plan, rt, start_method)
+    finally:
+        tokens_file.unlink(missing_ok=True)
+    if job.output_csv is None:
+        return None
+    return merge_shards([shard_dir], job.output_csv, sample_submission=job.sample_submission,
+                        test=None if job.sample_submission else job.test_csv)
+
+
+def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) -> tuple[np.ndarray, np.ndarray]:
+    """Run the model over ``rows`` (token rows, repeats allowed) in fixed-shape batches.
+
+    Batches are sorted by length when there are several bucket lengths; the last one is filled up
+    with filler slots, which are dropped.
+
+    Returns:
+        ``(positions, probs)``: int64 ``[n]`` indices into ``rows`` and float32 ``[n]``, one per
+        entry of ``rows``, in the order the batches ran.
+    """
+    import torch
+    from torch.utils.data import DataLoader
+    from tqdm.auto import tqdm
+
+    job = plan.job
+    buckets = plan.bucket_lengths if len(plan.bucket_lengths) > 1 else ()
+    positions = np.arange(len(rows), dtype=np.int64)
+    plans = plan_batches(positions, job.batch_size, job.max_len, tokens.lengths[rows], buckets)
+    dataset = PlannedBatches(tokens, plans, index=rows)
+    loader = replica.loader(DataLoader(dataset, batch_size=None, shuffle=False, num_workers=0))
+    out = []
+    with torch.no_grad(), replica.autocast(job.precision):
+        for batch in tqdm(loader, total=len(plans), desc="predict (master)", disable=not replica.is_master):
+            out.append(probabilities(model(**replica.to_device(batch)).logits).cpu())
+    probs = torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+    order = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)
+    keep = order >= 0
+    return order[keep], probs[keep].astype(np.float32)
+
+
+def _mp_fn(replica, plan: _Plan) -> None:
+    """One replica's inference: predict this rank's rows and write its shard.
+
+    Args:
+        replica: the :class:`kitlib.replica.Replica` the launcher built.
+        plan: the :class:`_Plan` from :func:`predict`.
+    """
+    import pandas as pd
+    from torch.utils.data import DistributedSampler
+
+    job = plan.job
+    rank, world = replica.rank, replica.world_size
+    sampler = DistributedSampler(range(plan.num_rows), num_replicas=world, rank=rank, shuffle=False, drop_last=False)
+    rows = np.fromiter(iter(sampler), dtype=np.int64)
+    padding = sampler_padding(rank, world, plan.num_rows, len(rows))
+    tokens = Tokens.load(plan.tokens_file)
+    _, model = load_classifier(job.checkpoint, xla=replica.xla)
+    keep_head_float32(model)
+    model.to(replica.device)
+    start = time.perf_counter()
+    positions, probs = predict_rows(model, tokens, rows, plan, replica)
+    stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
+             "seconds": round(time.perf_counter() - start, 3), "device": _device_name(replica),
+             "precision": replica.precision(job.precision), **replica.compile_stats()}
+    ids = pd.read_csv(job.test_csv, dtype=str, keep_default_na=False, usecols=["id"])["id"].to_numpy()
+    done = rows[positions]
+    write_shard(Path(job.shard_dir), rank=rank, world_size=world, num_rows=plan.num_rows, rows=done,
+                ids=ids[done], predictions={job.prediction_column: probs}, padding=padding[positions],
+                run_id=plan.run_id, stats=stats)
+
+
+def _device_name(replica) -> str:
+    """What the replica ran on, read inside it (the parent never initialises CUDA)."""
+    import torch
+
+    if replica.mode.device == "cuda":
+        return torch.cuda.get_device_name(replica.device)
+    return str(replica.device)
+
+
+def replica_stats(shard_dir: str | Path) -> list[dict]:
+    """Each shard's rank, rows and the figures its replica recorded (seconds, batches, compilations).
+
+    ``xla_compiles`` is the replica's own count; ``xla_compiles_process`` (``xla-cpu`` thread
+    replicas) is the count of the process its threads share.
+    """
+    import pyarrow.parquet as pq
+
+    out = []
+    for f in sorted(Path(shard_dir).glob("shard-*.parquet")):
+        info = read_shard_info(pq.read_schema(f))
+        out.append({"rank": info.rank, "world_size": info.world_size, **info.stats})
+    return out

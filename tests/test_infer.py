@@ -1,0 +1,129 @@
+"""Inference through ``predict(job, rt)``: every launch mode gives the same submission.
+
+Eager CPU (the default with no accelerator), torch_xla on PJRT CPU as threads (``xla-cpu``, the
+TPU rehearsal) and as processes, 1 to 4 replicas, ``fork`` and ``spawn``: the same predictions to
+1e-5, from a model whose outputs spread (std > 0.05), so agreement means something.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import write_slice
+from kitlib.infer import InferJob, predict, replica_stats
+from kitlib.runtime import ReplicaError, detect_runtime
+
+pytestmark = pytest.mark.slow
+
+
+def run(checkpoint, test_csv, out_dir, devices, accelerator="cpu", start_method="fork", **job):
+    rt = detect_runtime(devices, accelerator)
+    job = InferJob(checkpoint=str(checkpoint), test_csv=str(test_csv), shard_dir=str(out_dir / "shards"),
+                   output_csv=str(out_dir / "sub.csv"), **{"batch_size": 8, "max_len": 64, "num_buckets": 1, **job})
+    result = predict(job, rt, start_method)
+    sub = pd.read_csv(out_dir / "sub.csv", dtype={"id": str}, keep_default_na=False)
+    return sub, replica_stats(out_dir / "shards"), result
+
+
+@pytest.fixture(scope="module")
+def slice_103(tmp_path_factory):
+    return write_slice(tmp_path_factory.mktemp("slice"), 103)[0]
+
+
+@pytest.fixture(scope="module")
+def reference(sharp_checkpoint, slice_103, tmp_path_factory):
+    """One eager CPU replica, every batch max_len long."""
+    return run(sharp_checkpoint, slice_103, tmp_path_factory.mktemp("ref"), 1)
+
+
+def test_eager_cpu_is_the_default_and_matches_plain_torch(sharp_checkpoint, slice_103, reference, monkeypatch):
+    import torch
+
+    from kitlib import runtime
+    from kitlib.data import read_csv_checked
+    from kitlib.model import load_classifier, probabilities
+
+    monkeypatch.setattr(runtime.hardware, "tpu_evidence", lambda: None)
+    monkeypatch.setattr(runtime.hardware, "cuda_device_count", lambda: 0)
+    assert detect_runtime().mode == "cpu"
+    sub, stats, result = reference
+    assert stats[0]["device"] == "cpu" and stats[0]["precision"] == "fp32" and "xla_compiles" not in stats[0]
+    expected_ids = pd.read_csv(slice_103, dtype=str, keep_default_na=False)["id"].tolist()
+    assert sub["id"].tolist() == expected_ids and result.num_rows == 103
+    assert sub["toxic"].std() > 0.05  # a model whose outputs differ per row, so agreement means something
+    tok, model = load_classifier(sharp_checkpoint)
+    enc = tok(read_csv_checked(slice_103)["text"].tolist(), padding="max_length", truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        eager = probabilities(model(**enc).logits).numpy()
+    np.testing.assert_allclose(sub["toxic"].to_numpy(), eager, atol=1e-5)
+
+
+def test_eager_replicas_and_buckets_agree(sharp_checkpoint, slice_103, reference, tmp_path):
+    sub, stats, result = run(sharp_checkpoint, slice_103, tmp_path, 3, num_buckets=3)
+    assert sorted(s["rank"] for s in stats) == [0, 1, 2] and {s["world_size"] for s in stats} == {3}
+    assert [s["rows"] for s in stats] == [35] * 3  # ceil(103 / 3): two padding duplicates, marked in the shards
+    assert result.num_padding_duplicates == 2
+    assert sub["id"].tolist() == reference[0]["id"].tolist()
+    np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
+
+
+def test_xla_cpu_threads_match_eager_and_compile_once_per_shape(sharp_checkpoint, slice_103, reference, tmp_path):
+    sub, stats, _ = run(sharp_checkpoint, slice_103, tmp_path / "a", 4, accelerator="xla-cpu")
+    assert [s["world_size"] for s in stats] == [4] * 4 and [s["rows"] for s in stats] == [26] * 4
+    assert all(s["device"].startswith("xla:") for s in stats)
+    # thread replicas share one process's compile counter: labelled as the process's, not a replica's
+    assert all("xla_compiles_process" in s and "xla_compiles" not in s for s in stats)
+    np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
+    # fixed [batch, max_len] shapes: one graph for 37 rows (ragged tail) as for 103, per process
+    small = write_slice(tmp_path / "s", 37)[0]
+    _, small_stats, _ = run(sharp_checkpoint, small, tmp_path / "b", 1, accelerator="xla-cpu-processes")
+    _, big_stats, _ = run(sharp_checkpoint, slice_103, tmp_path / "c", 1, accelerator="xla-cpu-processes")
+    assert small_stats[0]["batches"] == 5 and big_stats[0]["batches"] == 13
+    assert small_stats[0]["xla_compiles"] == big_stats[0]["xla_compiles"] == 1
+
+
+def test_xla_cpu_processes_with_spawn_and_buckets(sharp_checkpoint, slice_103, reference, tmp_path):
+    """One process per PJRT CPU device, ranked by the launcher; each counts its own compilations."""
+    sub, stats, _ = run(sharp_checkpoint, slice_103, tmp_path, 2, accelerator="xla-cpu-processes",
+                        start_method="spawn", num_buckets=3)
+    assert sorted(s["rank"] for s in stats) == [0, 1] and all("xla_compiles" in s for s in stats)
+    assert all(1 <= s["xla_compiles"] <= 3 for s in stats)  # one graph per padded length a batch used
+    np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
+
+
+def test_max_len_beyond_the_position_table_is_refused(tiny_checkpoint, slice_103, tmp_path):
+    """XLM-R has 514 position slots, 512 usable: max_len=600 used to give a wrong value on XLA, exit 0."""
+    with pytest.raises(ValueError, match=r"max_len=600 .* holds 512 tokens per row\. Set max_len <= 512"):
+        run(tiny_checkpoint, slice_103, tmp_path, 1, accelerator="xla-cpu", max_len=600)
+    assert not (tmp_path / "sub.csv").exists() and not (tmp_path / "shards").exists()
+    run(tiny_checkpoint, slice_103, tmp_path, 1, max_len=512)  # the limit itself is fine
+
+
+def test_a_failing_replica_names_its_rank_and_leaves_no_submission(sharp_checkpoint, slice_103, tmp_path):
+    """Rank 1 cannot write its shard (a folder sits at its shard's name): no merge, no submission."""
+    (tmp_path / "shards" / "shard-00001-of-00002.parquet").mkdir(parents=True)
+    (tmp_path / "sub.csv").write_text("id,toxic\nold,0.5\n")  # an earlier submission stays as it was
+    with pytest.raises(ReplicaError, match=r"replica rank 1 failed: IsADirectoryError") as e:
+        run(sharp_checkpoint, slice_103, tmp_path, 2)
+    assert e.value.rank == 1
+    assert (tmp_path / "sub.csv").read_text() == "id,toxic\nold,0.5\n"
+
+
+def test_bf16_autocast_keeps_float32_probabilities(sharp_checkpoint, tmp_path):
+    """Under autocast the head runs in float32: logits leave the model as float32, 256 rows keep
+    ~256 distinct probabilities."""
+    import torch
+
+    from kitlib.model import keep_head_float32, load_classifier
+
+    tok, model = load_classifier(sharp_checkpoint)
+    enc = tok(["a short comment", "another, longer comment here"], padding=True, return_tensors="pt")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model(**enc).logits.dtype == torch.bfloat16  # what autocast gives without the kit
+        keep_head_float32(model)
+        assert model(**enc).logits.dtype == torch.float32
+    csv = write_slice(tmp_path / "d", 256)[0]
+    sub, stats, _ = run(sharp_checkpoint, csv, tmp_path, 1, precision="bf16", batch_size=32)
+    assert stats[0]["precision"] == "bf16"
+    assert sub["toxic"].nunique() >= 250
