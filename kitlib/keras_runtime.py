@@ -68,9 +68,10 @@ def _jax_sees_tpu() -> bool:
 
 
 def _gpu_count() -> int:
-    """NVIDIA GPUs from the driver's ``/proc`` entries (no framework is initialised)."""
-    p = "/proc/driver/nvidia/gpus"
-    return len(os.listdir(p)) if os.path.isdir(p) else 0
+    """NVIDIA GPUs, counted without initialising any framework (:func:`kitlib.hardware.cuda_device_count`)."""
+    from .hardware import cuda_device_count
+
+    return cuda_device_count()
 
 
 @dataclass

@@ -23,7 +23,6 @@ TensorFlow is imported inside the functions, never at ``import kitlib``.
 """
 from __future__ import annotations
 
-import glob
 import importlib.metadata
 import os
 import sys
@@ -31,9 +30,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-# Environment variables that say "this host has a TPU" (Kaggle sets TPU_PROCESS_ADDRESSES=local
-# and TPU_ACCELERATOR_TYPE on v5e-8; Colab sets COLAB_TPU_ADDR on TPU Node runtimes).
-TPU_ENV_VARS = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "COLAB_TPU_ADDR", "TPU_PROCESS_ADDRESSES")
+# One probe of the machine for torch and TensorFlow alike (kitlib.hardware): TPU variables and /dev files.
+from .hardware import TPU_ENV_VARS, tpu_evidence  # noqa: E402,F401  (tests replace strategy.tpu_evidence)
 
 
 class TPUUnusableError(RuntimeError):
@@ -75,18 +73,6 @@ class StrategyInfo:
             f"strategy: {type(self.strategy).__name__} x{self.num_replicas} ({self.kind}), global batch "
             f"{self.global_batch} = {self.per_replica_batch} x {self.num_replicas}{pol}: {self.reason}"
         )
-
-
-def tpu_evidence() -> str | None:
-    """Evidence of a TPU on this host, read without touching it (environment, ``/dev``), or None."""
-    for var in TPU_ENV_VARS:
-        if os.environ.get(var):
-            return f"{var}={os.environ[var]}"
-    if os.environ.get("PJRT_DEVICE", "").upper() == "TPU":
-        return "PJRT_DEVICE=TPU"
-    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
-        return "TPU device files in /dev"
-    return None
 
 
 def installed_tensorflow() -> str:
