@@ -1,7 +1,7 @@
-"""Benchmarks: merge speed, XLA compilations, padding waste, replica scaling.
+"""Benchmarks: merge speed, XLA compilations, padding waste, the kit against plain eager torch.
 
-    .venv/bin/python benchmarks/run.py            # all four (about 5 minutes on 2 cores)
-    .venv/bin/python benchmarks/run.py merge      # one of: merge compile padding scaling
+    .venv/bin/python benchmarks/run.py            # all four (about 8 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py merge      # one of: merge compile padding eager
 
 Every figure is a ratio of two things measured in the same run on the same machine, and the
 machine is printed first. Each measured job runs in a fresh subprocess, so peak memory
@@ -135,39 +135,38 @@ def bench_merge(tmp: Path) -> None:
 
 # ---------------------------------------------------------------- 2. compilations
 def _compile_job(job: str, limit: int) -> dict:
-    os.environ["PJRT_DEVICE"] = "CPU"
     import numpy as np
     import torch
 
     from kitlib import compat
     from kitlib.data import read_csv_checked
-    from kitlib.infer_template import InferConfig, length_buckets, predict_rows
     from kitlib.model import load_classifier, probabilities
 
     ck = str(tiny_checkpoint())
+    t = time.perf_counter()
+    if job == "compile-kit":  # the kit's own path: predict() on one PJRT CPU device in this process's child
+        from kitlib.infer import InferJob, predict, replica_stats
+        from kitlib.runtime import detect_runtime
+
+        tmp = Path(tempfile.mkdtemp())
+        read_csv_checked(SAMPLE / "test.csv").iloc[:limit].rename(columns={"text": "content"}).to_csv(tmp / "t.csv", index=False)
+        predict(InferJob(checkpoint=ck, test_csv=str(tmp / "t.csv"), shard_dir=str(tmp / "shards"), batch_size=COMPILE_BATCH,
+                         max_len=COMPILE_MAX_LEN, num_buckets=4, precision="fp32"), detect_runtime(1, "xla-cpu-processes"))
+        stats = replica_stats(tmp / "shards")[0]
+        return {"compiles": stats["xla_compiles"], "seconds": time.perf_counter() - t, "rows": limit, "shapes": 4}
+    os.environ["PJRT_DEVICE"] = "CPU"  # the seed pattern: dynamic padding per batch, a ragged last batch
     texts = read_csv_checked(SAMPLE / "test.csv")["text"].tolist()[:limit]
     device = compat.xla_device()
-    t = time.perf_counter()
-    if job == "compile-kit":
-        tok, model = load_classifier(ck, xla=True)
-        model.to(device)
-        tmp_csv = Path(tempfile.mkdtemp()) / "t.csv"
-        read_csv_checked(SAMPLE / "test.csv").iloc[:limit].rename(columns={"text": "content"}).to_csv(tmp_csv, index=False)
-        buckets = length_buckets(ck, tmp_csv, COMPILE_MAX_LEN, 4)
-        cfg = InferConfig(checkpoint=ck, test_csv=str(tmp_csv), shard_dir="", batch_size=COMPILE_BATCH, max_len=COMPILE_MAX_LEN, length_buckets=buckets)
-        predict_rows(model, tok, texts, np.arange(len(texts)), cfg, device, xla=True, progress=False)
-        extra = {"shapes": len(buckets)}
-    else:  # the seed pattern: dynamic padding per batch, a ragged last batch, the default attention
-        tok, model = load_classifier(ck)
-        model.to(device)
-        shapes = set()
-        with torch.no_grad():
-            for s in range(0, len(texts), COMPILE_BATCH):
-                enc = tok(texts[s : s + COMPILE_BATCH], padding=True, truncation=True, max_length=COMPILE_MAX_LEN, return_tensors="pt")
-                shapes.add(tuple(enc["input_ids"].shape))
-                probabilities(model(**{k: v.to(device) for k, v in enc.items()}).logits).cpu()
-        extra = {"shapes": len(shapes)}
-    return {"compiles": compat.xla_compile_count(), "seconds": time.perf_counter() - t, "rows": len(texts), **extra}
+    tok, model = load_classifier(ck)
+    model.to(device)
+    shapes = set()
+    with torch.no_grad():
+        for s in range(0, len(texts), COMPILE_BATCH):
+            enc = tok(texts[s : s + COMPILE_BATCH], padding=True, truncation=True, max_length=COMPILE_MAX_LEN, return_tensors="pt")
+            shapes.add(tuple(enc["input_ids"].shape))
+            probabilities(model(**{k: v.to(device) for k, v in enc.items()}).logits).cpu()
+    del np
+    return {"compiles": compat.xla_compile_count(), "seconds": time.perf_counter() - t, "rows": len(texts), "shapes": len(shapes)}
 
 
 def bench_compile(tmp: Path) -> None:
@@ -187,14 +186,14 @@ def bench_padding(tmp: Path) -> None:
     from torch.utils.data import DistributedSampler
     from transformers import AutoTokenizer
 
-    from kitlib.data import choose_buckets, padding_waste, plan_batches, read_csv_checked, token_lengths
+    from kitlib.data import choose_bucket_lengths, padding_waste, plan_batches, read_csv_checked, token_lengths
 
     print("\n## 3. Padding waste on the real test sample (share of computed tokens that are padding; batch 32)")
     tok = AutoTokenizer.from_pretrained(tiny_checkpoint())
     texts = read_csv_checked(SAMPLE / "test.csv")["text"].tolist()
     for max_len in (128, 256):
         lengths = token_lengths(tok, texts, max_len)
-        buckets = choose_buckets(lengths, max_len, 4)
+        buckets = choose_bucket_lengths(lengths, max_len, 4)
         for world in (1, 2, 8):
             single, bucketed = [], []
             for rank in range(world):
@@ -206,51 +205,111 @@ def bench_padding(tmp: Path) -> None:
                   f"{wb:5.1%} (target <= 25%); computes {(1 - ws) / (1 - wb):.2f}x the tokens")
 
 
-# ---------------------------------------------------------------- 4. scaling
-def bench_scaling(tmp: Path) -> None:
+# ---------------------------------------------------------------- 4. the kit against plain eager torch
+PLAIN_EAGER = """\
+import sys, time
+t0 = time.perf_counter()
+import pandas as pd, torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+checkpoint, test_csv, out_csv, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+torch.set_num_threads(threads)
+test = pd.read_csv(test_csv, dtype=str, keep_default_na=False)
+tok = AutoTokenizer.from_pretrained(checkpoint)
+model = AutoModelForSequenceClassification.from_pretrained(checkpoint).eval()
+texts, probs = test["content"].tolist(), []
+t1 = time.perf_counter()
+with torch.inference_mode():
+    for s in range(0, len(texts), 32):  # dynamic padding per batch, in input order
+        enc = tok(texts[s:s + 32], padding=True, truncation=True, max_length=128, return_tensors="pt")
+        probs.append(torch.sigmoid(model(**enc).logits[:, 0]))
+pd.DataFrame({"id": test["id"], "toxic": torch.cat(probs).numpy()}).to_csv(out_csv, index=False)
+print("LOOP", time.perf_counter() - t1)
+"""
+
+KIT = """\
+import sys, time
+from kitlib.infer import InferJob, predict, replica_stats
+from kitlib.runtime import detect_runtime
+checkpoint, test_csv, out_dir, replicas = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+rt = detect_runtime(replicas or None)
+predict(InferJob(checkpoint=checkpoint, test_csv=test_csv, shard_dir=out_dir + "/shards", output_csv=out_dir + "/sub.csv",
+                 batch_size=32, max_len=128), rt)
+print("LOOP", max(s["seconds"] for s in replica_stats(out_dir + "/shards")))
+print("RUNTIME", f"{rt.mode} x{rt.num_replicas}")
+"""
+
+
+def _classifier(name: str, tmp: Path) -> Path | None:
+    """A checkpoint with a fixed classifier head, so the kit and the plain script load the same weights."""
+    import torch
+
+    from kitlib.model import PRETRAINED, load_classifier, resolve_checkpoint
+
+    out = ROOT / ".cache" / f"bench-{name}-classifier"
+    if (out / "config.json").is_file():
+        return out
+    if name != "tiny-random" and name not in PRETRAINED:
+        return None
+    try:
+        src = resolve_checkpoint(name, data_dir=SAMPLE, cache_dir=ROOT / ".cache")
+    except ModuleNotFoundError as e:
+        print(f"  skipped {name}: {e}")
+        return None
+    torch.manual_seed(0)
+    tok, model = load_classifier(src, head_for_training=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _timed(args: list[str]) -> tuple[float, float, str]:
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    wall = time.perf_counter() - t
+    if r.returncode:
+        raise RuntimeError(f"{args[:2]} failed:\n{r.stderr[-3000:]}")
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.startswith(("LOOP", "RUNTIME")))
+    return wall, float(lines["LOOP"]), lines.get("RUNTIME", "")
+
+
+def bench_eager(tmp: Path) -> None:
+    import numpy as np
     import pandas as pd
-    import pyarrow.parquet as pq
 
-    print("\n## 4. Replica scaling: the inference template at 1 and 2 PJRT CPU devices (threads of one process)")
-    ck = tiny_checkpoint()
+    from kitlib.hardware import cpu_cores
+
+    print("\n## 4. The kit's whole inference job against a plain eager script (whole processes, same rows and model)")
+    print("  plain: AutoModelForSequenceClassification, torch.inference_mode, batch 32, dynamic padding per batch in")
+    print(f"  input order, {cpu_cores()} threads. kit: detect_runtime() defaults + predict() (tokenize once, length")
+    print("  buckets, shard, merge). Target: kit <= 0.8x plain on the real checkpoint, 1,000 rows.")
+    (tmp / "plain.py").write_text(PLAIN_EAGER)
+    (tmp / "kit.py").write_text(KIT)
     test = pd.read_csv(SAMPLE / "test.csv", dtype=str, keep_default_na=False)
-    big = pd.concat([test.assign(id=test["id"] + f"-{k}") for k in range(4)])  # 4,000 rows: compile time amortised
+    big = pd.concat([test.assign(id=test["id"] + f"-{k}") for k in range(4)])
     big.to_csv(tmp / "test4k.csv", index=False)
-    code = (
-        "import sys, time, json; sys.path.insert(0, %r)\n"
-        "from kitlib.runtime import detect_runtime, launch\n"
-        "from kitlib.infer_template import InferConfig, _mp_fn\n"
-        "if __name__ == '__main__':\n"
-        "    rt = detect_runtime(int(sys.argv[1]), prefer='cpu', cpu_processes=sys.argv[3] == 'processes')\n"
-        "    cfg = InferConfig(checkpoint=%r, test_csv=%r, shard_dir=sys.argv[2], batch_size=32, max_len=128,\n"
-        "                      processes=rt.processes, num_devices=rt.num_devices)\n"
-        "    t = time.perf_counter(); launch(_mp_fn, (cfg,), rt, 'fork')\n"
-        "    print(json.dumps({'wall': time.perf_counter() - t}))\n"
-    ) % (str(ROOT), str(ck), str(tmp / "test4k.csv"))
-    (tmp / "scale.py").write_text(code)
-    from kitlib.shards import read_shard_info
-
-    res = {}
-    one_core = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}  # each device computes on one core
-    for n, mode, env in ((1, "threads", {}), (2, "threads", {}), (2, "processes", {}),
-                         (1, "processes/1 core", one_core), (2, "processes/1 core", one_core)):
-        out = tmp / f"s{n}{mode.replace('/', '-').replace(' ', '')}"
-        r = subprocess.run([sys.executable, str(tmp / "scale.py"), str(n), str(out), mode.split("/")[0]],
-                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
-        if r.returncode:
-            raise RuntimeError(r.stderr[-3000:])
-        wall = json.loads(r.stdout.strip().splitlines()[-1])["wall"]
-        loop = max(read_shard_info(pq.read_schema(p)).stats["seconds"] for p in out.glob("*.parquet"))
-        res[n, mode] = (len(big) / loop, len(big) / wall)
-        print(f"  {n} device(s), {mode:16s}: {res[n, mode][0]:6.1f} rows/s in the prediction loop, "
-              f"{res[n, mode][1]:6.1f} rows/s for the whole launch")
-    for two_mode, one_mode in (("threads", "threads"), ("processes", "threads"), ("processes/1 core", "processes/1 core")):
-        one, two = res[1, one_mode], res[2, two_mode]
-        print(f"  2 devices ({two_mode}) vs 1 ({one_mode}): {two[0] / one[0]:.2f}x (prediction loop), "
-              f"{two[1] / one[1]:.2f}x (whole launch); target >= 1.6x")
+    for name, csv, rows in (("tiny-random", SAMPLE / "test.csv", 1000), ("tiny-random", tmp / "test4k.csv", 4000),
+                            ("all-minilm-l6-v2", SAMPLE / "test.csv", 1000)):
+        ck = _classifier(name, tmp)
+        if ck is None:
+            continue
+        plain_wall, plain_loop, _ = _timed([str(tmp / "plain.py"), str(ck), str(csv), str(tmp / "plain.csv"), str(cpu_cores())])
+        out = tmp / f"kit-{name}-{rows}"
+        kit_wall, kit_loop, described = _timed([str(tmp / "kit.py"), str(ck), str(csv), str(out), "0"])
+        a = pd.read_csv(tmp / "plain.csv", dtype={"id": str}, keep_default_na=False)
+        b = pd.read_csv(out / "sub.csv", dtype={"id": str}, keep_default_na=False)
+        gap = float(np.abs(a["toxic"].to_numpy() - b["toxic"].to_numpy()).max())
+        print(f"  {name}, {rows} rows: plain {plain_wall:5.1f} s (loop {plain_loop:5.1f} s), kit {kit_wall:5.1f} s "
+              f"(loop {kit_loop:5.1f} s): kit/plain = {kit_wall / plain_wall:.2f}x whole job, {kit_loop / plain_loop:.2f}x "
+              f"loop; same predictions to {gap:.1e}; {described.split(':')[0]}")
+    ck = _classifier("tiny-random", tmp)
+    one = _timed([str(tmp / "kit.py"), str(ck), str(tmp / "test4k.csv"), str(tmp / "k1"), "1"])
+    two = _timed([str(tmp / "kit.py"), str(ck), str(tmp / "test4k.csv"), str(tmp / "k2"), "2"])
+    print(f"  replicas on {cpu_cores()} cores, tiny model, 4,000 rows: 1 replica {one[0]:.1f} s, 2 replicas {two[0]:.1f} s "
+          f"({one[0] / two[0]:.2f}x; no target: replicas on the same cores only share them)")
 
 
-PARTS = {"merge": bench_merge, "compile": bench_compile, "padding": bench_padding, "scaling": bench_scaling}
+PARTS = {"merge": bench_merge, "compile": bench_compile, "padding": bench_padding, "eager": bench_eager}
 
 
 def main() -> None:
