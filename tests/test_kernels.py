@@ -1,6 +1,7 @@
-"""scripts/kernels.py: staging with vendored kitlib, metadata rules, and pushes through the real
-``kaggle`` client (2.2.1 / kagglesdk 0.1.28) to the fake Kaggle API of scripts/fake_kaggle.py on
-127.0.0.1 (reached through ``HTTP_PROXY`` with ``KAGGLE_API_ENVIRONMENT=LOCALHOST``)."""
+"""scripts/kernels.py (the package scripts/kaggle_kernels): staging with vendored kitlib, metadata
+rules, and pushes through the real ``kaggle`` client (2.2.1 / kagglesdk 0.1.28) to the fake Kaggle
+API of scripts/fake_kaggle.py on 127.0.0.1 (reached through ``HTTP_PROXY`` with
+``KAGGLE_API_ENVIRONMENT=LOCALHOST``)."""
 from __future__ import annotations
 
 import json
@@ -11,12 +12,13 @@ from pathlib import Path
 
 import jupytext
 import pytest
+from slugify import slugify
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import check_pairs  # noqa: E402
-import kernels  # noqa: E402
+import kaggle_kernels as kernels  # noqa: E402
 from fake_kaggle import FakeKaggle  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
@@ -65,11 +67,13 @@ shutil.copy(paths.default_data_dir() / "sample_submission.csv", work / "submissi
 
 
 def make_project(tmp: Path, notebooks: list[str], entries: dict | None = None) -> Path:
-    """A scratch project: jupytext.toml, kernel-metadata.json (the repository's + ``entries``),
-    notebooks/ with the fixture notebook and copies of the named repository notebooks, each synced."""
+    """A scratch project: jupytext.toml, kernel-metadata.json (the repository's shared fields, its
+    entries for the named notebooks, + ``entries``), notebooks/ with the fixture notebook and copies
+    of the named repository notebooks, each synced."""
     (tmp / "notebooks").mkdir(parents=True)
     shutil.copy(ROOT / "jupytext.toml", tmp / "jupytext.toml")
     meta = json.loads((ROOT / "kernel-metadata.json").read_text())
+    meta["notebooks"] = {k: v for k, v in meta["notebooks"].items() if k in notebooks}
     meta["notebooks"]["fixture_kernel"] = {"title": "Fixture kernel for tests", "accelerator": "none"}
     meta["notebooks"].update(entries or {})
     (tmp / "kernel-metadata.json").write_text(json.dumps(meta, indent=1))
@@ -265,7 +269,7 @@ def test_push_each_notebook_records_vendored_kitlib_and_metadata(project, fake, 
              str(project / "notebooks" / f"{name}.py")], env)
     assert r.returncode == 0, r.stdout + r.stderr
     entry = json.loads((project / "kernel-metadata.json").read_text())["notebooks"][name]
-    slug = kernels.slugify(entry["title"])
+    slug = slugify(entry["title"])
     (save,) = fake.calls("SaveKernel")
     body = save["body"]
     assert save["path"] == "/api/v1/kernels.KernelsApiService/SaveKernel" and save["authorized"]
