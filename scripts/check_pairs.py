@@ -280,6 +280,10 @@ def _sync_scratch(pair: Pair, source: str) -> None:
     rc, out = _jupytext(*args, str(src))
     if rc:
         raise RuntimeError(f"jupytext --sync {src.name} failed: {out.strip()}")
+    if not pair.ipynb.exists():  # e.g. a .py with uncommented magics reads as 'hydrogen', not py:percent
+        fmt = jupytext.formats.guess_format(pair.py.read_text(encoding="utf-8"), ".py")[0]
+        raise RuntimeError(f"jupytext --sync {src.name} wrote no {pair.ipynb.name}: it reads {src.name} as {fmt!r}, not the "
+                           f"paired 'percent' format (comment out magics: '# !pip ...'): {out.strip()}")
     _clean_ipynb(pair.ipynb)
     for _ in range(3):  # a header written by the first pass can settle on the next (bounded)
         if not disagreement(pair):
