@@ -28,7 +28,6 @@ KAGGLE_KEYS = frozenset(KEY_ORDER)
 # (default when absent: KaggleApi.kernels_push)
 BOOL_KEYS = {"is_private": True, "enable_gpu": False, "enable_tpu": False, "enable_internet": True}
 TITLE_MIN, TITLE_MAX, SLUG_MIN = 5, 50, 5
-_SLUG_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class SourceKind(NamedTuple):
