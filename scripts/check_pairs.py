@@ -21,7 +21,14 @@ brings each disagreeing pair together with ``jupytext --sync``, taking the side 
 since the last commit (``git status``). When both sides changed, or neither did (so there is no
 telling which is the edit), it refuses, names both files and writes nothing: it never drops an
 edit. ``--from`` picks the side explicitly (overwriting the other side's edits: your call). Sync
-also clears outputs, sets the ``python3`` kernelspec when missing and drops ``jupytext_version``.
+also clears outputs, sets the ``python3`` kernelspec when missing, drops ``jupytext_version``, and
+brings back a notebook saved by Kaggle's editor (nbformat 4.4 without cell ids: upgraded to 4.5,
+ids added; its ``kaggle.accelerator`` is kept as written, e.g. ``tpuV5e8``).
+
+Sync works on a scratch copy and writes the pair only when the result passes the check and every
+cell of the edited side reads back unchanged from both files (type, source, tags). A cell the
+percent format cannot carry (e.g. a markdown line starting with ``%%``, read back as a cell
+marker) makes it refuse, naming the cell; when it refuses it writes nothing.
 
 Pairing itself is ``jupytext.toml`` at the repository root (``formats = "ipynb,py:percent"``);
 jupytext's ``--sync`` keeps existing cell ids and takes inputs from the newest file by mtime
@@ -45,6 +52,7 @@ from pathlib import Path
 
 import jupytext
 import jupytext.cli
+import nbformat
 from jupytext.config import find_jupytext_configuration_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,8 +215,17 @@ def git_changed(path: Path) -> bool | None:
 
 
 def _clean_ipynb(path: Path) -> None:
-    """Clear outputs/execution counts and jupytext_version in an .ipynb, keeping ids and everything else."""
+    """Clear outputs/execution counts and jupytext_version in an .ipynb, keeping ids and everything else.
+
+    A notebook older than nbformat 4.5 (Kaggle's editor saves 4.4) is upgraded with nbformat's own
+    ``v4.upgrade``, which gives every cell an id; a 4.5 cell without an id gets a new one.
+    """
     nb = jupytext.read(path, fmt="ipynb")
+    if nb.nbformat == 4 and nb.nbformat_minor < 5:
+        nb = nbformat.v4.upgrade(nb, from_version=4, from_minor=nb.nbformat_minor)
+    for c in nb.cells:
+        if not c.get("id"):
+            c.id = nbformat.v4.nbbase.random_cell_id()
     for c in nb.cells:
         if c.cell_type == "code":
             c.outputs, c.execution_count = [], None
@@ -222,8 +239,81 @@ def _clean_ipynb(path: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
+def _cells(path: Path) -> list[tuple[str, str, tuple]]:
+    """The cells of a notebook file as jupytext reads them: (type, source, tags) each."""
+    return [(c.cell_type, c.source, tuple(c.get("metadata", {}).get("tags") or ())) for c in jupytext.read(path).cells]
+
+
+def _describe(cell: tuple | None) -> str:
+    if cell is None:
+        return "nothing"
+    first = cell[1].splitlines()[0] if cell[1] else ""
+    return f"a {cell[0]} cell {first[:60]!r}" + ("..." if len(cell[1]) > len(first[:60]) else "")
+
+
+def _round_trip_problem(src: Path, want: list, other: Path, have: list) -> str | None:
+    """Why ``have`` (the cells read back from ``other``) is not ``want`` (the cells of ``src``), naming the cell; None when equal."""
+    if have == want:
+        return None
+    i = next((k for k, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
+    cell = want[i] if i < len(want) else None
+    got = have[i] if i < len(have) else None
+    msg = (f"{src}: cell {i} ({_describe(cell)}) does not survive the round trip through {other.suffix}: it reads back "
+           f"as {_describe(got)} ({len(want)} cells become {len(have)})")
+    if cell and cell[0] != "code" and re.search(r"^\s*(# )?%%", cell[1], re.M):
+        msg += (". A line starting with '%%' in a markdown cell reads as a cell marker in the percent format: put it "
+                "inside a ``` code fence or reword it")
+    return msg + ". Refusing to sync; nothing written"
+
+
+def _sync_scratch(pair: Pair, source: str) -> None:
+    """jupytext --sync from side ``source`` of ``pair`` (a scratch copy), then hygiene, then settle."""
+    src, dst = (pair.py, pair.ipynb) if source == "py" else (pair.ipynb, pair.py)
+    if source == "ipynb":
+        _clean_ipynb(src)  # ids first (nbformat 4.4 from Kaggle's editor), so that the sync keeps them
+    args = ["--sync", "--quiet"]
+    if jupytext.read(src).metadata.get("kernelspec", {}).get("name") != KERNEL_NAME:
+        args += ["--set-kernel", KERNEL_NAME]
+    if dst.exists():
+        t = dst.stat().st_mtime
+        os.utime(src, (t + 1, t + 1))
+    rc, out = _jupytext(*args, str(src))
+    if rc:
+        raise RuntimeError(f"jupytext --sync {src.name} failed: {out.strip()}")
+    if not pair.ipynb.exists():  # e.g. a .py with uncommented magics reads as 'hydrogen', not py:percent
+        fmt = jupytext.formats.guess_format(pair.py.read_text(encoding="utf-8"), ".py")[0]
+        raise RuntimeError(f"jupytext --sync {src.name} wrote no {pair.ipynb.name}: it reads {src.name} as {fmt!r}, not the "
+                           f"paired 'percent' format (comment out magics: '# !pip ...'): {out.strip()}")
+    _clean_ipynb(pair.ipynb)
+    for _ in range(3):  # a header written by the first pass can settle on the next (bounded)
+        if not disagreement(pair):
+            break
+        t = pair.ipynb.stat().st_mtime  # both hold the same inputs now: settle from the .py side
+        os.utime(pair.py, (t + 1, t + 1))
+        rc, out = _jupytext("--sync", "--quiet", str(pair.py))
+        if rc:
+            raise RuntimeError(f"jupytext --sync {pair.py.name} failed: {out.strip()}")
+        _clean_ipynb(pair.ipynb)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` through a temporary file in the same folder."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def sync_pair(pair: Pair, source: str | None = None) -> str:
     """Bring ``pair`` together with ``jupytext --sync``; returns what was done.
+
+    The sync runs on a scratch copy; the pair is written only when the result passes
+    :func:`check_pair` and every cell of the source side reads back unchanged from both files.
 
     Args:
         pair: the pair.
@@ -231,7 +321,8 @@ def sync_pair(pair: Pair, source: str | None = None) -> str:
 
     Raises:
         SyncRefused: both sides changed since the last commit, or neither did / not in git and the
-            pair disagrees, and no ``source`` was given. Nothing is written.
+            pair disagrees, and no ``source`` was given; or a cell of the source side would change
+            in the round trip; or the result would still fail the check. Nothing is written.
         RuntimeError: jupytext failed.
     """
     if not pair.py.exists() and not pair.ipynb.exists():
@@ -255,32 +346,36 @@ def sync_pair(pair: Pair, source: str | None = None) -> str:
             (source,) = changed
         else:
             source = "py"  # they agree: only hygiene to fix
-    src, dst = (pair.py, pair.ipynb) if source == "py" else (pair.ipynb, pair.py)
+    src = pair.py if source == "py" else pair.ipynb
     if not src.exists():
         raise FileNotFoundError(f"{src}: missing, cannot sync from it")
-    args = ["--sync", "--quiet"]
-    kernel_ok = jupytext.read(src).metadata.get("kernelspec", {}).get("name") == KERNEL_NAME
-    if not kernel_ok:
-        args += ["--set-kernel", KERNEL_NAME]
-    if dst.exists():
-        t = dst.stat().st_mtime
-        os.utime(src, (t + 1, t + 1))
-    before = {p: p.read_bytes() if p.exists() else None for p in (pair.py, pair.ipynb)}
-    rc, out = _jupytext(*args, str(src))
-    if rc:
-        raise RuntimeError(f"jupytext --sync {src} failed: {out.strip()}")
-    _clean_ipynb(pair.ipynb)
-    for _ in range(3):  # a header written by the first pass can settle on the next (bounded)
-        if not disagreement(pair):
-            break
-        t = pair.ipynb.stat().st_mtime  # both hold the same inputs now: settle from the .py side
-        os.utime(pair.py, (t + 1, t + 1))
-        rc, out = _jupytext("--sync", "--quiet", str(pair.py))
-        if rc:
-            raise RuntimeError(f"jupytext --sync {pair.py} failed: {out.strip()}")
-        _clean_ipynb(pair.ipynb)
-    changed = [str(p) for p in (pair.py, pair.ipynb) if before[p] != p.read_bytes()]
-    return f"{pair.name}: synced from {src}" + (f", updated {', '.join(changed)}" if changed else ", nothing to change")
+    with tempfile.TemporaryDirectory(prefix="pair-sync-") as d:
+        d = Path(d)
+        config = _config_for(pair.py)
+        if config:
+            shutil.copy2(config, d / config.name)
+        scratch = Pair(d / pair.py.name, d / pair.ipynb.name)
+        for real, copy in ((pair.py, scratch.py), (pair.ipynb, scratch.ipynb)):
+            if real.exists():
+                shutil.copy2(real, copy)
+        want = _cells(src)
+        _sync_scratch(scratch, source)
+        for side in (scratch.py, scratch.ipynb):
+            problem = _round_trip_problem(src, want, side, _cells(side))
+            if problem:
+                raise SyncRefused(problem)
+        names = {str(scratch.py): str(pair.py), str(scratch.ipynb): str(pair.ipynb)}
+        problems = [re.sub("|".join(map(re.escape, names)), lambda m: names[m.group(0)], p) for p in check_pair(scratch)]
+        if problems:
+            raise SyncRefused(f"{pair.name}: syncing from {src} would leave problems, so nothing was written:\n  "
+                              + "\n  ".join(problems))
+        changed = []
+        for real, new in ((pair.ipynb, scratch.ipynb), (pair.py, scratch.py)):  # the .py last: not older than its pair
+            data = new.read_bytes()
+            if not real.exists() or real.read_bytes() != data:
+                _write_atomic(real, data)
+                changed.append(str(real))
+    return f"{pair.name}: synced from {src}" + (f", updated {', '.join(reversed(changed))}" if changed else ", nothing to change")
 
 
 def main(argv: list[str] | None = None) -> int:

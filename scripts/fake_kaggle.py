@@ -11,8 +11,11 @@ fake can listen on any free port and receives absolute-URI requests. Served:
   HTTP 409 (a version still running) a given number of times first, or carry an ``error``.
 * ``kernels.KernelsApiService/GetKernelSessionStatus``: walks through a list of statuses
   (e.g. QUEUED, RUNNING, COMPLETE), one per call, repeating the last.
-* ``kernels.KernelsApiService/ListKernelSessionOutput``: ``{files: [{fileName, url}], log}``; each url
-  is ``http://localhost/fake-output/<name>``, served by GET.
+* ``kernels.KernelsApiService/ListKernelSessionOutput``: ``{files: [{fileName, url}], log,
+  nextPageToken}``, paged as Kaggle pages it (``page_size`` files a page, 500 on Kaggle; the
+  request's ``pageSize`` when smaller; ``pageToken`` picks the page); each url is
+  ``http://localhost/fake-output/<name>``, served by GET, or answered HTTP 404 with a JSON error
+  body for the names in ``missing`` (listed, but gone).
 * ``security.OAuthService/IntrospectToken``: accepts any token (for ``KAGGLE_API_TOKEN`` runs).
 
 Every request is recorded (``FakeKaggle.requests``, and as JSON lines with ``--record``). Calls
@@ -47,8 +50,10 @@ class FakeKaggle:
         conflicts: SaveKernel answers HTTP 409 this many times before succeeding.
         statuses: GetKernelSessionStatus answers, in order, repeating the last; reset by each push.
         failure_message: sent with an ``ERROR`` status.
-        outputs: output files, name -> bytes, listed by ListKernelSessionOutput.
+        outputs: output files, name -> bytes, listed by ListKernelSessionOutput (in this order).
         log: the run log ListKernelSessionOutput returns.
+        page_size: files per page of ListKernelSessionOutput (Kaggle: 500).
+        missing: output names that are listed but whose download answers HTTP 404.
         record: a file each request is appended to as one JSON line.
 
     Raises:
@@ -65,6 +70,8 @@ class FakeKaggle:
         failure_message: str = "",
         outputs: dict[str, bytes] | None = None,
         log: str = "",
+        page_size: int = 500,
+        missing: tuple[str, ...] = (),
         record: str | Path | None = None,
     ) -> None:
         bad = [s for s in statuses if s not in STATUSES]
@@ -77,6 +84,8 @@ class FakeKaggle:
         self.failure_message = failure_message
         self.outputs = dict(outputs or {})
         self.log = log
+        self.page_size = page_size
+        self.missing = set(missing)
         self.record = Path(record) if record else None
         self.requests: list[dict] = []
         self._status_calls = 0
@@ -171,7 +180,7 @@ class FakeKaggle:
                     f.write(json.dumps(rec) + "\n")
         if verb == "GET" and path.startswith("/fake-output/"):
             name = unquote(path[len("/fake-output/"):])
-            if name in self.outputs:
+            if name in self.outputs and name not in self.missing:
                 return self._reply(h, 200, self.outputs[name], "application/octet-stream")
             return self._reply(h, 404, {"code": 404, "message": f"no output {name}"})
         if not path.startswith("/api/v1/"):
@@ -198,8 +207,14 @@ class FakeKaggle:
                     reply["failureMessage"] = self.failure_message
                 return self._reply(h, 200, reply)
             if method == "ListKernelSessionOutput":
-                files = [{"fileName": k, "url": f"http://localhost/fake-output/{k}"} for k in self.outputs]
-                return self._reply(h, 200, {"files": files, "log": self.log})
+                names = list(self.outputs)
+                size = min(self.page_size, int(body.get("pageSize") or self.page_size))
+                start = int(body.get("pageToken") or 0)
+                page = names[start:start + size]
+                reply = {"files": [{"fileName": k, "url": f"http://localhost/fake-output/{k}"} for k in page], "log": self.log}
+                if start + size < len(names):
+                    reply["nextPageToken"] = str(start + size)
+                return self._reply(h, 200, reply)
             if method == "IntrospectToken":
                 return self._reply(h, 200, {"active": True, "username": self.username})
         return self._reply(h, 404, {"code": 404, "message": f"the fake does not serve {method}"})
@@ -215,13 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--statuses", default="QUEUED,RUNNING,COMPLETE", help="comma-separated status sequence")
     p.add_argument("--output", action="append", default=[], metavar="NAME=FILE", help="an output file to serve")
     p.add_argument("--log", default="fake run log\n")
+    p.add_argument("--page-size", type=int, default=500, help="output files per listing page (Kaggle: 500)")
+    p.add_argument("--missing", action="append", default=[], metavar="NAME", help="list this output but answer 404 for it")
     a = p.parse_args(argv)
     outputs = {}
     for spec in a.output:
         name, _, file = spec.partition("=")
         outputs[name] = Path(file).read_bytes()
     fake = FakeKaggle(push_error=a.push_error, conflicts=a.conflicts, statuses=tuple(a.statuses.split(",")),
-                      outputs=outputs, log=a.log, record=a.record)
+                      outputs=outputs, log=a.log, page_size=a.page_size, missing=tuple(a.missing), record=a.record)
     port = fake.start(a.port)
     print(f"fake Kaggle API on http://127.0.0.1:{port} (use HTTP_PROXY=http://127.0.0.1:{port} KAGGLE_API_ENVIRONMENT=LOCALHOST NO_PROXY=)", flush=True)
     try:

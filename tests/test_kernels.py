@@ -1,6 +1,7 @@
-"""scripts/kernels.py: staging with vendored kitlib, metadata rules, and pushes through the real
-``kaggle`` client (2.2.1 / kagglesdk 0.1.28) to the fake Kaggle API of scripts/fake_kaggle.py on
-127.0.0.1 (reached through ``HTTP_PROXY`` with ``KAGGLE_API_ENVIRONMENT=LOCALHOST``)."""
+"""scripts/kernels.py (the package scripts/kaggle_kernels): staging with vendored kitlib, metadata
+rules, and pushes through the real ``kaggle`` client (2.2.1 / kagglesdk 0.1.28) to the fake Kaggle
+API of scripts/fake_kaggle.py on 127.0.0.1 (reached through ``HTTP_PROXY`` with
+``KAGGLE_API_ENVIRONMENT=LOCALHOST``)."""
 from __future__ import annotations
 
 import json
@@ -11,18 +12,21 @@ from pathlib import Path
 
 import jupytext
 import pytest
+from slugify import slugify
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import check_pairs  # noqa: E402
-import kernels  # noqa: E402
+import kaggle_kernels as kernels  # noqa: E402
 from fake_kaggle import FakeKaggle  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
 KAGGLE_CLI = str(Path(PY).parent / "kaggle")
 COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 REAL_NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.py"))
+# as `kaggle kernels pull -m` writes it (kagglesdk's example of the field)
+PINNED_IMAGE = "gcr.io/kaggle-images/python@sha256:f4b6dd72d4ac48c76fbb02bce0798b80b284102886ad37e6041e9ab721dc8873"
 
 FIXTURE = '''\
 # %% [markdown]
@@ -65,11 +69,13 @@ shutil.copy(paths.default_data_dir() / "sample_submission.csv", work / "submissi
 
 
 def make_project(tmp: Path, notebooks: list[str], entries: dict | None = None) -> Path:
-    """A scratch project: jupytext.toml, kernel-metadata.json (the repository's + ``entries``),
-    notebooks/ with the fixture notebook and copies of the named repository notebooks, each synced."""
+    """A scratch project: jupytext.toml, kernel-metadata.json (the repository's shared fields, its
+    entries for the named notebooks, + ``entries``), notebooks/ with the fixture notebook and copies
+    of the named repository notebooks, each synced."""
     (tmp / "notebooks").mkdir(parents=True)
     shutil.copy(ROOT / "jupytext.toml", tmp / "jupytext.toml")
     meta = json.loads((ROOT / "kernel-metadata.json").read_text())
+    meta["notebooks"] = {k: v for k, v in meta["notebooks"].items() if k in notebooks}
     meta["notebooks"]["fixture_kernel"] = {"title": "Fixture kernel for tests", "accelerator": "none"}
     meta["notebooks"].update(entries or {})
     (tmp / "kernel-metadata.json").write_text(json.dumps(meta, indent=1))
@@ -144,6 +150,7 @@ def staged_tpu(tmp_path_factory):
     ("model_sources", ["google/bert/pyTorch/base/v1"]),
     ("keywords", "nlp"),
     ("docker_image_pinning_type", "newest"),
+    ("docker_image", PINNED_IMAGE),
     ("code_file", "missing.ipynb"),
     ("enable_gpus", True),
 ])
@@ -265,7 +272,7 @@ def test_push_each_notebook_records_vendored_kitlib_and_metadata(project, fake, 
              str(project / "notebooks" / f"{name}.py")], env)
     assert r.returncode == 0, r.stdout + r.stderr
     entry = json.loads((project / "kernel-metadata.json").read_text())["notebooks"][name]
-    slug = kernels.slugify(entry["title"])
+    slug = slugify(entry["title"])
     (save,) = fake.calls("SaveKernel")
     body = save["body"]
     assert save["path"] == "/api/v1/kernels.KernelsApiService/SaveKernel" and save["authorized"]
@@ -454,3 +461,276 @@ def test_run_local_inference_notebook_as_kaggle_would(tmp_path, name):
     executed = (root / "__notebook__.ipynb").read_text()
     assert str((root / "working" / "kitlib").resolve()) in executed
     assert str((root / "input" / "competitions" / COMPETITION).resolve()) in executed
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 13: what is pushed is what was meant, and what comes back is what Kaggle produced
+# ---------------------------------------------------------------------------------------------
+def add_notebook(proj: Path, name: str, source: str, entry: dict | None) -> Path:
+    """Write ``notebooks/<name>.py`` (synced to its .ipynb) and its entry (None: no entry)."""
+    py = proj / "notebooks" / f"{name}.py"
+    py.write_text(source, encoding="utf-8")
+    check_pairs.sync_pair(check_pairs.Pair(py, py.with_suffix(".ipynb")), "py")
+    if entry is not None:
+        meta = json.loads((proj / "kernel-metadata.json").read_text(encoding="utf-8"))
+        meta["notebooks"][name] = entry
+        (proj / "kernel-metadata.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
+    return py
+
+
+def meta_args(proj: Path, out: Path) -> list[str]:
+    return ["--metadata", str(proj / "kernel-metadata.json"), "--out", str(out)]
+
+
+SMALL = '# %% [markdown]\n# # Another kernel\n\n# %%\nimport kitlib\n'
+
+
+# 1. code_file names the entry's own notebook; every entry a notebook, every notebook an entry
+@pytest.mark.parametrize("code_file,why", [
+    ("does_not_exist.ipynb", "names no notebook in"),
+    ("other_kernel.ipynb", "is notebook other_kernel's file"),
+])
+def test_code_file_must_be_the_entrys_own_notebook(tmp_path, code_file, why):
+    proj = make_project(tmp_path / "p", [], {"fixture_kernel": {
+        "title": "Fixture kernel for tests", "accelerator": "none", "code_file": code_file}})
+    add_notebook(proj, "other_kernel", SMALL, {"title": "Other kernel for tests", "accelerator": "none"})
+    out = tmp_path / "b"
+    r = cli(["validate", "--owner", "tester", *meta_args(proj, out), str(proj / "notebooks" / "fixture_kernel.py")])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"notebooks.fixture_kernel.code_file: {code_file!r} {why}" in r.stderr
+    assert "remove code_file" in r.stderr
+    assert not out.exists() or not any(out.iterdir())  # nothing staged
+
+
+def test_entry_without_notebook_and_notebook_without_entry_are_refused(tmp_path, fake):
+    proj = make_project(tmp_path / "p", [], {"fixture_kernal": {"title": "Typo kernel for tests", "accelerator": "none"}})
+    fixture = str(proj / "notebooks" / "fixture_kernel.py")  # the table is checked whole, whichever notebook is pushed
+    r = cli(["push", "--dry-run", *meta_args(proj, tmp_path / "b"), fixture], fake.client_env(tmp_path / "cfg"))
+    assert r.returncode == 2, r.stdout
+    assert "notebooks.fixture_kernal: no notebook" in r.stderr and "(did you mean 'fixture_kernel'?)" in r.stderr
+    assert "kernel(s) valid" not in r.stdout
+    proj2 = make_project(tmp_path / "p2", [])
+    add_notebook(proj2, "orphan", SMALL, None)
+    r = cli(["push", "--dry-run", *meta_args(proj2, tmp_path / "b2"), str(proj2 / "notebooks" / "fixture_kernel.py")],
+            fake.client_env(tmp_path / "cfg"))
+    assert r.returncode == 2 and "orphan.py: no entry in kernel-metadata.json 'notebooks'" in r.stderr, r.stderr
+    assert fake.requests == []
+
+
+# 2. internet off, but the notebook needs it
+OFFLINE_CASES = {
+    "pip": ("# %%\n# !pip install transformers==4.46.0\n\n# %%\nimport kitlib\n",
+            "notebook cell 0 runs `pip install transformers==4.46.0`: pip install downloads from PyPI"),
+    "pip-magic": ("# %% [markdown]\n# # T\n\n# %%\n# %pip install -q sentencepiece\n",
+                  "notebook cell 1 runs `pip install -q sentencepiece`"),
+    "from_pretrained": ("# %%\nfrom transformers import AutoModel\n\n# %%\nm = AutoModel.from_pretrained(\"xlm-roberta-base\")\n",
+                        "notebook cell 1 calls from_pretrained('xlm-roberta-base'): a hub name"),
+    "model-parameter": ('# %% tags=["parameters"]\nmodel = "xlm-roberta-base"\n\n# %%\nimport kitlib\n',
+                        "notebook cell 0 parameter model = 'xlm-roberta-base' is a hub name"),
+    "keras-preset": ('# %% tags=["parameters"]\npreset = "xlm_roberta_base_multi"\n',
+                     "notebook cell 0 parameter preset = 'xlm_roberta_base_multi' is a hub name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OFFLINE_CASES))
+def test_internet_off_refuses_a_notebook_that_needs_it(tmp_path, case):
+    source, message = OFFLINE_CASES[case]
+    proj = make_project(tmp_path / "p", [])
+    py = add_notebook(proj, "needs_net", source, {"title": "Needs the internet", "accelerator": "tpu"})
+    project = kernels.load_project_metadata(proj / "kernel-metadata.json")
+    assert project["enable_internet"] is False
+    with pytest.raises(kernels.MetadataError) as e:
+        kernels.stage(py, tmp_path / "b", "tester", project)
+    assert any(p.startswith(f"enable_internet: false, but {message}") for p in e.value.problems), e.value.problems
+    assert not (tmp_path / "b" / "needs-the-internet").exists()
+    # with the internet on, the same notebook stages
+    project["notebooks"]["needs_net"]["enable_internet"] = True
+    assert kernels.stage(py, tmp_path / "b", "tester", project).warnings == ()
+
+
+@pytest.mark.parametrize("source", [
+    "# %%\n# !pip install --no-index --find-links /kaggle/input/wheels sentencepiece\n",
+    '# %% tags=["parameters"]\nmodel = "/kaggle/input/xlmr/transformers/base/1"\n\n# %%\nimport kitlib\n',
+    '# %% tags=["parameters"]\nmodel = "auto"\n\n# %%\nfrom transformers import AutoModel\nAutoModel.from_pretrained(model)\n',
+])
+def test_internet_off_accepts_what_works_offline(tmp_path, source):
+    proj = make_project(tmp_path / "p", [])
+    py = add_notebook(proj, "offline_ok", source, {"title": "Offline kernel for tests", "accelerator": "none"})
+    st = kernels.stage(py, tmp_path / "b", "tester", kernels.load_project_metadata(proj / "kernel-metadata.json"))
+    assert st.warnings == ()
+
+
+def test_internet_off_push_refuses_and_warns_naming_the_cell(tmp_path, fake):
+    proj = make_project(tmp_path / "p", [])
+    add_notebook(proj, "needs_net", OFFLINE_CASES["pip"][0], {"title": "Needs the internet", "accelerator": "tpu"})
+    add_notebook(proj, "maybe_net", "# %%\nimport os\nname = os.environ['MODEL']\n\n# %%\n"
+                 "from transformers import AutoModel\nAutoModel.from_pretrained(name)\n",
+                 {"title": "Maybe needs the internet", "accelerator": "none"})
+    env = fake.client_env(tmp_path / "cfg")
+    r = cli(["push", *meta_args(proj, tmp_path / "b"), str(proj / "notebooks" / "needs_net.py")], env)
+    assert r.returncode == 2 and "enable_internet: false, but notebook cell 0 runs `pip install" in r.stderr, r.stderr
+    assert fake.requests == []
+    r = cli(["push", *meta_args(proj, tmp_path / "b"), str(proj / "notebooks" / "maybe_net.py")], env)
+    assert r.returncode == 0, r.stderr
+    assert "warning: " in r.stderr and "notebook cell 1 calls from_pretrained(name): cannot tell" in r.stderr
+    assert len(fake.calls("SaveKernel")) == 1
+
+
+# 3. a pinned image with a TPU
+def test_pinned_docker_image_with_tpu_is_refused_naming_both_fields(tmp_path):
+    proj = make_project(tmp_path / "p", [], {"fixture_kernel": {
+        "title": "Fixture kernel for tests", "accelerator": "tpu", "docker_image": PINNED_IMAGE}})
+    fixture = str(proj / "notebooks" / "fixture_kernel.py")
+    r = cli(["validate", "--owner", "tester", *meta_args(proj, tmp_path / "b"), fixture])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"docker_image: pinned to {PINNED_IMAGE!r} together with the TPU accelerator" in r.stderr
+    assert "machine_shape 'TpuV5E8'" in r.stderr
+    meta = json.loads((proj / "kernel-metadata.json").read_text())
+    meta["notebooks"]["fixture_kernel"]["accelerator"] = "none"  # a pinned image without a TPU is Kaggle's business
+    (proj / "kernel-metadata.json").write_text(json.dumps(meta))
+    r = cli(["validate", "--owner", "tester", *meta_args(proj, tmp_path / "b"), fixture])
+    assert r.returncode == 0, r.stderr
+
+
+# 4. output download: every page, no error body on disk, sizes, exit 1 on a failure
+def test_output_download_reads_every_page(tmp_path):
+    outputs = {f"shards/part-{i}.csv": f"part {i}\n".encode() for i in range(8)}
+    outputs["submission.csv"] = b"id,toxic\n0,0.5\n"  # the 9th file: on the third page
+    with FakeKaggle(outputs=outputs, page_size=3, log="log\n") as fake:
+        r = cli(["output", "tester/fixture-kernel-for-tests", "-o", str(tmp_path / "o")], fake.client_env(tmp_path / "cfg"))
+        assert r.returncode == 0, r.stderr
+        assert [c["body"].get("pageToken", "") for c in fake.calls("ListKernelSessionOutput")] == ["", "3", "6"]
+    dest = tmp_path / "o" / "fixture-kernel-for-tests"
+    for name, data in outputs.items():
+        assert (dest / name).read_bytes() == data, name
+    assert f"downloaded {dest / 'submission.csv'} (15 bytes)" in r.stdout
+    assert r.stdout.count(" bytes") == 10  # nine files and the log, each with its size
+
+
+def test_output_download_never_writes_an_error_body(tmp_path):
+    dest = tmp_path / "o" / "fixture-kernel-for-tests"
+    dest.mkdir(parents=True)
+    (dest / "gone.csv").write_bytes(b"an earlier good copy\n")
+    with FakeKaggle(outputs={"gone.csv": b"x", "submission.csv": b"id\n", "empty.txt": b""}, missing=("gone.csv",)) as fake:
+        r = cli(["output", "tester/fixture-kernel-for-tests", "-o", str(tmp_path / "o")], fake.client_env(tmp_path / "cfg"))
+    assert r.returncode == 1
+    assert "1 output file(s) not downloaded" in r.stderr and "gone.csv: HTTP 404" in r.stderr, r.stderr
+    assert (dest / "gone.csv").read_bytes() == b"an earlier good copy\n"
+    assert (dest / "submission.csv").read_bytes() == b"id\n"
+    assert (dest / "empty.txt").read_bytes() == b"" and f"downloaded {dest / 'empty.txt'} (0 bytes)" in r.stdout
+    assert "warning: tester/fixture-kernel-for-tests: output empty.txt is empty (0 bytes)" in r.stderr
+    assert sorted(p.name for p in dest.iterdir()) == ["empty.txt", "gone.csv", "submission.csv"]  # no temporary files left
+
+
+def test_push_wait_output_fails_when_a_file_fails(tmp_path, project):
+    with FakeKaggle(outputs={"submission.csv": b"id\n"}, missing=("submission.csv",)) as fake:
+        r = cli(["push", *meta_args(project, tmp_path / "b"), "--wait", "--poll", "0.05", "--output", str(tmp_path / "o"),
+                 str(project / "notebooks" / "fixture_kernel.py")], fake.client_env(tmp_path / "cfg"))
+    assert r.returncode == 1 and "submission.csv: HTTP 404" in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "o" / "fixture-kernel-for-tests" / "submission.csv").exists()
+
+
+# 5. the client's warnings reach the user
+def test_client_warning_on_readable_kaggle_json_is_passed_through(tmp_path, fake):
+    env = fake.client_env(tmp_path / "cfg")
+    del env["KAGGLE_USERNAME"], env["KAGGLE_KEY"]
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "kaggle.json").write_text(json.dumps({"username": "tester", "key": "fake-key"}))
+    (tmp_path / "cfg" / "kaggle.json").chmod(0o644)
+    r = cli(["status", "tester/fixture-kernel-for-tests"], env)
+    assert r.returncode == 0, r.stderr
+    assert "kaggle: Warning: Your Kaggle API key is readable by other users on this system!" in r.stderr
+    assert f"chmod 600 {tmp_path / 'cfg' / 'kaggle.json'}" in r.stderr
+
+
+# 6. the same characters under any locale
+CP1252_CLI = """
+import builtins, io, runpy, sys
+_open = io.open
+def cp1252_open(file, mode="r", buffering=-1, encoding=None, *args, **kwargs):
+    if "b" not in mode and encoding in (None, "locale"):
+        encoding = "cp1252"  # what open() uses by default on a Windows machine with a Western locale
+    return _open(file, mode, buffering, encoding, *args, **kwargs)
+builtins.open = io.open = cp1252_open
+sys.path.insert(0, sys.argv[1])
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0] + "/kernels.py", run_name="__main__")
+"""
+TURKISH = ('# %% [markdown]\n# # Örnek satır: “quoted”\n\n# %%\nimport kitlib\ntext = "Örnek satır “tırnak” ğüşiöç"\n')
+
+
+@pytest.mark.parametrize("locale_kind", ["cp1252", "ascii"])
+def test_non_ascii_notebook_is_sent_as_written_under_any_locale(tmp_path, fake, locale_kind):
+    proj = make_project(tmp_path / "p", [])
+    add_notebook(proj, "turkish", TURKISH, {"title": "Örnek satır kernel", "accelerator": "none"})
+    env = fake.client_env(tmp_path / "cfg")
+    args = ["push", *meta_args(proj, tmp_path / "b"), str(proj / "notebooks" / "turkish.py")]
+    if locale_kind == "cp1252":
+        r = subprocess.run([PY, "-c", CP1252_CLI, str(ROOT / "scripts"), *args], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=180)
+    else:  # a real C locale without UTF-8 mode: open() decodes ASCII
+        env.update(LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0", PYTHONIOENCODING="utf-8")
+        r = cli(args, env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    body = fake.calls("SaveKernel")[0]["body"]
+    assert body["newTitle"] == "Örnek satır kernel" and body["slug"] == "tester/ornek-satir-kernel"
+    cells = json.loads(body["text"])["cells"]
+    assert cells[0]["source"] == "# Örnek satır: “quoted”"
+    assert 'text = "Örnek satır “tırnak” ğüşiöç"' in cells[-1]["source"]
+    staged = tmp_path / "b" / "ornek-satir-kernel"
+    for f in staged.iterdir():
+        f.read_bytes().decode("ascii")  # every staged file is ASCII: \u escapes in JSON
+
+
+# 7. a notebook saved by Kaggle's editor names its accelerator Kaggle's way
+@pytest.mark.parametrize("kaggle_name,entry,ok", [
+    ("tpuV5e8", "tpu", True), ("nvidiaTeslaT4", "gpu", True), ("nvidiaTeslaP100", "gpu", True),
+    ("nvidiaTeslaT4", "tpu", False), ("tpuV9000", "tpu", False),
+])
+def test_kaggle_accelerator_names_are_understood(tmp_path, kaggle_name, entry, ok):
+    proj = make_project(tmp_path / "p", [])
+    py = add_notebook(proj, "edited", "# ---\n# jupyter:\n#   kaggle:\n#     accelerator: " + kaggle_name
+                      + "\n#   kernelspec:\n#     display_name: Python 3\n#     language: python\n#     name: python3\n# ---\n"
+                      "\n# %%\nimport kitlib\n", {"title": "Edited on Kaggle", "accelerator": entry})
+    project = kernels.load_project_metadata(proj / "kernel-metadata.json")
+    if ok:
+        st = kernels.stage(py, tmp_path / "b", "tester", project)
+        shape = kernels.ACCELERATORS[entry].machine_shape
+        assert (st.accelerator, st.metadata["machine_shape"]) == (entry, shape)
+    else:
+        with pytest.raises(kernels.MetadataError, match=f"accelerator: .*{kaggle_name!r}"):
+            kernels.stage(py, tmp_path / "b", "tester", project)
+
+
+# 9. run-local refuses parameters the notebook does not define
+def test_run_local_refuses_unknown_parameters(tmp_path):
+    proj = make_project(tmp_path / "p", [])
+    root = tmp_path / "run"
+    r = cli(["run-local", str(proj / "notebooks" / "fixture_kernel.py"), "--metadata", str(proj / "kernel-metadata.json"),
+             "--root", str(root), "-p", "nproc", "1", "-p", "batch_sise", "2"])
+    assert r.returncode == 2, r.stdout + r.stderr[-2000:]
+    assert "unknown parameter(s) 'nproc' (did you mean 'nprocs'?), 'batch_sise'" in r.stderr
+    assert "its parameters cell defines: nprocs" in r.stderr
+    assert not (root / "__notebook__.ipynb").exists() and not (root / "working").exists()  # nothing ran
+    with pytest.raises(kernels.ParameterError, match="unknown parameter"):
+        kernels.check_parameters(proj / "notebooks" / "fixture_kernel.ipynb", {"nprocz": 1})
+    kernels.check_parameters(proj / "notebooks" / "fixture_kernel.ipynb", {"nprocs": 1})
+
+
+# the design: the vendored cell is a real .py file, read as text
+def test_vendored_cell_is_vendor_cell_py_and_writes_kitlib(tmp_path, monkeypatch):
+    files = {"__init__.py": "X = 1\n", "sub/mod.py": "Y = 'ğ'\n"}
+    src = kernels.vendor_cell_source(files)
+    cell_file = ROOT / "scripts" / "kaggle_kernels" / "vendor_cell.py"
+    assert cell_file.read_text(encoding="utf-8").rstrip("\n") in src
+    assert kernels.vendored_files(src) == files
+    monkeypatch.setenv("KAGGLE_WORKING_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "")
+    saved = {k: v for k, v in sys.modules.items() if k == "kitlib" or k.startswith("kitlib.")}
+    try:
+        exec(compile(src, "vendored", "exec"), {})
+    finally:
+        sys.modules.update(saved)
+    assert (tmp_path / "kitlib" / "sub" / "mod.py").read_text(encoding="utf-8") == "Y = 'ğ'\n"
+    assert (tmp_path / "kitlib" / ".vendored-by-scripts-kernels").read_text().strip() == kernels.kitlib_digest(files)

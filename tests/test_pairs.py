@@ -228,3 +228,73 @@ def test_repository_notebooks_sync_cleanly(tmp_path):
     assert r.returncode == 0 and r.stdout.count("nothing to change") == len(names), r.stdout
     assert {p: p.read_bytes() for p in (tmp_path / "notebooks").iterdir()} == snapshot
     assert check(cwd=tmp_path).returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 13, items 7 and 8: sync brings back what Kaggle's editor saved, and never writes a text
+# that the round trip would change
+# ---------------------------------------------------------------------------------------------
+def as_kaggle_editor_saves(nb_path: Path, edit: tuple[str, str]) -> None:
+    """Rewrite ``nb_path`` as Kaggle's editor saves a notebook: nbformat 4.4, no cell ids, Kaggle's
+    own cell metadata, outputs, and ``metadata.kaggle`` with Kaggle's accelerator name."""
+    d = json.loads(nb_path.read_text())
+    d["nbformat_minor"] = 4
+    d["metadata"]["kaggle"] = {"accelerator": "tpuV5e8", "dataSources": [], "dockerImageVersionId": 31012,
+                               "isInternetEnabled": False, "language": "python", "sourceType": "notebook",
+                               "isGpuEnabled": False}
+    d["metadata"]["language_info"] = {"name": "python", "version": "3.11.11"}
+    for i, c in enumerate(d["cells"]):
+        del c["id"]
+        c["metadata"].update({"_uuid": f"uuid-{i}", "trusted": True})
+        c["source"] = c["source"].replace(*edit) if isinstance(c["source"], str) else [s.replace(*edit) for s in c["source"]]
+        if c["cell_type"] == "code":
+            c["execution_count"] = i
+            c["outputs"] = [{"name": "stdout", "output_type": "stream", "text": ["14\n"]}]
+    nb_path.write_text(json.dumps(d, indent=1) + "\n")
+
+
+@pytest.mark.filterwarnings("ignore:Cell is missing an id field")
+def test_sync_brings_back_a_notebook_saved_by_kaggles_editor(repo):
+    py, nb = repo / "notebooks" / "demo.py", repo / "notebooks" / "demo.ipynb"
+    as_kaggle_editor_saves(nb, ("n = 3", "n = 7"))
+    r = check(cwd=repo)
+    assert r.returncode == 1 and "nbformat 4.4, want 4.5+" in r.stderr and "cell 0 has no id" in r.stderr
+    r = check("--sync", cwd=repo)
+    assert r.returncode == 0 and "synced from notebooks/demo.ipynb" in r.stdout, r.stdout + r.stderr
+    d = json.loads(nb.read_text())
+    assert (d["nbformat"], d["nbformat_minor"]) == (4, 5)
+    assert all(c.get("id") for c in d["cells"]) and len({c["id"] for c in d["cells"]}) == len(d["cells"])
+    assert all(c["outputs"] == [] and c["execution_count"] is None for c in d["cells"] if c["cell_type"] == "code")
+    assert "\nn = 7\n" in py.read_text() and "#     accelerator: tpuV5e8\n" in py.read_text()
+    assert check(cwd=repo).returncode == 0
+    before = (py.read_bytes(), nb.read_bytes())
+    r = check("--sync", cwd=repo)  # stable: the next sync has nothing to do
+    assert r.returncode == 0 and "nothing to change" in r.stdout and (py.read_bytes(), nb.read_bytes()) == before
+
+
+MERMAID = "Flow:\n\ngraph TD\n  %% the merge step\n  A-->B"
+
+
+def test_sync_refuses_a_cell_the_percent_format_would_change_and_writes_nothing(repo):
+    py, nb = repo / "notebooks" / "demo.py", repo / "notebooks" / "demo.ipynb"
+    d = json.loads(nb.read_text())
+    d["cells"][0]["source"] = MERMAID  # a markdown cell with an indented '%%' line (a Mermaid comment)
+    nb.write_text(json.dumps(d, indent=1) + "\n")
+    before = (py.read_bytes(), nb.read_bytes())
+    r = check("--sync", cwd=repo)
+    assert r.returncode == 1
+    assert "notebooks/demo.ipynb: cell 0 (a markdown cell 'Flow:'...) does not survive the round trip through .py" in r.stderr
+    assert "A line starting with '%%' in a markdown cell reads as a cell marker" in r.stderr
+    assert "nothing written" in r.stderr
+    assert (py.read_bytes(), nb.read_bytes()) == before  # the edited side is not rewritten, nor the other
+    assert check(cwd=repo).returncode == 1  # and the pair check does not call it in sync
+
+
+def test_sync_refusing_a_kaggle_notebook_writes_nothing(repo):
+    """A notebook from Kaggle's editor that the round trip would change: refused, both files as they were."""
+    py, nb = repo / "notebooks" / "demo.py", repo / "notebooks" / "demo.ipynb"
+    as_kaggle_editor_saves(nb, ("# Demo", MERMAID))
+    before = (py.read_bytes(), nb.read_bytes())
+    r = check("--sync", cwd=repo)
+    assert r.returncode == 1 and "does not survive the round trip" in r.stderr, r.stderr
+    assert (py.read_bytes(), nb.read_bytes()) == before

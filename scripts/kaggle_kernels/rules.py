@@ -1,0 +1,303 @@
+"""The rules a kernel's ``kernel-metadata.json`` must pass before anything is sent: :data:`RULES`.
+
+Each row names the field(s), what is required, where the rule comes from, and the function that
+checks it; :func:`validate_metadata` runs every row and reports every problem, each message
+starting with its field. The keys are Kaggle's kernel metadata keys (github.com/Kaggle/kaggle-api
+``docs/kernels_metadata.md``, as read by ``KaggleApi.kernels_push`` in kaggle 2.2.1).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from slugify import slugify  # python-slugify: what kaggle's kernels_push compares the id with
+
+from .accelerators import ACCELERATORS
+from .offline import internet_needs
+
+VENDOR_TAG = "kitlib-vendored"  # the tag of the staged notebook's vendored-kitlib cell (vendor.py)
+
+KEY_ORDER = ("id", "id_no", "title", "code_file", "language", "kernel_type", "is_private", "enable_gpu", "enable_tpu",
+             "enable_internet", "machine_shape", "dataset_sources", "competition_sources", "kernel_sources",
+             "model_sources", "keywords", "docker_image", "docker_image_pinning_type")
+KAGGLE_KEYS = frozenset(KEY_ORDER)
+# (default when absent: KaggleApi.kernels_push)
+BOOL_KEYS = {"is_private": True, "enable_gpu": False, "enable_tpu": False, "enable_internet": True}
+TITLE_MIN, TITLE_MAX, SLUG_MIN = 5, 50, 5
+
+
+class SourceKind(NamedTuple):
+    """One kind of data source: how kaggle.com URLs write it, the client's validator, the form."""
+
+    url_prefixes: tuple[str, ...]  # "code/owner/slug" -> "owner/slug"
+    validator: str | None          # KaggleApi method that checks it client-side
+    pattern: re.Pattern
+    form: str
+
+
+_PART = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+SOURCE_KINDS = {
+    "dataset_sources": SourceKind(("datasets/",), "validate_dataset_string",
+                                  re.compile(rf"{_PART}/{_PART}(/\d+)?"), "owner/slug or owner/slug/<integer version>"),
+    "competition_sources": SourceKind(("competitions/", "c/"), None,
+                                      re.compile(r"[a-z0-9][a-z0-9-]*"), "a competition slug (lowercase letters, digits, '-')"),
+    "kernel_sources": SourceKind(("code/", "kernels/"), "validate_kernel_string",
+                                 re.compile(rf"{_PART}/{_PART}(/\d+)?"), "owner/slug or owner/slug/<integer version>"),
+    "model_sources": SourceKind(("models/",), "validate_model_instance_version_string",
+                                re.compile(rf"{_PART}(/{_PART}){{3}}/\d+"), "owner/model/framework/instance/<integer version>"),
+}
+
+
+class MetadataError(ValueError):
+    """Kernel metadata Kaggle would refuse or misread; ``problems`` each name the field."""
+
+    def __init__(self, problems: list[str], where: str = "") -> None:
+        self.problems = problems
+        super().__init__((f"{where}: " if where else "") + "; ".join(problems))
+
+
+def normalise_source(kind: str, source) -> str:
+    """One data source as Kaggle's API wants it, e.g. ``https://www.kaggle.com/code/me/k`` -> ``me/k``.
+
+    Strips whitespace, a ``kaggle.com`` URL prefix, the kind's URL segment (``datasets/``,
+    ``competitions/``/``c/``, ``code/``/``kernels/``, ``models/``) and slashes at either end.
+    Non-strings are returned unchanged for :func:`validate_metadata` to refuse.
+    """
+    if not isinstance(source, str):
+        return source
+    s = re.sub(r"^(https?://)?(www\.)?kaggle\.com/", "", source.strip()).strip("/")
+    for prefix in SOURCE_KINDS[kind].url_prefixes:
+        if s.startswith(prefix):
+            return s[len(prefix):]
+    return s
+
+
+def normalise_metadata(meta: dict) -> dict:
+    """A copy of ``meta`` with every source list normalised (:func:`normalise_source`) and de-duplicated."""
+    out = copy.deepcopy(meta)
+    for key in SOURCE_KINDS:
+        if isinstance(out.get(key), list):
+            seen: list = []
+            for s in (normalise_source(key, s) for s in out[key]):
+                if s not in seen:  # a list, not a set: non-strings stay for validate_metadata to name
+                    seen.append(s)
+            out[key] = seen
+    return out
+
+
+@dataclass
+class Checked:
+    """What one validation run looks at (handed to every rule)."""
+
+    meta: dict
+    accelerator: str
+    folder: Path | None
+    api: object
+    notebook: object = None  # the nbformat notebook, for the enable_internet rule
+    warnings: list[str] = field(default_factory=list)
+
+    def flag(self, key: str):
+        """``meta[key]`` read as ``KaggleApi.get_bool`` reads it (its default when absent); None when unreadable."""
+        try:
+            return self.api.get_bool(self.meta, key, BOOL_KEYS[key])
+        except (ValueError, TypeError):
+            return None
+
+
+# --- one function per rule ------------------------------------------------------------------
+def _known_keys(c: Checked) -> list[str]:
+    unknown = sorted(set(c.meta) - KAGGLE_KEYS)
+    return [f"unknown field(s) {unknown}: Kaggle ignores them (typo?)"] if unknown else []
+
+
+def _title(c: Checked) -> list[str]:
+    t = c.meta.get("title")
+    ok = isinstance(t, str) and TITLE_MIN <= len(t) <= TITLE_MAX
+    return [] if ok else [f"title: must be {TITLE_MIN} to {TITLE_MAX} characters, got {t!r}"]
+
+
+def _id(c: Checked) -> list[str]:
+    kid, title = c.meta.get("id"), c.meta.get("title")
+    if kid is None:
+        return ["id: required (owner/slug)"] if c.meta.get("id_no") is None else []
+    parts = kid.split("/") if isinstance(kid, str) else []
+    if len(parts) != 2 or not all(parts):
+        return [f"id: must be 'owner/slug' without a version, got {kid!r}"]
+    slug, out = parts[1], []
+    if len(slug) < SLUG_MIN:
+        out.append(f"id: slug {slug!r} is shorter than {SLUG_MIN} characters")
+    if isinstance(title, str) and slug != slugify(title):
+        out.append(f"id: slug {slug!r} is not the slugified title {slugify(title)!r}")
+    return out
+
+
+def _is(key: str, want: str) -> Callable[[Checked], list[str]]:
+    def rule(c: Checked) -> list[str]:
+        return [] if c.meta.get(key) == want else [f"{key}: must be {want!r}, got {c.meta.get(key)!r}"]
+    return rule
+
+
+def _bools(c: Checked) -> list[str]:
+    return [f"{k}: must be true or false, got {c.meta[k]!r}" for k in BOOL_KEYS if k in c.meta and c.flag(k) is None]
+
+
+def _accelerator(c: Checked) -> list[str]:
+    row = ACCELERATORS.get(c.accelerator)
+    if row is None:
+        return [f"accelerator: {c.accelerator!r} is not one of {sorted(ACCELERATORS)}"]
+    out = []
+    for key, want in (("enable_tpu", row.enable_tpu), ("enable_gpu", row.enable_gpu)):
+        have = c.flag(key)
+        if key in c.meta and have is not None and have != want:
+            out.append(f"{key}: {c.meta[key]!r} disagrees with the notebook's accelerator {c.accelerator!r}")
+        elif key not in c.meta and want:
+            out.append(f"{key}: missing; the notebook's accelerator is {c.accelerator!r}")
+    if c.meta.get("machine_shape") != row.machine_shape:
+        out.append(f"machine_shape: {c.meta.get('machine_shape')!r} disagrees with the notebook's accelerator "
+                   f"{c.accelerator!r} (want {row.machine_shape!r})")
+    return out
+
+
+def _docker_image(c: Checked) -> list[str]:
+    image = c.meta.get("docker_image")
+    if image and c.accelerator == "tpu":
+        return [f"docker_image: pinned to {image!r} together with the TPU accelerator (enable_tpu, machine_shape "
+                f"{c.meta.get('machine_shape')!r}): Kaggle then runs the pinned image, a CPU/GPU image without "
+                "torch_xla. Remove docker_image (kernels pull writes it) and let Kaggle pick its TPU image"]
+    return []
+
+
+def _pinning(c: Checked) -> list[str]:
+    pin = c.meta.get("docker_image_pinning_type")
+    ok = pin is None or pin in c.api.valid_push_pinning_types
+    return [] if ok else [f"docker_image_pinning_type: {pin!r} is not one of {c.api.valid_push_pinning_types}"]
+
+
+def _sources(c: Checked) -> list[str]:
+    out = []
+    for key, kind in SOURCE_KINDS.items():
+        sources = c.meta.get(key, [])
+        if not isinstance(sources, list):
+            out.append(f"{key}: must be a list, got {sources!r}")
+            continue
+        for s in sources:
+            if not isinstance(s, str) or not s:
+                out.append(f"{key}: {s!r} is not a non-empty string")
+            elif s != normalise_source(key, s):
+                out.append(f"{key}: {s!r} is not normalised (want {normalise_source(key, s)!r})")
+            elif not kind.pattern.fullmatch(s):
+                out.append(f"{key}: {s!r} is not {kind.form}")
+            elif kind.validator:
+                try:
+                    getattr(c.api, kind.validator)(s)
+                except ValueError as e:
+                    out.append(f"{key}: {s!r}: {e}")
+    return out
+
+
+def _keywords(c: Checked) -> list[str]:
+    kw = c.meta.get("keywords", [])
+    ok = isinstance(kw, list) and all(isinstance(k, str) for k in kw)
+    return [] if ok else [f"keywords: must be a list of strings, got {kw!r}"]
+
+
+def _code_file(c: Checked) -> list[str]:
+    code = c.meta.get("code_file")
+    if not isinstance(code, str) or not code.endswith(".ipynb") or Path(code).name != code:
+        return [f"code_file: must name the kernel's .ipynb in its folder, got {code!r}"]
+    if c.folder is None:
+        return []
+    path = Path(c.folder) / code
+    if not path.is_file():
+        return [f"code_file: {path} does not exist"]
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        return [f"code_file: {path} is not notebook JSON: {e}"]
+    if nb.get("metadata", {}).get("kernelspec", {}).get("name") != "python3":
+        return [f"code_file: {path} has no kernelspec 'python3' (Kaggle: 'No kernel name found in notebook')"]
+    return []
+
+
+def _internet(c: Checked) -> list[str]:
+    if c.flag("enable_internet") is not False:
+        return []
+    nb = c.notebook
+    if nb is None and c.folder is not None and isinstance(c.meta.get("code_file"), str):
+        import nbformat
+
+        path = Path(c.folder) / c.meta["code_file"]
+        if path.is_file():
+            nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+            nb.cells = [x for x in nb.cells if VENDOR_TAG not in (x.get("metadata", {}).get("tags") or [])]
+    if nb is None:
+        return []
+    out = []
+    for need in internet_needs(nb, skip_tag=VENDOR_TAG):
+        msg = f"enable_internet: false, but notebook cell {need.cell} {need.what}"
+        if need.sure:
+            out.append(msg + "; or set enable_internet: true")
+        else:
+            c.warnings.append(msg)
+    return out
+
+
+class Rule(NamedTuple):
+    fields: str
+    requirement: str
+    source: str
+    check: Callable[[Checked], list[str]]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("(every key)", "one Kaggle reads", "kernels_push ignores others: a typo would be lost", _known_keys),
+    Rule("title", f"{TITLE_MIN} to {TITLE_MAX} characters", "kernels_push (>= 5); Kaggle's title limit (50)", _title),
+    Rule("id", f"owner/slug, no version; slug >= {SLUG_MIN} characters, = slugify(title)",
+         "kernels_push only warns on a mismatch; Kaggle then names the kernel after the title (a second kernel)", _id),
+    Rule("language", "python", "what this kit stages", _is("language", "python")),
+    Rule("kernel_type", "notebook", "what this kit stages", _is("kernel_type", "notebook")),
+    Rule("is_private, enable_*", "true/false or \"true\"/\"false\"", "KaggleApi.get_bool", _bools),
+    Rule("enable_tpu, enable_gpu, machine_shape", "agree with the accelerator (accelerators.ACCELERATORS)",
+         "Kaggle's sessions: TPU v5e-8, 2x T4", _accelerator),
+    Rule("docker_image", "absent with a TPU", "a pinned image (kernels pull writes one) runs without torch_xla", _docker_image),
+    Rule("docker_image_pinning_type", "original or latest", "KaggleApi.valid_push_pinning_types", _pinning),
+    Rule("*_sources", "lists of normalised strings of the kind's form (SOURCE_KINDS)",
+         "KaggleApi.validate_*_string; Kaggle's URL forms", _sources),
+    Rule("keywords", "a list of strings", "kernels_push sends them as category ids", _keywords),
+    Rule("code_file", "the staged .ipynb, kernelspec python3",
+         "kernels_push parses it as JSON; Kaggle's papermill run needs the kernel name", _code_file),
+    Rule("enable_internet", "false: the notebook installs and downloads nothing (offline.py)",
+         "Kaggle runs the kernel without network access", _internet),
+)
+
+
+def validate_metadata(meta: dict, accelerator: str, folder: Path | None = None, api=None, notebook=None) -> list[str]:
+    """Refuse kernel metadata that Kaggle would refuse, misread or run on the wrong machine (:data:`RULES`).
+
+    Args:
+        meta: the kernel metadata (as written to ``kernel-metadata.json``).
+        accelerator: ``tpu``, ``gpu`` or ``none``.
+        folder: the kernel folder (checks ``code_file``); None skips that check.
+        api: a ``KaggleApi`` for its validators; None gets one (credentials not needed).
+        notebook: the notebook (``nbformat``) for the ``enable_internet`` rule; None reads
+            ``folder/code_file`` (without the vendored cell), or skips the rule without a folder.
+
+    Returns:
+        Warnings (each naming its field and cell): what may need the internet with it off.
+
+    Raises:
+        MetadataError: listing every problem, each naming its field.
+    """
+    if api is None:
+        from .client import kaggle_api
+
+        api = kaggle_api(require_credentials=False)
+    c = Checked(meta, accelerator, Path(folder) if folder is not None else None, api, notebook)
+    problems = [p for rule in RULES for p in rule.check(c)]
+    if problems:
+        raise MetadataError(problems, str(meta.get("id") or meta.get("title") or ""))
+    return c.warnings

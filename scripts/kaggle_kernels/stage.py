@@ -1,0 +1,133 @@
+"""Staging: one notebook pair -> one Kaggle kernel folder ``build/kernels/<slug>/``.
+
+The folder holds ``<slug>.ipynb`` (the notebook with kitlib vendored in, :mod:`.vendor`) and
+``kernel-metadata.json`` (:func:`~.project.derive_metadata`), both written as JSON with every
+non-ASCII character escaped (``\\u00d6``): ``kaggle kernels push`` reads them with the locale's
+encoding (``open(path)``), and ASCII reads the same under cp1252, UTF-8 or any other locale. A
+folder is staged in a scratch folder next to it and moved into place only once it validates:
+nothing partial is left behind.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+import check_pairs  # scripts/check_pairs.py: on sys.path when running scripts/kernels.py
+
+from .accelerators import notebook_accelerator
+from .project import derive_metadata, entry_problems
+from .rules import MetadataError, validate_metadata
+from .vendor import KITLIB, kitlib_files, vendor_notebook
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One staged kernel folder.
+
+    Attributes:
+        source: the repository notebook (``notebooks/X.py``).
+        folder: ``build/kernels/<slug>/``.
+        notebook: the staged ``.ipynb`` in ``folder``.
+        metadata: the kernel's ``kernel-metadata.json`` content.
+        accelerator: ``tpu``, ``gpu`` or ``none``.
+        warnings: what validation could not be sure of (each naming its field and cell).
+    """
+
+    source: Path
+    folder: Path
+    notebook: Path
+    metadata: dict
+    accelerator: str
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def kernel_id(self) -> str:
+        return self.metadata["id"]
+
+
+def notebook_paths(args: list[str] | None, notebooks_dir: Path) -> list[Path]:
+    """The ``.py`` side of each named notebook (``X``, ``X.py``, ``X.ipynb``); default every pair in ``notebooks_dir``.
+
+    Raises:
+        FileNotFoundError: a named notebook does not exist, or there are none.
+    """
+    pairs = check_pairs.pairs_for(args or None, Path(notebooks_dir))
+    if not pairs:
+        raise FileNotFoundError(f"no notebooks in {notebooks_dir}")
+    return [p.py for p in pairs]
+
+
+def read_notebook(py: Path):
+    """The notebook of pair ``py``: its ``.ipynb`` (stable cell ids) when there is one, else the ``.py`` via jupytext.
+
+    Raises:
+        MetadataError: the pair disagrees or its ``.ipynb`` is not deterministic (run
+            ``python scripts/check_pairs.py --sync``); or the ``.py`` is missing.
+    """
+    pair = check_pairs.Pair(py, py.with_suffix(".ipynb"))
+    if not py.exists():
+        raise MetadataError([f"{py}: missing (its pair {pair.ipynb} exists): run python scripts/check_pairs.py --sync {pair.ipynb}"])
+    if not pair.ipynb.exists():
+        return jupytext.read(py)
+    problems = check_pairs.check_pair(pair)
+    if problems:
+        raise MetadataError(problems + [f"run: python scripts/check_pairs.py --sync {py}"], str(py))
+    return jupytext.read(pair.ipynb)
+
+
+def ascii_json(obj, indent: int = 1) -> str:
+    """``obj`` as JSON text with every non-ASCII character escaped, ending in a newline (any
+    ASCII-compatible decoder reads the same characters)."""
+    return json.dumps(obj, indent=indent, ensure_ascii=True) + "\n"
+
+
+def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Path = KITLIB, api=None) -> Staged:
+    """Stage notebook ``py`` as a Kaggle kernel folder ``out/<slug>/`` and validate it.
+
+    Args:
+        py: the notebook's ``.py`` side (its entry in ``project`` is ``py.stem``).
+        out: the folder kernel folders go in.
+        owner: the kernel owner for the id (None: the entry must set ``id``).
+        project: the top-level metadata (:func:`~.project.load_project_metadata`).
+        kitlib_dir: kitlib's package folder, vendored into the notebook.
+        api: a ``KaggleApi`` for the validators (None: one without credentials).
+
+    Returns:
+        The :class:`Staged` kernel (``<slug>.ipynb`` + ``kernel-metadata.json``).
+
+    Raises:
+        MetadataError: invalid metadata (:func:`~.rules.validate_metadata`), an entry whose
+            ``code_file`` is not its own notebook, or an out-of-sync pair. Nothing is written.
+    """
+    py = Path(py)
+    problems = entry_problems(project, py.parent, only=py.stem) if py.stem in project.get("notebooks", {}) else []
+    if problems:
+        raise MetadataError(problems, str(py))
+    nb = read_notebook(py)
+    meta, acc = derive_metadata(project, py.stem, owner, notebook_accelerator(nb))
+    kernel = vendor_notebook(nb, kitlib_files(kitlib_dir))
+    kernel.metadata.setdefault("kaggle", {})["accelerator"] = acc
+    slug = str(meta.get("id", py.stem)).split("/")[-1] or py.stem
+    code = str(meta.get("code_file"))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{slug}-", dir=out))
+    try:
+        if Path(code).name == code and code.endswith(".ipynb"):
+            nbformat.validate(kernel)
+            (scratch / code).write_text(ascii_json(json.loads(nbformat.writes(kernel, version=4))), encoding="ascii")
+        (scratch / "kernel-metadata.json").write_text(ascii_json(meta, indent=2), encoding="ascii")
+        warnings = validate_metadata(meta, acc, scratch, api, notebook=nb)
+        folder = Path(out) / slug
+        if folder.exists():
+            shutil.rmtree(folder)
+        scratch.rename(folder)
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch)
+    return Staged(py, folder, folder / code, meta, acc, tuple(warnings))

@@ -1,0 +1,39 @@
+# Writes kitlib/ into the working folder (/kaggle/working on Kaggle) and puts that folder first on
+# sys.path and PYTHONPATH, so `import kitlib` works here and in fork/spawn children (_mp_fn).
+# This file is the staged notebook's first code cell (scripts/kaggle_kernels/vendor.py reads it as
+# text and appends the call with kitlib's modules); it is not imported by the kit.
+def _vendor_kitlib(files, digest, marker=".vendored-by-scripts-kernels"):
+    """Write ``files`` ({relative path: text}) under ``<working dir>/kitlib``, check them against
+    ``digest`` (sha256 over ``path \\0 text`` in path order) and make ``import kitlib`` find them.
+
+    Raises RuntimeError when ``kitlib/`` exists and was not written by this cell (no ``marker``
+    file), or when what was written does not match ``digest``.
+    """
+    import hashlib
+    import importlib
+    import os
+    import sys
+    from pathlib import Path
+
+    work = Path(os.environ.get("KAGGLE_WORKING_DIR") or "/kaggle/working")
+    work = (work if work.is_dir() else Path.cwd()).resolve()
+    pkg = work / "kitlib"
+    if pkg.exists() and not (pkg / marker).exists():
+        raise RuntimeError(f"{pkg} exists and was not written by this cell: not overwriting it")
+    for rel, text in files.items():
+        p = pkg / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    (pkg / marker).write_text(digest + "\n")
+    got = hashlib.sha256("".join(k + "\0" + (pkg / k).read_text(encoding="utf-8") for k in sorted(files)).encode()).hexdigest()
+    if got != digest:
+        raise RuntimeError(f"vendored kitlib does not match its sha256 ({got} != {digest})")
+    if str(work) in sys.path:
+        sys.path.remove(str(work))
+    sys.path.insert(0, str(work))
+    others = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(work)]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(work)] + others)
+    for name in [m for m in sys.modules if m == "kitlib" or m.startswith("kitlib.")]:
+        del sys.modules[name]  # a re-run must not keep an older copy
+    importlib.invalidate_caches()
+    print(f"kitlib: {len(files)} modules written to {pkg}")
