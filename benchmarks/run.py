@@ -301,7 +301,7 @@ def bench_eager(tmp: Path) -> None:
         gap = float(np.abs(a["toxic"].to_numpy() - b["toxic"].to_numpy()).max())
         print(f"  {name}, {rows} rows: plain {plain_wall:5.1f} s (loop {plain_loop:5.1f} s), kit {kit_wall:5.1f} s "
               f"(loop {kit_loop:5.1f} s): kit/plain = {kit_wall / plain_wall:.2f}x whole job, {kit_loop / plain_loop:.2f}x "
-              f"loop; same predictions to {gap:.1e}; {described.split(':')[0]}")
+              f"loop; same predictions to {gap:.1e}; {described}")
     ck = _classifier("tiny-random", tmp)
     one = _timed([str(tmp / "kit.py"), str(ck), str(tmp / "test4k.csv"), str(tmp / "k1"), "1"])
     two = _timed([str(tmp / "kit.py"), str(ck), str(tmp / "test4k.csv"), str(tmp / "k2"), "2"])

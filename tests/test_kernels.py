@@ -228,7 +228,7 @@ def test_vendored_cell_carries_kitlib_and_comes_first(tmp_path):
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert first_code.metadata["tags"] == [kernels.VENDOR_TAG]
     assert kernels.vendored_files(first_code.source) == kernels.kitlib_files()
-    assert {"__init__.py", "paths.py", "infer_template.py", "runtime.py"} <= set(kernels.kitlib_files())
+    assert {"__init__.py", "paths.py", "infer.py", "replica.py", "runtime.py"} <= set(kernels.kitlib_files())
     assert nb.metadata["kernelspec"]["name"] == "python3"
     # staging twice gives the same bytes (deterministic ids, no outputs)
     before = st.notebook.read_bytes()
