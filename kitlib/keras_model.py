@@ -7,7 +7,8 @@
   attach the Keras model; elsewhere it needs internet).
 
 The classifier is built with ``preprocessor=None``: the pipelines in :mod:`kitlib.keras_data`
-run the preprocessor themselves. One output unit with a sigmoid: ``P(toxic)``.
+run the preprocessor themselves. One output unit with a sigmoid, both in float32 under any dtype
+policy (:func:`_float32_head`): ``P(toxic)``.
 
 Pass the runtime's ``scope`` factory to build, compile and load: models go inside it (TF: the
 strategy's scope; under JAX the global ``DataParallel`` distribution is already set by

@@ -101,10 +101,13 @@ class _Notes:
             files.append(path.name)
 
     def lines(self) -> list[str]:
-        return [
-            text + (f" (in {', '.join(files[:_SHOW])}" + (f" and {len(files) - _SHOW} more" if len(files) > _SHOW else "") + ")" if files else "")
-            for text, files in self._files.items()
-        ]
+        out = []
+        for text, files in self._files.items():
+            if files:
+                more = f" and {len(files) - _SHOW} more" if len(files) > _SHOW else ""
+                text += f" (in {', '.join(files[:_SHOW])}{more})"
+            out.append(text)
+        return out
 
 
 def expand_shard_paths(inputs: list[str | os.PathLike], exclude: Path | None = None) -> list[Path]:
@@ -226,7 +229,8 @@ def _seed_columns(path: Path, table: pa.Table, targets: tuple[str, ...] | None, 
         if c == "id":
             continue
         if INDEX_COLUMN_RE.match(c):
-            notes.add(f"dropped column {c!r}: a row index, not a prediction (pandas writes one unless index=False)", path)
+            hint = "" if c == "row" else " (pandas writes one unless index=False)"
+            notes.add(f"dropped column {c!r}: a row index, not a prediction{hint}", path)
         elif targets is not None:
             if c not in targets:
                 notes.add(f"ignored column {c!r}: not a column of the sample submission", path)

@@ -3,16 +3,17 @@
 A shard holds, for every sample the rank's ``DistributedSampler`` gave it (padding
 duplicates included):
 
-========  =========  ==================================================================
-column    dtype      meaning
-========  =========  ==================================================================
-``row``   int64      0-based row index in the input CSV (the dataset index)
-``id``    string     the input CSV's id, exactly as written there (never parsed as a number)
-<pred>    float32    one column per prediction, e.g. ``toxic``: a probability in [0, 1]
-padding   bool       format 2, optional: True where the row is the sampler's padding
-                     duplicate (:func:`sampler_padding`); the merger drops those rows
-                     after checking their id, without comparing values
-========  =========  ==================================================================
+===========  =========  ===============================================================
+column       dtype      meaning
+===========  =========  ===============================================================
+``row``      int64      0-based row index in the input CSV (the dataset index)
+``id``       string     the input CSV's id, exactly as written there (never parsed as a
+                        number)
+<pred>       float32    one column per prediction, e.g. ``toxic``: a probability in [0, 1]
+``padding``  bool       format 2, optional: True where the row is the sampler's padding
+                        duplicate (:func:`sampler_padding`); the merger drops those rows
+                        after checking their id, without comparing values
+===========  =========  ===============================================================
 
 Format 1 shards (and format 2 shards written without ``padding``) carry no mark: the merger
 then finds the duplicates by row index and compares their values within a tolerance.
