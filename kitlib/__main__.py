@@ -1,6 +1,7 @@
 """Command line: ``python -m kitlib merge SHARDS... -o submission.csv [--sample-submission FILE]``.
 
-Exit status 0 on success; 2 with ``error: ...`` on stderr, and no output file, when the shards
+Exit status 0 on success (``note: ...`` lines on stderr name columns dropped or ignored); 2 with
+``error: ...`` on stderr, and no output file (an existing one is left as it was), when the shards
 cannot give a correct submission (see :func:`kitlib.merge.merge_shards`).
 """
 from __future__ import annotations
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     except MergeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    for note in r.notes:
+        print(f"note: {note}", file=sys.stderr)
     print(
         f"wrote {r.output}: {r.num_rows} rows from {r.num_shards} shard(s), "
         f"{r.num_padding_duplicates} padding duplicate(s) dropped, columns id,{','.join(r.prediction_columns)}"

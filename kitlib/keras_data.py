@@ -165,13 +165,20 @@ def predict_probabilities(model, texts: Sequence[str], preprocessor, global_batc
         float32 ``[N]`` in [0, 1].
 
     Raises:
-        ValueError: no texts; the model gives another output width or row count.
+        ValueError: no texts; the model gives another output width or row count, or
+            probabilities narrower than float32 (a bfloat16/float16 output layer).
     """
     from .keras_runtime import guarded
 
     padded, n = pad_to_multiple(texts, global_batch)
     ds = make_dataset(padded, None, preprocessor, global_batch, drop_remainder=True)
-    out = np.asarray(guarded(model, "predict", ds, verbose=0, checkpoint=checkpoint), dtype=np.float32)
+    raw = np.asarray(guarded(model, "predict", ds, verbose=0, checkpoint=checkpoint))
+    if raw.dtype.itemsize < 4:  # bfloat16 / float16: 8 or 11 significant bits, ties in the ranking
+        raise ValueError(
+            f"the model returns {raw.dtype} probabilities (too coarse: ROC AUC sees ties); build it with "
+            "kitlib.keras_model.build_classifier, whose output layer is float32 under any dtype policy"
+        )
+    out = raw.astype(np.float32)
     if out.shape[0] != len(padded):
         raise ValueError(f"model returned {out.shape[0]} rows for {len(padded)} padded inputs")
     if out.ndim == 2 and out.shape[1] == 2:
@@ -207,17 +214,29 @@ def write_submission(
         column: the prediction column name.
 
     Raises:
-        ValueError: ``ids`` and ``probabilities`` differ in length.
-        kitlib.merge.MergeError: an id is missing, extra, blank or out of order against the
-            reference files; the message names the file.
+        ValueError: ``ids`` and ``probabilities`` differ in length, or ``probabilities`` is not ``[N]``.
+        kitlib.merge.MergeError: a probability is NaN or infinite (the message names the ids);
+            an id is missing, extra, blank or out of order against the reference files (the
+            message names the file). Nothing is written then, and an existing ``output`` is
+            left as it was.
     """
-    from .merge import merge_shards
+    from .merge import MergeError, merge_shards
     from .shards import write_shard
 
     probabilities = np.asarray(probabilities, dtype=np.float32)
     ids = [str(i) for i in ids]
+    if probabilities.ndim != 1:
+        raise ValueError(f"probabilities must be [N], got shape {probabilities.shape}")
     if len(ids) != len(probabilities):
         raise ValueError(f"{len(ids)} ids but {len(probabilities)} predictions")
+    bad = np.flatnonzero(~np.isfinite(probabilities))
+    if len(bad):
+        shown = ", ".join(repr(ids[i]) for i in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise MergeError(
+            f"{len(bad)} non-finite {column!r} probabilit(ies) (nan or inf) for id(s) {shown}; nothing written to "
+            f"{output}. A NaN is what float16/bfloat16 inference gives when a logit overflows: predict with the "
+            "float32 head of kitlib.keras_model.build_classifier, or in float32"
+        )
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".keras-shard-", dir=output.parent) as tmp:

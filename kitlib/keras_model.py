@@ -7,7 +7,8 @@
   attach the Keras model; elsewhere it needs internet).
 
 The classifier is built with ``preprocessor=None``: the pipelines in :mod:`kitlib.keras_data`
-run the preprocessor themselves. One output unit with a sigmoid: ``P(toxic)``.
+run the preprocessor themselves. One output unit with a sigmoid, both in float32 under any dtype
+policy (:func:`_float32_head`): ``P(toxic)``.
 
 Pass the runtime's ``scope`` factory to build, compile and load: models go inside it (TF: the
 strategy's scope; under JAX the global ``DataParallel`` distribution is already set by
@@ -19,12 +20,11 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, ContextManager
 
+from .atomic import atomic_dir
 from .tokenizer import SPM_FILE, train_sentencepiece
 
 PREPROCESSOR_DIR = "preprocessor"  # next to model.keras: the tokenizer proto and the sequence length
@@ -107,9 +107,11 @@ def build_classifier(
         scope: the runtime's scope factory (:attr:`kitlib.keras_runtime.KerasRuntime.scope`).
 
     Returns:
-        ``classifier``: ``XLMRobertaTextClassifier`` (``num_classes=1``, sigmoid,
-        ``preprocessor=None``) taking ``{"token_ids", "padding_mask"}`` int32 ``[B, max_len]`` and
-        giving float ``[B, 1]`` probabilities. ``preprocessor``:
+        ``classifier``: a functional ``keras.Model`` made of keras-hub's
+        ``XLMRobertaTextClassifier`` (``num_classes=1``, ``preprocessor=None``) with its
+        ``logits`` layer and a sigmoid in float32 under any dtype policy (:func:`_float32_head`),
+        taking ``{"token_ids", "padding_mask"}`` int32 ``[B, max_len]`` and giving float32
+        ``[B, 1]`` probabilities. ``preprocessor``:
         ``XLMRobertaTextClassifierPreprocessor`` with ``sequence_length=max_len``.
 
     Raises:
@@ -137,12 +139,33 @@ def build_classifier(
                 dropout=cfg.dropout,
                 max_sequence_length=cfg.max_len,
             )
-            model = h.Classifier(backbone, num_classes=1, preprocessor=None, activation="sigmoid")
+            model = _float32_head(h.Classifier(backbone, num_classes=1, preprocessor=None))
     else:
         preprocessor = h.Preprocessor.from_preset(cfg.preset, sequence_length=cfg.max_len)
         with scope():
-            model = h.Classifier.from_preset(cfg.preset, num_classes=1, preprocessor=None, activation="sigmoid")
+            model = _float32_head(h.Classifier.from_preset(cfg.preset, num_classes=1, preprocessor=None))
     return model, preprocessor
+
+
+def _float32_head(classifier):
+    """The keras-hub classifier with its output layer (``logits``) recomputed in float32, plus a float32 sigmoid.
+
+    keras-hub builds every head layer with the backbone's dtype policy, so under
+    ``mixed_bfloat16`` (the TPU policy) the logits and the sigmoid come out in bfloat16: 8
+    significant bits, and 256 rows gave 13 distinct probabilities, so ROC AUC (the Jigsaw
+    metric) sees ties. Here the same ``logits`` layer (its config, hence its initializer) is
+    rebuilt with ``dtype="float32"`` on the output of the classifier's last dropout, the way the
+    Keras mixed-precision guide keeps a model's outputs in float32. The result is a plain
+    functional ``keras.Model`` (the keras-hub task's other layers, the backbone included, are
+    shared), so a saved ``.keras`` file reloads with the float32 head on any backend.
+    """
+    import keras
+
+    dense = classifier.get_layer("logits")
+    config = {**dense.get_config(), "dtype": "float32", "activation": None}
+    logits = keras.layers.Dense.from_config(config)(classifier.get_layer("output_dropout").output)
+    probs = keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logits)
+    return keras.Model(classifier.input, probs, name="xlm_roberta_classifier")
 
 
 def compile_classifier(
@@ -182,17 +205,10 @@ def save_classifier(model, preprocessor, path: str | os.PathLike) -> Path:
     finally:
         if tmp.exists():
             tmp.unlink()
-    pre_dir = path.parent / PREPROCESSOR_DIR
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{PREPROCESSOR_DIR}.", dir=path.parent))
-    try:
+    with atomic_dir(path.parent / PREPROCESSOR_DIR) as tmp_dir:  # the old folder or the new one, never neither
         proto = preprocessor.tokenizer.proto
         (tmp_dir / SPM_FILE).write_bytes(proto if isinstance(proto, bytes) else Path(proto).read_bytes())
         (tmp_dir / PREPROCESSOR_JSON).write_text(json.dumps({"sequence_length": int(preprocessor.sequence_length)}))
-        if pre_dir.exists():
-            shutil.rmtree(pre_dir)
-        os.replace(tmp_dir, pre_dir)
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
     return path
 
 

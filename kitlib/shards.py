@@ -3,13 +3,20 @@
 A shard holds, for every sample the rank's ``DistributedSampler`` gave it (padding
 duplicates included):
 
-========  =========  ==================================================================
-column    dtype      meaning
-========  =========  ==================================================================
-``row``   int64      0-based row index in the input CSV (the dataset index)
-``id``    string     the input CSV's id, exactly as written there (never parsed as a number)
-<pred>    float32    one column per prediction, e.g. ``toxic``: a probability in [0, 1]
-========  =========  ==================================================================
+===========  =========  ===============================================================
+column       dtype      meaning
+===========  =========  ===============================================================
+``row``      int64      0-based row index in the input CSV (the dataset index)
+``id``       string     the input CSV's id, exactly as written there (never parsed as a
+                        number)
+<pred>       float32    one column per prediction, e.g. ``toxic``: a probability in [0, 1]
+``padding``  bool       format 2, optional: True where the row is the sampler's padding
+                        duplicate (:func:`sampler_padding`); the merger drops those rows
+                        after checking their id, without comparing values
+===========  =========  ===============================================================
+
+Format 1 shards (and format 2 shards written without ``padding``) carry no mark: the merger
+then finds the duplicates by row index and compares their values within a tolerance.
 
 The Parquet schema metadata key ``kitlib.shard`` holds a JSON object with ``format``,
 ``rank``, ``world_size``, ``num_rows`` (rows of the whole input, before padding),
@@ -34,7 +41,7 @@ import pyarrow.parquet as pq
 
 from .atomic import atomic_write
 
-SHARD_FORMAT = 1
+SHARD_FORMAT = 2  # 2: the optional ``padding`` column
 META_KEY = b"kitlib.shard"
 SHARD_RE = re.compile(r"^shard-(\d{5})-of-(\d{5})\.parquet$")
 
@@ -43,6 +50,7 @@ SHARD_RE = re.compile(r"^shard-(\d{5})-of-(\d{5})\.parquet$")
 class ShardInfo:
     """The metadata a kit shard carries (see the module docstring)."""
 
+    format: int
     rank: int
     world_size: int
     num_rows: int
@@ -55,6 +63,33 @@ class ShardInfo:
 def shard_name(rank: int, world_size: int) -> str:
     """File name of ``rank``'s shard, e.g. ``shard-00003-of-00008.parquet``."""
     return f"shard-{rank:05d}-of-{world_size:05d}.parquet"
+
+
+def sampler_padding(rank: int, world_size: int, num_rows: int, num_samples: int) -> np.ndarray:
+    """Which of a rank's samples are ``DistributedSampler`` padding, in the sampler's order.
+
+    ``torch.utils.data.DistributedSampler(shuffle=False, drop_last=False)`` lists the indices
+    ``0 .. N-1`` and then repeats the first ones up to ``num_samples * world_size`` (its
+    ``total_size``); rank ``r`` takes global positions ``r, r + W, r + 2W, ...``. Position ``k``
+    of rank ``r`` is padding when its global position ``r + k * W >= N``.
+
+    Args:
+        rank, world_size: the replica and the number of replicas, ``0 <= rank < world_size``.
+        num_rows: ``N``, rows in the whole input.
+        num_samples: samples this rank gets (the sampler's ``num_samples``, ``ceil(N / W)``).
+
+    Returns:
+        bool ``[num_samples]``: True where the sample is a padding duplicate. Reorder it with the
+        samples when the replica reorders them (e.g. length buckets).
+
+    Raises:
+        ValueError: rank outside ``[0, world_size)``, or negative sizes.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"sampler_padding: rank {rank} outside [0, {world_size})")
+    if num_rows < 0 or num_samples < 0:
+        raise ValueError(f"sampler_padding: negative size (num_rows={num_rows}, num_samples={num_samples})")
+    return rank + np.arange(num_samples, dtype=np.int64) * world_size >= num_rows
 
 
 def write_shard(
@@ -82,14 +117,30 @@ def write_shard(
         run_id: identifies the launch; every shard of one run carries the same value.
         stats: optional JSON-serialisable facts about the run (batches, seconds, XLA compiles),
             stored in the metadata under ``stats`` for benchmarks and notebooks.
+        padding: optional bool ``[n]``, True where the row is the sampler's padding duplicate
+            (:func:`sampler_padding`, reordered like ``rows``). Stored as the ``padding``
+            column; without it the merger compares duplicates by value.
+
+    Non-finite predictions are stored as they are: the merger refuses them, naming the ids.
 
     Raises:
-        ValueError: lengths disagree, a row index is out of range, or no prediction column.
+        ValueError: lengths disagree, a row index is out of range, ``padding`` is not bool
+            ``[n]``, no prediction column, or one is named ``row``, ``id`` or ``padding``.
     """
     rows = np.asarray(rows, dtype=np.int64)
     n = len(rows)
     if not predictions:
         raise ValueError("write_shard: no prediction columns given")
+    reserved = sorted(set(predictions) & {"row", "id", "padding"})
+    if reserved:
+        raise ValueError(f"write_shard(rank={rank}): prediction column name(s) {reserved} are the shard's own columns")
+    if padding is not None:
+        padding = np.asarray(padding)
+        if padding.dtype != np.bool_ or padding.shape != (n,):
+            raise ValueError(
+                f"write_shard(rank={rank}): padding must be a bool array of shape ({n},), "
+                f"got {padding.dtype} {padding.shape}"
+            )
     if len(ids) != n or any(len(v) != n for v in predictions.values()):
         raise ValueError(
             f"write_shard(rank={rank}): rows, ids and predictions must have one length; got "
@@ -110,6 +161,8 @@ def write_shard(
     columns = {"row": pa.array(rows, pa.int64()), "id": pa.array(ids, pa.string())}
     for name, values in predictions.items():
         columns[name] = pa.array(np.asarray(values, dtype=np.float32))
+    if padding is not None:
+        columns["padding"] = pa.array(padding, pa.bool_())
     table = pa.table(columns).replace_schema_metadata({META_KEY: json.dumps(info).encode()})
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -139,6 +192,7 @@ def read_shard_info(schema: pa.Schema) -> ShardInfo | None:
         return None
     d = json.loads(meta[META_KEY])
     return ShardInfo(
+        format=int(d.get("format", 1)),
         rank=int(d["rank"]),
         world_size=int(d["world_size"]),
         num_rows=int(d["num_rows"]),

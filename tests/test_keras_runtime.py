@@ -152,6 +152,19 @@ def test_write_submission_refuses_wrong_rows(tmp_path):
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_write_submission_refuses_non_finite(tmp_path, bad):
+    """Issue 12 item 1: a NaN probability (bfloat16/float16 overflow) never reaches the file."""
+    ids = ["007", "NA", "12", "3"]
+    test, ss = _files(tmp_path, ids)
+    out = tmp_path / "sub.csv"
+    out.write_text("earlier good submission\n")
+    with pytest.raises(MergeError, match=r"2 non-finite 'toxic' probabilit\(ies\) \(nan or inf\) for id\(s\) 'NA', '3'; nothing written"):
+        write_submission(ids, np.array([0.1, bad, 0.3, bad]), out, sample_submission=ss, test=test)
+    assert out.read_text() == "earlier good submission\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
 def test_tensorflow_cpu_alone_never_tries_the_tpu(monkeypatch):
     # Kaggle's TPU image: tensorflow-cpu only; initialising TPU resolvers there is pointless
     from kitlib import keras_runtime as kr

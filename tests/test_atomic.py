@@ -1,0 +1,246 @@
+"""Atomic replace (issue 12 item 9): after any failure the destination is the old one or the complete new one.
+
+Failures are injected at each step of :func:`kitlib.atomic.atomic_dir` (the body, the swap, each
+rename of the fallback, the deletion of the old folder) and of the merger's CSV writer.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pytest
+
+from kitlib import atomic
+from kitlib.atomic import atomic_dir, atomic_write
+from kitlib.merge import _write_csv
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_old(final: Path) -> None:
+    final.mkdir(parents=True)
+    (final / "weights.bin").write_text("old weights")
+    (final / "config.json").write_text("old config")
+
+
+def write_new(tmp: Path) -> None:
+    (tmp / "weights.bin").write_text("new weights")
+    (tmp / "tokenizer.json").write_text("new tokenizer")
+
+
+def contents(d: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(d.iterdir())}
+
+
+OLD = {"config.json": "old config", "weights.bin": "old weights"}
+NEW = {"tokenizer.json": "new tokenizer", "weights.bin": "new weights"}
+
+
+def leftovers(parent: Path, name: str) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(f".{name}."))
+
+
+@pytest.fixture(params=["exchange", "fallback"])
+def mode(request, monkeypatch):
+    """Run each test with the Linux atomic swap and with the three-step fallback."""
+    if request.param == "fallback":
+        monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    return request.param
+
+
+def test_exchange_really_swaps_on_this_machine(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f").write_text("a")
+    (tmp_path / "b").write_text("b is a file")
+    assert atomic._exchange(tmp_path / "a", tmp_path / "b") is sys.platform.startswith("linux")
+    if sys.platform.startswith("linux"):
+        assert (tmp_path / "a").read_text() == "b is a file" and (tmp_path / "b" / "f").read_text() == "a"
+
+
+def test_new_folder(tmp_path, mode):
+    with atomic_dir(tmp_path / "ckpt") as tmp:
+        write_new(tmp)
+    assert contents(tmp_path / "ckpt") == NEW and leftovers(tmp_path, "ckpt") == []
+
+
+def test_replaces_old_folder_completely(tmp_path, mode):
+    make_old(tmp_path / "ckpt")
+    with atomic_dir(tmp_path / "ckpt") as tmp:
+        write_new(tmp)
+    assert contents(tmp_path / "ckpt") == NEW  # config.json of the old folder is gone, not merged
+    assert leftovers(tmp_path, "ckpt") == []
+
+
+def test_error_in_body_keeps_old(tmp_path, mode):
+    make_old(tmp_path / "ckpt")
+    with pytest.raises(RuntimeError, match="disk full"):
+        with atomic_dir(tmp_path / "ckpt") as tmp:
+            (tmp / "weights.bin").write_text("half")
+            raise RuntimeError("disk full")
+    assert contents(tmp_path / "ckpt") == OLD and leftovers(tmp_path, "ckpt") == []
+
+
+def _failing_replace(monkeypatch, fail_call: int, exc=OSError("injected rename failure")):
+    """Make the ``fail_call``-th os.replace (1-based) raise; the others run."""
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append((Path(src).name, Path(dst).name))
+        if len(calls) == fail_call:
+            raise exc
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    return calls
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_fallback_rename_failure_keeps_old(tmp_path, monkeypatch, step):
+    """Step 1 renames the old folder aside, step 2 renames the new one in: a failure at either leaves the old."""
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    make_old(tmp_path / "ckpt")
+    calls = _failing_replace(monkeypatch, step)
+    with pytest.raises(OSError, match="injected"):
+        with atomic_dir(tmp_path / "ckpt") as tmp:
+            write_new(tmp)
+    assert contents(tmp_path / "ckpt") == OLD and leftovers(tmp_path, "ckpt") == []
+    # the failure hit the intended step: 1 = old aside; 2 = new in (then the old renamed back)
+    assert calls[0][0] == "ckpt" and calls[0][1].endswith(".old")
+    if step == 2:
+        assert calls[1][1] == "ckpt" and calls[2] == (calls[0][1], "ckpt")
+
+
+def test_fallback_interrupt_between_renames_restores_old(tmp_path, monkeypatch):
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    make_old(tmp_path / "ckpt")
+    _failing_replace(monkeypatch, 2, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_dir(tmp_path / "ckpt") as tmp:
+            write_new(tmp)
+    assert contents(tmp_path / "ckpt") == OLD and leftovers(tmp_path, "ckpt") == []
+
+
+def test_swap_failure_keeps_old(tmp_path, monkeypatch):
+    def refuse(a, b):
+        raise PermissionError(13, "injected swap failure")
+
+    monkeypatch.setattr(atomic, "_exchange", refuse)
+    make_old(tmp_path / "ckpt")
+    with pytest.raises(PermissionError):
+        with atomic_dir(tmp_path / "ckpt") as tmp:
+            write_new(tmp)
+    assert contents(tmp_path / "ckpt") == OLD and leftovers(tmp_path, "ckpt") == []
+
+
+def test_failed_delete_of_old_still_gives_new(tmp_path, monkeypatch, mode):
+    make_old(tmp_path / "ckpt")
+
+    def rmtree(path, *a, **k):
+        raise OSError("injected: cannot delete")
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", rmtree)
+    with atomic_dir(tmp_path / "ckpt") as tmp:
+        write_new(tmp)
+    assert contents(tmp_path / "ckpt") == NEW
+    (left,) = leftovers(tmp_path, "ckpt")  # the old folder, hidden, is all that is left behind
+    assert contents(tmp_path / left) == OLD
+
+
+@pytest.mark.parametrize("mode_name", ["exchange", "fallback"])
+def test_killed_process_leaves_old_or_new(tmp_path, mode_name):
+    """SIGKILL-like death (os._exit) right after the first rename or swap: the old folder survives somewhere whole."""
+    make_old(tmp_path / "ckpt")
+    code = textwrap.dedent(f"""
+        import os, sys
+        from pathlib import Path
+        from kitlib import atomic
+        def die_after(f):
+            def g(*a):
+                r = f(*a)
+                os._exit(9)
+            return g
+        if {mode_name!r} == "exchange":
+            atomic._exchange = die_after(atomic._exchange)
+        else:
+            atomic._exchange = lambda a, b: False
+            atomic.os.replace = die_after(os.replace)
+        with atomic.atomic_dir(Path(sys.argv[1])) as tmp:
+            (tmp / "weights.bin").write_text("new weights")
+            (tmp / "tokenizer.json").write_text("new tokenizer")
+    """)
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt")], cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert p.returncode == 9, p.stderr
+    if mode_name == "exchange":
+        assert contents(tmp_path / "ckpt") == NEW  # one atomic step: the new folder is in place
+        (left,) = leftovers(tmp_path, "ckpt")
+        assert contents(tmp_path / left) == OLD
+    else:
+        assert not (tmp_path / "ckpt").exists()  # the documented window of the fallback
+        left = [n for n in leftovers(tmp_path, "ckpt") if n.endswith(".old")]
+        assert len(left) == 1 and contents(tmp_path / left[0]) == OLD
+
+
+def test_atomic_write_failure_keeps_old_file(tmp_path):
+    out = tmp_path / "submission.csv"
+    out.write_text("old\n")
+
+    def write(tmp):
+        Path(tmp).write_text("partial")
+        raise OSError("injected write failure")
+
+    with pytest.raises(OSError, match="injected"):
+        atomic_write(out, write)
+    assert out.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["submission.csv"]
+
+
+# ---- the merger's CSV writer: the quoting retry rewrites the whole file, a failure writes nothing ----
+
+TABLE = pa.table({"id": ["a,b", 'say "hi"', "plain"], "toxic": [0.25, 0.5, 0.75]})
+# pyarrow's "needed" style quotes every string of the file once one value needs it
+EXPECTED = 'id,toxic\n"a,b",0.25\n"say ""hi""",0.5\n"plain",0.75\n'
+
+
+def test_write_csv_quotes_only_when_needed(tmp_path):
+    atomic_write(tmp_path / "s.csv", lambda tmp: _write_csv(TABLE, tmp))
+    assert (tmp_path / "s.csv").read_text() == EXPECTED
+    plain = pa.table({"id": ["x", "y"], "toxic": [0.5, 1.0]})
+    atomic_write(tmp_path / "p.csv", lambda tmp: _write_csv(plain, tmp))
+    assert (tmp_path / "p.csv").read_text() == "id,toxic\nx,0.5\ny,1\n"
+
+
+def test_write_csv_retry_truncates_the_first_attempt(tmp_path, monkeypatch):
+    real, styles = pacsv.write_csv, []
+
+    def write_csv(table, f, options):
+        styles.append(options.quoting_style)
+        if options.quoting_style == "none":
+            f.write(b"junk left by a failed attempt\n" * 50)  # longer than the good file
+            raise pa.ArrowInvalid("injected: value needs quotes")
+        return real(table, f, options)
+
+    monkeypatch.setattr(pacsv, "write_csv", write_csv)
+    atomic_write(tmp_path / "s.csv", lambda tmp: _write_csv(TABLE, tmp))
+    assert styles == ["none", "needed"]
+    assert (tmp_path / "s.csv").read_text() == EXPECTED
+
+
+@pytest.mark.parametrize("second", [pa.ArrowInvalid, OSError])
+def test_write_csv_second_failure_writes_nothing(tmp_path, monkeypatch, second):
+    out = tmp_path / "s.csv"
+    out.write_text("earlier good submission\n")
+
+    def write_csv(table, f, options):
+        f.write(b"id,toxic\npartial")
+        raise (pa.ArrowInvalid("injected first") if options.quoting_style == "none" else second("injected second"))
+
+    monkeypatch.setattr(pacsv, "write_csv", write_csv)
+    with pytest.raises(second, match="injected second"):
+        atomic_write(out, lambda tmp: _write_csv(TABLE, tmp))
+    assert out.read_text() == "earlier good submission\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["s.csv"]
