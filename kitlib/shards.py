@@ -176,15 +176,6 @@ def write_shard(
     return final
 
 
-def sampler_padding(rank: int, world_size: int, num_rows: int, num_samples: int) -> np.ndarray:
-    """bool ``[num_samples]``: which of rank's ``DistributedSampler(shuffle=False, drop_last=False)`` samples are padding.
-
-    Position ``k`` of rank ``r`` is the sampler's global position ``r + k * world_size``; positions
-    at or past ``num_rows`` repeat early rows to make every rank's share equal.
-    """
-    return rank + np.arange(num_samples, dtype=np.int64) * world_size >= num_rows
-
-
 def read_shard_info(schema: pa.Schema) -> ShardInfo | None:
     """The :class:`ShardInfo` in a Parquet schema, or None for a shard without kit metadata."""
     meta = schema.metadata or {}
