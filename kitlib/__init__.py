@@ -2,10 +2,12 @@
 
 Modules, one job each:
 
-* :mod:`kitlib.runtime`: the torch-side runtime detector and launcher (TPU / CUDA / PJRT CPU).
-* :mod:`kitlib.compat`: torch_xla version drift, in one place.
-* :mod:`kitlib.infer_template`: the inference ``_mp_fn`` and its config.
-* :mod:`kitlib.train_template`: the torch training ``_mp_fn`` (``xm.optimizer_step`` or DDP).
+* :mod:`kitlib.hardware`: what accelerators the host has, read without initialising any.
+* :mod:`kitlib.runtime`: the runtime detector, the table of launch modes, and ``launch``.
+* :mod:`kitlib.replica`: what each replica is handed (device, rank, world size, collectives).
+* :mod:`kitlib.compat`: torch_xla / transformers version drift, in one place.
+* :mod:`kitlib.infer`: ``predict(job, rt)`` and its replica program ``_mp_fn``.
+* :mod:`kitlib.train`: ``train(job, rt)`` and its replica program ``_mp_fn`` (``xm.optimizer_step`` or DDP).
 * :mod:`kitlib.strategy`: the TensorFlow ``tf.distribute`` strategy detector.
 * :mod:`kitlib.keras_runtime`: the Keras backend choice (TF or JAX) and Keras version drift.
 * :mod:`kitlib.keras_data`, :mod:`kitlib.keras_model`: fixed-shape Keras input pipelines; the keras-hub XLM-R model.
