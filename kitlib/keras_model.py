@@ -40,6 +40,7 @@ class KerasModelConfig:
         max_len: tokens per row, ``<s>`` and ``</s>`` included (the ``L`` of every batch).
         vocab_size: SentencePiece pieces of the tiny tokenizer (the vocabulary gets 2 more ids).
         num_layers, num_heads, hidden_dim, intermediate_dim, dropout: the tiny backbone.
+        max_positions: the tiny backbone's position table (512, as XLM-R's); ``max_len`` may not exceed it.
         seed: Keras random seed for the tiny model's initial weights.
     """
 
@@ -51,6 +52,7 @@ class KerasModelConfig:
     hidden_dim: int = 64
     intermediate_dim: int = 128
     dropout: float = 0.1
+    max_positions: int = 512
     seed: int = 0
 
 
@@ -137,14 +139,34 @@ def build_classifier(
                 hidden_dim=cfg.hidden_dim,
                 intermediate_dim=cfg.intermediate_dim,
                 dropout=cfg.dropout,
-                max_sequence_length=cfg.max_len,
+                max_sequence_length=cfg.max_positions,
             )
             model = _float32_head(h.Classifier(backbone, num_classes=1, preprocessor=None))
     else:
         preprocessor = h.Preprocessor.from_preset(cfg.preset, sequence_length=cfg.max_len)
         with scope():
             model = _float32_head(h.Classifier.from_preset(cfg.preset, num_classes=1, preprocessor=None))
+    check_max_len(model, cfg.max_len)
     return model, preprocessor
+
+
+def check_max_len(model, max_len: int) -> None:
+    """Refuse a ``max_len`` longer than the backbone's position table (XLM-R: 512), before training.
+
+    Past the table, XLA clamps the position index and computes a wrong value without a word
+    (the torch side measured 0.4997661 instead of 0.49982214); eager TF raises mid-run.
+
+    Raises:
+        ValueError: ``max_len`` above the backbone's ``max_sequence_length``, naming the limit.
+    """
+    limit = None
+    for layer in getattr(model, "layers", []):
+        limit = getattr(layer, "max_sequence_length", None) or limit
+        inner = getattr(layer, "backbone", None)
+        limit = getattr(inner, "max_sequence_length", None) or limit
+    if limit is not None and max_len > limit:
+        raise ValueError(f"max_len={max_len} is more than the model can read: its position table holds {limit} "
+                         f"tokens per row. Set max_len <= {limit}.")
 
 
 def _float32_head(classifier):
