@@ -47,7 +47,7 @@ def _check_training(res, backend):
     assert (res["backend"], res["replicas"], res["global_batch"], res["kind"]) == (backend, 2, 16, "virtual-cpu")
     assert res["steps_per_epoch"] == 6  # 96 rows // 16, the remainder dropped
     assert len(res["epoch_seconds"]) == 2 and len(res["loss"]) == 2
-    assert all(np.isfinite(res["loss"])) and res["loss"][1] < res["loss"][0] + 0.05
+    assert all(np.isfinite(res["loss"])) and res["loss"][1] < res["loss"][0]  # training lowers the loss
     assert res["head_change"] > 0  # the weights moved: training really ran on both replicas
 
 
