@@ -237,6 +237,18 @@ def _from_torchrun(mode: str, tr: dict[str, int], num_devices: int | None, threa
                    threads=threads, num_hosts=hosts, host=tr["GROUP_RANK"], started_by="torchrun")
 
 
+def holds_global_rank0(rt: Runtime) -> bool:
+    """True in the process that runs (or, as the parent, started) the replica of global rank 0.
+
+    The process that merges shards and reads results back after :func:`launch`: any process of a
+    one-host run, torchrun's ``RANK=0`` worker, host 0 of a TPU pod (its chips hold ordinals
+    ``0 .. n-1``).
+    """
+    if rt.started_by == "torchrun":
+        return int(os.environ["RANK"]) == 0
+    return rt.host == 0
+
+
 def configure_env(rt: Runtime) -> None:
     """Set the environment the replicas need; :func:`launch` calls it before starting them.
 
