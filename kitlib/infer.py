@@ -30,6 +30,7 @@ PJRT CPU (``xla-cpu``) replicas are threads of one process.
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 import uuid
@@ -42,6 +43,7 @@ from . import storage
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_csv_checked, tokenize
 from .merge import MergeResult, merge_shards
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities
+from .replica import PeerFailed
 from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
 
@@ -185,7 +187,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     rank, world = replica.rank, replica.world_size
     run_id = plan.run_id
     if plan.multi_host:  # rank 0 alone clears the shared folder; the exchange is the barrier before any write
-        with replica.together("clearing old shards"):
+        with _across_hosts(replica, "clearing old shards"):
             if replica.is_master:
                 storage.as_path(job.shard_dir).mkdir(parents=True, exist_ok=True)
                 clear_shards(job.shard_dir)
@@ -213,8 +215,32 @@ def _mp_fn(replica, plan: _Plan) -> None:
     if not plan.multi_host:
         write()
         return
-    with replica.together("writing the shards"):  # the cross-host barrier: every shard is written before rank 0 merges
+    with _across_hosts(replica, "writing the shards"):  # the barrier: every shard is written before rank 0 merges
         write()
+
+
+@contextlib.contextmanager
+def _across_hosts(replica, what: str):
+    """``replica.together(what)``, naming the likely cause when the exchange itself fails.
+
+    A host that dies (killed, out of memory, preempted) closes its connections; the others'
+    collective then raises (gloo: "Connection closed by peer"). Raises RuntimeError saying so;
+    an error of the block itself is raised as it is.
+    """
+    done = False
+    try:
+        with replica.together(what):
+            yield
+            done = True
+    except PeerFailed:
+        raise
+    except RuntimeError as e:
+        if not done:
+            raise
+        raise RuntimeError(
+            f"lost another host while {what}: it died or cannot be reached ({e}). Nothing is merged and no "
+            "submission is written; start the run again on every host"
+        ) from e
 
 
 def agreed_run_id(replica, run_id: str) -> str:

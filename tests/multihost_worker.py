@@ -5,8 +5,9 @@ JOB REPORT_DIR ARGS.json``, where JOB is ``infer``, ``train`` or ``infer-host-di
 holds the keyword arguments of :class:`kitlib.infer.InferJob` or :class:`kitlib.train.TrainJob`.
 Each process writes ``REPORT_DIR/rank-<RANK>.json`` with the runtime line and what
 ``predict``/``train`` returned. ``infer-host-dies``: the replica of global rank 1 writes
-``REPORT_DIR/rank-1.ready`` (holding its session id: its torchrun's process group) once it is
-past the first cross-host exchange, then sleeps, for the test to kill its whole host.
+``REPORT_DIR/rank-1.ready`` (JSON: its torchrun agent's pid and its own process group; torchrun
+starts workers in a session of their own) once it is past the first cross-host exchange, then
+sleeps, for the test to kill its whole host.
 """
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ def main(job_kind: str, report_dir: str, args_file: str) -> None:
             real = infer.load_classifier
 
             def stall(*a, **k):  # called after the shard folder is cleared and the run id agreed
-                Path(report_dir, "rank-1.ready").write_text(str(os.getsid(0)))
+                host = {"agent": os.getppid(), "worker_group": os.getpgid(0)}
+                Path(report_dir, "ready.tmp").write_text(json.dumps(host))
+                os.replace(Path(report_dir, "ready.tmp"), Path(report_dir, "rank-1.ready"))
                 time.sleep(600)
                 return real(*a, **k)
 

@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, SAMPLE
-from kitlib import storage
+from kitlib import hardware, storage
 from kitlib.__main__ import main as kitlib_cli
 from kitlib.infer import InferJob, predict
 from kitlib.runtime import Runtime, detect_runtime, holds_global_rank0
@@ -143,6 +143,75 @@ def test_the_process_of_global_rank_0_merges(monkeypatch):
     assert holds_global_rank0(Runtime("cpu", 2, "t"))
 
 
+@pytest.fixture
+def tpu_pod_vm(monkeypatch):
+    """A Cloud TPU VM host of a v5litepod-32 slice (4 hosts x 8 chips) as torch_xla sees it: no
+    ``TPU_WORKER_*`` variables, the slice in the GCE metadata (torch_xla._internal.tpu's formats)."""
+    from torch_xla._internal import tpu
+
+    for var in ("TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID", "CLOUD_TPU_TASK_ID", "TPU_SKIP_MDS_QUERY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-32")
+    metadata = {
+        "worker-network-endpoints": ",".join(f"t1v-n-w-{i}:uid{i}:10.164.0.{10 + i}" for i in range(4)),
+        "tpu-env": "ACCELERATOR_TYPE: 'v5litepod-32'\nWORKER_ID: '2'\nTPU_PROCESS_BOUNDS: '2,2,1'\n",
+    }
+    asked = []
+
+    def get_metadata(key):
+        asked.append(key)
+        return metadata[key]
+
+    monkeypatch.setattr(tpu, "_get_metadata", get_metadata)
+    monkeypatch.setattr(hardware, "tpu_chip_count", lambda: 8)
+    return asked
+
+
+def test_tpu_pod_hosts_from_the_tpu_vm_metadata_as_torch_xla_reads_it(tpu_pod_vm, monkeypatch):
+    monkeypatch.setattr(hardware, "_on_google_compute_engine", lambda: True)
+    rt = detect_runtime()
+    assert (rt.mode, rt.num_hosts, rt.host, rt.world_size, rt.started_by) == ("tpu", 4, 2, 32, "tpu-pod")
+    assert "host 3 of 4, 8 replica(s) on this host, world 32" in rt.describe()
+    assert set(tpu_pod_vm) == {"worker-network-endpoints", "tpu-env"}
+    assert not holds_global_rank0(rt)
+    # GKE's variables (TPU_SKIP_MDS_QUERY with TPU_WORKER_HOSTNAMES / TPU_WORKER_ID) win, without a query
+    tpu_pod_vm.clear()
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "h0,h1")
+    monkeypatch.setenv("TPU_WORKER_ID", "0")
+    assert hardware.tpu_hosts() == (2, 0) and tpu_pod_vm == []
+
+
+def test_off_google_cloud_no_metadata_is_asked(tpu_pod_vm, monkeypatch):
+    monkeypatch.setattr(hardware, "_on_google_compute_engine", lambda: False)
+    rt = detect_runtime()
+    assert (rt.num_hosts, rt.host, rt.started_by) == (1, 0, "kit") and tpu_pod_vm == []
+
+
+def test_a_tpu_pod_replica_takes_its_global_ordinal_from_torch_xla(tpu_pod_vm, monkeypatch):
+    """Replica rank and world size come from torch_xla's runtime (global ordinal), the host from the slice."""
+    import torch
+
+    from kitlib import compat
+    from kitlib.replica import start_replica
+
+    monkeypatch.setattr(hardware, "_on_google_compute_engine", lambda: True)
+    rt = detect_runtime()
+    monkeypatch.setattr(compat, "xla_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(compat, "xla_rank", lambda: 21)  # torch_xla.runtime.global_ordinal()
+    monkeypatch.setattr(compat, "xla_world_size", lambda: 32)  # torch_xla.runtime.world_size()
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    try:
+        replica = start_replica(5, rt)  # (a replica other than host 0's first quiets transformers' logs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
+    assert (replica.rank, replica.world_size, replica.local_rank, replica.host, replica.num_hosts) == (21, 32, 5, 2, 4)
+    assert shard_name(replica.rank, replica.world_size) == "shard-00021-of-00032.parquet"
+
+
 # --- two torchrun hosts on 127.0.0.1 (slow) ---
 
 
@@ -198,10 +267,10 @@ def _run_two_hosts(kind: str, job: dict, tmp: Path, env: dict, timeout: float = 
                 assert time.perf_counter() - start < timeout, "rank 1 never started"
                 assert all(p.poll() is None for p in procs), "a host ended before rank 1 started"
                 time.sleep(0.2)
-            time.sleep(0.5)
-            sid = int(ready.read_text())
-            killed = next(p for p in procs if p.pid == sid)
-            os.killpg(sid, signal.SIGKILL)
+            host = json.loads(ready.read_text())
+            killed = next(p for p in procs if p.pid == host["agent"])
+            os.killpg(killed.pid, signal.SIGKILL)  # the torchrun agent (its own session, see Popen)
+            os.killpg(host["worker_group"], signal.SIGKILL)  # and its worker
             killed.wait(timeout=30)
         codes = []
         for p in procs:
@@ -288,7 +357,8 @@ def test_a_killed_host_ends_the_run_with_a_clear_error_and_no_submission(s3, sha
     print(f"killed host: the other host ended after {seconds:.1f} s in all")
     survivor = codes.index(None) ^ 1
     assert codes[survivor] not in (0, "timeout"), logs[survivor]
-    assert "replica rank 0 failed" in logs[survivor], logs[survivor]
+    assert "replica rank 0 failed: RuntimeError: lost another host while writing the shards" in logs[survivor]
+    assert "no submission is written" in logs[survivor]
     assert reports == {}
     assert not fs.exists(f"{BUCKET}/dies/submission.csv")
     assert not fs.exists(f"{BUCKET}/dies/shards/{shard_name(1, 2)}")
