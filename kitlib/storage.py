@@ -148,9 +148,19 @@ class URL:
                 raise
 
     def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
-        """Nothing on an object store (it has no folders; the bucket must exist), else ``makedirs``."""
+        """On an object store, check that the bucket exists (it has no folders); elsewhere ``makedirs``.
+
+        Raises:
+            FileNotFoundError: no such bucket, or no access to it (the kit creates no bucket).
+        """
         if self.protocol not in OBJECT_STORES:
             self.fs.makedirs(self._key, exist_ok=True)
+            return
+        bucket = self._key.split("/", 1)[0]
+        self.fs.invalidate_cache(bucket)
+        if not self.fs.exists(bucket):
+            raise FileNotFoundError(f"{self.url}: bucket {self.protocol}://{bucket} does not exist or cannot be "
+                                    "read with these credentials; create it (the kit creates no bucket)")
 
 
 def readable(path: Path | URL):
@@ -186,16 +196,19 @@ def atomic_write(final: str | os.PathLike | URL, write: Callable[[str], None]) -
     try:
         write(tmp)
         fs = final.fs
-        if final.protocol in OBJECT_STORES:
-            fs.put_file(tmp, final._key)
-        else:
-            staging = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
-            fs.put_file(tmp, staging._key)
-            try:
-                fs.mv(staging._key, final._key)
-            except BaseException:
-                staging.unlink(missing_ok=True)
-                raise
+        try:
+            if final.protocol in OBJECT_STORES:
+                fs.put_file(tmp, final._key)
+            else:
+                staging = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
+                fs.put_file(tmp, staging._key)
+                try:
+                    fs.mv(staging._key, final._key)
+                except BaseException:
+                    staging.unlink(missing_ok=True)
+                    raise
+        except OSError as e:  # the store's message seldom names the object
+            raise type(e)(f"cannot write {final}: {e}") from e
         fs.invalidate_cache(final.parent._key)
     finally:
         os.unlink(tmp)

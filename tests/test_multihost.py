@@ -44,7 +44,6 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def s3():
     """An S3 endpoint on 127.0.0.1 (moto's server) with one bucket; this process and children reach it by env."""
-    pytest.importorskip("s3fs", reason="the storage extra (s3fs) is needed for URL shards")
     from moto.server import ThreadedMotoServer
     import s3fs
 
@@ -95,6 +94,9 @@ def test_url_files_appear_whole_or_not_at_all(s3):
     assert [p.name for p in folder.iterdir()] == ["submission.csv"]
     assert (target.name, target.suffix, str(target.parent)) == ("submission.csv", ".csv", f"s3://{BUCKET}/whole")
     assert storage.as_path("file:///tmp/x/y.csv") == Path("/tmp/x/y.csv")
+    with pytest.raises(FileNotFoundError, match="bucket s3://no-such-bucket does not exist"):
+        write_shard("s3://no-such-bucket/shards", rank=0, world_size=1, num_rows=1, rows=[0], ids=["a"],
+                    predictions={"toxic": [0.5]}, run_id="r")
     assert not storage.is_url("/tmp/x") and not storage.is_url("file:///tmp/x") and storage.is_url("gs://b/x")
 
 
