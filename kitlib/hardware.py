@@ -66,6 +66,41 @@ def tpu_chip_count() -> int | None:
     return n or None
 
 
+def tpu_hosts() -> tuple[int, int]:
+    """``(num_hosts, host)`` of the TPU slice this host belongs to: ``(1, 0)`` for one host.
+
+    As torch_xla finds them (``torch_xla._internal.tpu.num_tpu_workers()`` / ``worker_id()``):
+    from ``TPU_WORKER_HOSTNAMES`` (comma-separated) and ``TPU_WORKER_ID`` (or ``CLOUD_TPU_TASK_ID``)
+    when those are set (GKE sets them, with ``TPU_SKIP_MDS_QUERY``), else from the Cloud TPU VM's
+    metadata server (``worker-network-endpoints``, and ``WORKER_ID`` in ``tpu-env``), which is
+    where a TPU VM started with ``gcloud compute tpus tpu-vm`` keeps them. Reads no device.
+    The metadata server is asked only on a Google Compute Engine VM (``/sys/class/dmi/id/product_name``
+    says so, as google-auth checks), so elsewhere nothing goes to the network. Without torch_xla,
+    or if the metadata cannot be read: one host.
+    """
+    names = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    worker = os.environ.get("CLOUD_TPU_TASK_ID") or os.environ.get("TPU_WORKER_ID")
+    if names:
+        return len(names), int(worker or 0)
+    if _on_google_compute_engine() and importlib.util.find_spec("torch_xla") is not None:
+        try:
+            from torch_xla._internal import tpu
+
+            hosts = int(tpu.num_tpu_workers())
+            return hosts, int(tpu.worker_id()) if hosts > 1 else 0
+        except Exception:  # noqa: BLE001 - no metadata server (not a Cloud TPU VM), or the private API moved
+            pass
+    return 1, 0
+
+
+def _on_google_compute_engine() -> bool:
+    try:
+        with open("/sys/class/dmi/id/product_name") as f:
+            return f.read().strip().startswith("Google")
+    except OSError:
+        return False
+
+
 def cuda_device_count() -> int:
     """CUDA GPUs visible to torch, counted without initialising CUDA (0 without torch or a driver).
 

@@ -17,11 +17,21 @@ device (:func:`kitlib.runtime.launch`) runs :func:`_mp_fn`: it takes its rows wi
 sampler's padding rows. Last, the shards are merged into the submission (:mod:`kitlib.merge`).
 
 A replica that fails raises :class:`kitlib.runtime.ReplicaError` naming its rank: nothing is merged
-and an existing submission is left as it was. Replica programs keep no module-level state: on
+and an existing submission is left as it was.
+
+Multi-host (``torchrun`` on several nodes, or a TPU pod slice: every host runs ``predict``): the
+shard folder and the submission may be URLs (``gs://``, ``s3://``: :mod:`kitlib.storage`) that
+every host reaches. Global rank 0 alone clears old shards, then every replica waits for it
+(``replica.together``); they take rank 0's run id; each writes its shard named by its global
+rank; all wait until every shard is written; then the process of global rank 0 merges, and
+``predict`` returns None everywhere else. A shard folder that is not shared (each host's own
+disk) makes the merge refuse, naming the global ranks whose shards it cannot see. Replica programs keep no module-level state: on
 PJRT CPU (``xla-cpu``) replicas are threads of one process.
 """
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -29,13 +39,15 @@ from pathlib import Path
 
 import numpy as np
 
+from . import storage
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_csv_checked, tokenize
 from .merge import MergeResult, merge_shards
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities
-from .runtime import Runtime, launch
-from .shards import clear_shards, read_shard_info, sampler_padding, write_shard
+from .replica import PeerFailed
+from .runtime import Runtime, holds_global_rank0, launch
+from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
 
-TOKENS_FILE = ".tokens.npz"  # in the shard folder; a dot name, so the merger never reads it
+TOKENS_FILE = "tokens.npz"  # in a local temporary folder of the calling process
 
 
 @dataclass(frozen=True)
@@ -46,8 +58,9 @@ class InferJob:
         checkpoint: local folder with the transformers checkpoint and tokenizer
             (from :func:`kitlib.model.resolve_checkpoint`).
         test_csv: the CSV to predict (``id`` plus a text column).
-        shard_dir: folder the per-rank shards are written to (cleared of older shards first).
-        output_csv: the merged submission; None: write the shards only.
+        shard_dir: folder the per-rank shards are written to (cleared of older shards first);
+            a local path or a URL (``gs://``, ``s3://``, ``file://``; :mod:`kitlib.storage`).
+        output_csv: the merged submission (a path or a URL); None: write the shards only.
         sample_submission: Kaggle's ``sample_submission.csv``: the submission's row order and
             columns; None: the test set's order.
         batch_size: rows per model call on each replica (global batch = batch_size x world size).
@@ -88,6 +101,7 @@ class _Plan:
     num_rows: int
     bucket_lengths: tuple[int, ...]
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    multi_host: bool = False  # True: every host runs predict(); the replicas clear, agree and wait (see predict)
 
 
 def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResult | None:
@@ -100,7 +114,8 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
 
     Returns:
         The :class:`kitlib.merge.MergeResult` of the written submission, or None when
-        ``job.output_csv`` is None (shards only).
+        ``job.output_csv`` is None (shards only) or, in a multi-host run, in every process but
+        global rank 0's (:func:`kitlib.runtime.holds_global_rank0`).
 
     Raises:
         ValueError: ``max_len`` above the model's limit, or a bad test CSV (file, row, field named).
@@ -113,19 +128,18 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     texts = read_csv_checked(job.test_csv, text_col=job.text_col)["text"].tolist()
     tokens = tokenize(AutoTokenizer.from_pretrained(job.checkpoint), texts, job.max_len)
     buckets = choose_bucket_lengths(tokens.lengths, job.max_len, job.num_buckets)
-    shard_dir = Path(job.shard_dir)
-    shard_dir.mkdir(parents=True, exist_ok=True)
-    clear_shards(shard_dir)
-    tokens_file = shard_dir / TOKENS_FILE
-    tokens.save(tokens_file)
-    plan = _Plan(job, str(tokens_file), len(texts), buckets)
-    try:
-        launch(_mp_fn, plan, rt, start_method)
-    finally:
-        tokens_file.unlink(missing_ok=True)
-    if job.output_csv is None:
+    multi_host = rt.num_hosts > 1 or rt.started_by != "kit"
+    if not multi_host:
+        shard_dir = storage.as_path(job.shard_dir)
+        shard_dir.mkdir(parents=True, exist_ok=True)
+        clear_shards(shard_dir)
+    with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
+        tokens_file = Path(tmp) / TOKENS_FILE
+        tokens.save(tokens_file)
+        launch(_mp_fn, _Plan(job, str(tokens_file), len(texts), buckets, multi_host=multi_host), rt, start_method)
+    if job.output_csv is None or not holds_global_rank0(rt):
         return None
-    return merge_shards([shard_dir], job.output_csv, sample_submission=job.sample_submission,
+    return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
                         test=None if job.sample_submission else job.test_csv)
 
 
@@ -171,6 +185,13 @@ def _mp_fn(replica, plan: _Plan) -> None:
 
     job = plan.job
     rank, world = replica.rank, replica.world_size
+    run_id = plan.run_id
+    if plan.multi_host:  # rank 0 alone clears the shared folder; the exchange is the barrier before any write
+        with _across_hosts(replica, "clearing old shards"):
+            if replica.is_master:
+                storage.as_path(job.shard_dir).mkdir(parents=True, exist_ok=True)
+                clear_shards(job.shard_dir)
+        run_id = agreed_run_id(replica, run_id)
     sampler = DistributedSampler(range(plan.num_rows), num_replicas=world, rank=rank, shuffle=False, drop_last=False)
     rows = np.fromiter(iter(sampler), dtype=np.int64)
     padding = sampler_padding(rank, world, plan.num_rows, len(rows))
@@ -185,9 +206,54 @@ def _mp_fn(replica, plan: _Plan) -> None:
              "precision": replica.precision(job.precision), **replica.compile_stats()}
     ids = pd.read_csv(job.test_csv, dtype=str, keep_default_na=False, usecols=["id"])["id"].to_numpy()
     done = rows[positions]
-    write_shard(Path(job.shard_dir), rank=rank, world_size=world, num_rows=plan.num_rows, rows=done,
-                ids=ids[done], predictions={job.prediction_column: probs}, padding=padding[positions],
-                run_id=plan.run_id, stats=stats)
+
+    def write() -> None:
+        write_shard(job.shard_dir, rank=rank, world_size=world, num_rows=plan.num_rows, rows=done,
+                    ids=ids[done], predictions={job.prediction_column: probs}, padding=padding[positions],
+                    run_id=run_id, stats=stats)
+
+    if not plan.multi_host:
+        write()
+        return
+    with _across_hosts(replica, "writing the shards"):  # the barrier: every shard is written before rank 0 merges
+        write()
+
+
+@contextlib.contextmanager
+def _across_hosts(replica, what: str):
+    """``replica.together(what)``, naming the likely cause when the exchange itself fails.
+
+    A host that dies (killed, out of memory, preempted) closes its connections; the others'
+    collective then raises (gloo: "Connection closed by peer"). Raises RuntimeError saying so;
+    an error of the block itself is raised as it is.
+    """
+    done = False
+    try:
+        with replica.together(what):
+            yield
+            done = True
+    except PeerFailed:
+        raise
+    except RuntimeError as e:
+        if not done:
+            raise
+        raise RuntimeError(
+            f"lost another host while {what}: it died or cannot be reached ({e}). Nothing is merged and no "
+            "submission is written; start the run again on every host"
+        ) from e
+
+
+def agreed_run_id(replica, run_id: str) -> str:
+    """Global rank 0's ``run_id`` (32 hex digits), on every replica of a multi-host run.
+
+    Every host's :func:`predict` draws its own id; rank 0's is sent to all (an all-reduce of its
+    16 bytes, the other ranks adding zeros), so every shard of the run carries the same one.
+    """
+    import torch
+
+    code = torch.tensor(list(bytes.fromhex(run_id)), dtype=torch.float32) * float(replica.is_master)
+    code = replica.all_reduce_sum(code.to(replica.device)).cpu()
+    return bytes(int(v) for v in code.round().tolist()).hex()
 
 
 def _device_name(replica) -> str:
@@ -208,7 +274,7 @@ def replica_stats(shard_dir: str | Path) -> list[dict]:
     import pyarrow.parquet as pq
 
     out = []
-    for f in sorted(Path(shard_dir).glob("shard-*.parquet")):
-        info = read_shard_info(pq.read_schema(f))
+    for f in sorted(p for p in storage.as_path(shard_dir).iterdir() if SHARD_RE.match(p.name)):
+        info = read_shard_info(pq.read_schema(storage.readable(f)))
         out.append({"rank": info.rank, "world_size": info.world_size, **info.stats})
     return out

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .atomic import atomic_write
+from . import storage
 from .shards import SHARD_FORMAT, SHARD_RE, ShardInfo, read_shard_info, shard_name
 
 # Duplicates without a padding mark are the same text predicted twice: equal up to float noise.
@@ -115,13 +115,14 @@ def expand_shard_paths(inputs: list[str | os.PathLike], exclude: Path | None = N
 
     In a folder that holds kit shards (``shard-*-of-*.parquet``) only those are taken.
     Temporary files (names starting with ``.``) and ``exclude`` (the output) are skipped.
+    Each input, and the output, may be a URL (``s3://``, ``gs://``: :mod:`kitlib.storage`).
 
     Raises:
         MergeError: a named path does not exist, or nothing is found.
     """
     paths: list[Path] = []
     for raw in inputs:
-        p = Path(raw)
+        p = storage.as_path(raw)  # a local path or a URL (kitlib.storage)
         if p.is_dir():
             found = sorted(
                 q for q in p.iterdir()
@@ -144,7 +145,7 @@ def _read_csv(path: Path, string_columns: tuple[str, ...] = ("id",)) -> pa.Table
     """Read a CSV keeping ``string_columns`` as exact strings ("007", "NA" and "" stay as written)."""
     try:
         return pacsv.read_csv(
-            path,
+            storage.readable(path),
             convert_options=pacsv.ConvertOptions(
                 column_types={c: pa.string() for c in string_columns},
                 strings_can_be_null=False,
@@ -182,7 +183,7 @@ def _read_shard(path: Path) -> tuple[pa.Table, ShardInfo | None, str | None]:
     """Read one shard file: (table with string ids, kit metadata or None, a note or None)."""
     if path.suffix == ".parquet":
         try:
-            table = pq.read_table(path)
+            table = pq.read_table(storage.readable(path))
         except (pa.ArrowInvalid, OSError) as e:
             raise MergeError(f"{path}: unreadable Parquet shard ({e})") from None
         info = read_shard_info(table.schema)
@@ -457,7 +458,7 @@ def merge_shards(
             an id is blank, missing or extra against the sample submission. No output file is
             written then, and an existing one is left as it was.
     """
-    output = Path(output)
+    output = storage.as_path(output)
     notes = _Notes()
     targets: tuple[str, ...] | None = None
     if sample_submission is not None:
@@ -515,5 +516,5 @@ def merge_shards(
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
-    atomic_write(output, lambda tmp: _write_csv(table, tmp))
+    storage.atomic_write(output, lambda tmp: _write_csv(table, tmp))
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines())

@@ -34,7 +34,8 @@ Multi-host: a process started by ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL
 ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``) is one replica; ``launch`` runs ``fn`` in it, with the global
 rank and world size torchrun gave. On a TPU pod slice every host runs the same program and
 ``torch_xla.launch`` starts that host's chips; the global ordinal comes from torch_xla, the host
-from ``TPU_WORKER_ID`` / ``TPU_WORKER_HOSTNAMES`` (Cloud TPU VM environment).
+as torch_xla finds it (:func:`kitlib.hardware.tpu_hosts`: ``TPU_WORKER_HOSTNAMES`` /
+``TPU_WORKER_ID``, or the Cloud TPU VM metadata).
 
 The start method is ``fork`` (a Kaggle notebook) or ``spawn`` (Colab, scripts: ``fn`` must be
 importable, which is why every replica program lives in ``kitlib``).
@@ -157,12 +158,6 @@ def _torchrun_env() -> dict[str, int] | None:
     return env
 
 
-def _tpu_pod_hosts() -> tuple[int, int]:
-    """(num_hosts, host) of a Cloud TPU VM slice from ``TPU_WORKER_HOSTNAMES`` / ``TPU_WORKER_ID``."""
-    names = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
-    return max(1, len(names)), int(os.environ.get("TPU_WORKER_ID", "0") or 0)
-
-
 def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runtime:
     """Find where replicas can run, touching no device.
 
@@ -199,7 +194,7 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runt
                 f"num_devices={num_devices}, but torch_xla.launch runs one replica on every TPU chip of this "
                 f"host ({chips or 'count unknown'}); it cannot run a subset. Set num_devices=0 (every chip)."
             )
-        hosts, host = _tpu_pod_hosts()
+        hosts, host = hardware.tpu_hosts()
         return Runtime("tpu", chips or 0, f"{tpu}; {chips or 'unknown number of'} TPU chip(s)",
                        num_hosts=hosts, host=host, started_by="tpu-pod" if hosts > 1 else "kit")
     if prefer == "tpu":
@@ -235,6 +230,18 @@ def _from_torchrun(mode: str, tr: dict[str, int], num_devices: int | None, threa
     hosts = max(1, tr["WORLD_SIZE"] // local)
     return Runtime(mode, local, f"{found}; started by torchrun (rank {tr['RANK']} of {tr['WORLD_SIZE']})",
                    threads=threads, num_hosts=hosts, host=tr["GROUP_RANK"], started_by="torchrun")
+
+
+def holds_global_rank0(rt: Runtime) -> bool:
+    """True in the process that runs (or, as the parent, started) the replica of global rank 0.
+
+    The process that merges shards and reads results back after :func:`launch`: any process of a
+    one-host run, torchrun's ``RANK=0`` worker, host 0 of a TPU pod (its chips hold ordinals
+    ``0 .. n-1``).
+    """
+    if rt.started_by == "torchrun":
+        return int(os.environ["RANK"]) == 0
+    return rt.host == 0
 
 
 def configure_env(rt: Runtime) -> None:

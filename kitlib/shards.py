@@ -25,7 +25,8 @@ The Parquet schema metadata key ``kitlib.shard`` holds a JSON object with ``form
 
 A shard is written to a temporary name in the same folder and renamed into place
 (``os.replace``, atomic on POSIX), so a rank that dies mid-write leaves no shard, never a
-truncated one.
+truncated one. In a URL folder (``s3://``, ``gs://``: :mod:`kitlib.storage`) the shard is
+written locally and uploaded in one request, and the object store shows it only when complete.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import atomic_write
+from . import storage
 
 SHARD_FORMAT = 2  # 2: the optional ``padding`` column
 META_KEY = b"kitlib.shard"
@@ -108,7 +109,7 @@ def write_shard(
     """Write one rank's predictions atomically and return the shard's path.
 
     Args:
-        out_dir: folder for the shards (created if missing).
+        out_dir: folder for the shards (created if missing), or a URL (:mod:`kitlib.storage`).
         rank, world_size: this replica's rank and the number of replicas.
         num_rows: rows in the whole input (before the sampler's padding).
         rows: int array ``[n]`` of dataset row indices, ``0 <= row < num_rows``.
@@ -164,12 +165,12 @@ def write_shard(
     if padding is not None:
         columns["padding"] = pa.array(padding, pa.bool_())
     table = pa.table(columns).replace_schema_metadata({META_KEY: json.dumps(info).encode()})
-    out_dir = Path(out_dir)
+    out_dir = storage.as_path(out_dir)  # a local folder or a URL (kitlib.storage)
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / shard_name(rank, world_size)
     # Plain encodings read about 2x faster than dictionary pages for unique ids; the row index,
     # an arithmetic sequence per rank, packs to almost nothing with delta encoding.
-    atomic_write(
+    storage.atomic_write(
         final,
         lambda tmp: pq.write_table(table, tmp, use_dictionary=False, column_encoding={"row": "DELTA_BINARY_PACKED"}),
     )
@@ -199,7 +200,7 @@ def clear_shards(out_dir: str | os.PathLike) -> int:
 
     Only files whose names match the shard pattern are removed. Returns how many were.
     """
-    out_dir = Path(out_dir)
+    out_dir = storage.as_path(out_dir)
     if not out_dir.is_dir():
         return 0
     removed = 0

@@ -50,7 +50,7 @@ from . import compat
 from .atomic import atomic_dir
 from .data import plan_batches, read_csv_checked
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities
-from .runtime import Runtime, launch
+from .runtime import Runtime, holds_global_rank0, launch
 
 PATTERNS = ("optimizer_step", "ddp")
 HISTORY_FILE = "train_history.json"
@@ -401,8 +401,11 @@ def read_history(out_dir: str | os.PathLike) -> dict:
     return json.loads(p.read_text())
 
 
-def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict:
+def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None:
     """Launch :func:`_mp_fn` on every replica of ``rt`` and return the master's training history.
+
+    In a multi-host run (torchrun, TPU pod) only the process of global rank 0 returns it (the
+    master wrote ``out_dir`` on its host); the others return None.
 
     Args:
         job: a :class:`TrainJob`.
@@ -419,4 +422,4 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict:
         raise ValueError(f"launch mode {rt.mode!r} has no collectives ({rt.launch_mode.summary}); "
                          "train with accelerator='cpu' (gloo) or 'xla-cpu'")
     launch(_mp_fn, job, rt, start_method)
-    return read_history(job.out_dir)
+    return read_history(job.out_dir) if holds_global_rank0(rt) else None

@@ -29,7 +29,8 @@ model = "auto"  # "auto": the training notebook's checkpoint (working folder, or
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv
-output_csv = ""  # "": <working dir>/submission.csv (/kaggle/working on Kaggle, the repository locally)
+output_csv = ""  # "": <working dir>/submission.csv (/kaggle/working on Kaggle, the repository locally); or a URL (gs://, s3://)
+shard_dir = ""  # "": <working dir>/shards/xla_multicore_inference; several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
 batch_size = 32  # rows per replica per step; the global batch is batch_size x replicas
 max_len = 128  # tokens per row (longer comments are truncated); at most the model's position table (512 for XLM-R)
 num_buckets = 4  # pad each batch to one of at most this many lengths (rows sorted by length per replica); 1: always max_len
@@ -55,7 +56,7 @@ if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
 
 import pandas as pd
 
-from kitlib import paths
+from kitlib import paths, storage
 from kitlib.data import read_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.model import resolve_checkpoint
@@ -67,8 +68,8 @@ work = paths.working_dir(root)
 data = Path(data_dir) if data_dir else paths.default_data_dir(root)
 test_path = Path(test_csv) if test_csv else data / "test.csv"
 sample_path = Path(sample_submission) if sample_submission else data / "sample_submission.csv"
-out_path = Path(output_csv) if output_csv else work / "submission.csv"
-shard_dir = work / "shards" / "xla_multicore_inference"
+out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"  # a Path, or a URL
+shards = storage.as_path(shard_dir) if shard_dir else work / "shards" / "xla_multicore_inference"
 
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
@@ -113,7 +114,7 @@ print(f"model {model!r} -> {checkpoint}")
 job = InferJob(
     checkpoint=str(checkpoint),
     test_csv=str(test_path),
-    shard_dir=str(shard_dir),
+    shard_dir=str(shards),
     output_csv=str(out_path),
     sample_submission=str(sample_path),
     batch_size=batch_size,
@@ -123,10 +124,13 @@ job = InferJob(
 )
 t0 = time.perf_counter()
 result = predict(job, rt, start_method)
-print(
-    f"wrote {result.output}: {result.num_rows:,} rows from {result.num_shards} shard(s) "
-    f"in {time.perf_counter() - t0:.1f} s; {result.num_padding_duplicates} padding duplicate(s) dropped"
-)
+if result is None:  # a multi-host run (docs/multi-host.md): the host of global rank 0 merges
+    print(f"this host's shards are in {shards} ({time.perf_counter() - t0:.1f} s); the first host writes {out_path}")
+else:
+    print(
+        f"wrote {result.output}: {result.num_rows:,} rows from {result.num_shards} shard(s) "
+        f"in {time.perf_counter() - t0:.1f} s; {result.num_padding_duplicates} padding duplicate(s) dropped"
+    )
 
 # %% [markdown]
 # ## Results
@@ -134,17 +138,18 @@ print(
 # process's when thread replicas share one), and the predictions by language.
 
 # %%
-display(pd.DataFrame(replica_stats(shard_dir)).set_index("rank"))
+display(pd.DataFrame(replica_stats(shards)).set_index("rank"))
 
-submission = pd.read_csv(out_path, dtype={"id": str}, keep_default_na=False)
-assert len(submission) == len(test), (len(submission), len(test))
-assert submission["toxic"].between(0, 1).all()
-print(submission["toxic"].describe().to_string())
+if result is not None:  # the merging host (the only host of a one-host run)
+    submission = pd.read_csv(str(out_path), dtype={"id": str}, keep_default_na=False)
+    assert len(submission) == len(test), (len(submission), len(test))
+    assert submission["toxic"].between(0, 1).all()
+    print(submission["toxic"].describe().to_string())
 
 # %%
 import matplotlib.pyplot as plt
 
-if "lang" in pd.read_csv(test_path, nrows=0).columns:
+if result is not None and "lang" in pd.read_csv(test_path, nrows=0).columns:
     by_lang = submission.merge(langs, on="id")
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for lang, group in by_lang.groupby("lang"):

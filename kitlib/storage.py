@@ -1,0 +1,214 @@
+"""Where shards and submissions live: a local path, or a URL (``s3://``, ``gs://``, ``file://``...).
+
+A multi-host run needs one folder every host can write: an object store bucket (Cloud Storage
+next to a TPU pod, S3, or any filesystem fsspec knows). :func:`as_path` turns what the user
+gave into something with the few ``pathlib`` methods the kit uses (``name``, ``parent``,
+``suffix``, ``/``, ``iterdir``, ``is_dir``, ``is_file``, ``unlink``, ``mkdir``):
+
+* a local path or a ``file://`` URL -> :class:`pathlib.Path`, written through
+  :func:`kitlib.atomic.atomic_write` (a temporary file beside the target, then ``os.replace``);
+* any other URL -> :class:`URL`, backed by the fsspec filesystem of its protocol (``s3fs`` for
+  ``s3://``, ``gcsfs`` for ``gs://``: the ``storage`` extra). Credentials and endpoints come from
+  that library's usual sources (``AWS_*`` variables, ``AWS_ENDPOINT_URL_S3``, the machine's
+  service account on Google Cloud).
+
+A file appears whole or not at all (:func:`atomic_write`): on an object store the kit writes a
+local temporary file and uploads it with one ``put_file``; the store makes an object visible
+only when its upload is complete (a single PUT, or the final request of a multipart or resumable
+upload), and a failed upload leaves no object. On other fsspec filesystems the upload goes to a
+dot-name beside the target (never read: readers skip names starting with ``.``), then is moved
+into place. A reader therefore never sees a half-written shard or submission.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .atomic import atomic_write as _local_atomic_write
+
+# fsspec protocols whose objects are replaced whole by an upload, and that have no real folders
+OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss")
+_URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def is_url(path: str | os.PathLike) -> bool:
+    """True for ``scheme://...`` strings other than ``file://`` (those are local paths)."""
+    m = _URL_RE.match(str(path)) if isinstance(path, str) else None
+    return bool(m) and m.group(1).lower() != "file"
+
+
+def as_path(path: str | os.PathLike | URL) -> Path | URL:
+    """``path`` as a :class:`pathlib.Path` (local or ``file://``) or a :class:`URL` (anything else).
+
+    Raises:
+        ImportError: the URL's fsspec filesystem is not installed (e.g. ``pip install s3fs``),
+            raised when the URL is first used.
+    """
+    if isinstance(path, (Path, URL)):
+        return path
+    s = os.fspath(path)
+    if s.lower().startswith("file://"):
+        from fsspec.implementations.local import LocalFileSystem
+
+        return Path(LocalFileSystem._strip_protocol(s))
+    return URL(s) if is_url(s) else Path(s)
+
+
+@dataclass(frozen=True, order=True)
+class URL:
+    """A file or folder on an fsspec filesystem, named by its URL (``s3://bucket/run1/shards``).
+
+    Offers the part of the ``pathlib.Path`` interface the kit uses. Listings and existence checks
+    always ask the store (fsspec's listing cache is dropped first), since other hosts write
+    to the same folder.
+    """
+
+    url: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "url", self.url.rstrip("/") if not self.url.endswith("://") else self.url)
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __truediv__(self, name: str) -> URL:
+        return URL(f"{self.url}/{name}")
+
+    @property
+    def protocol(self) -> str:
+        """The URL's scheme, e.g. ``"s3"``."""
+        return self.url.split("://", 1)[0].lower()
+
+    @property
+    def fs(self):
+        """The fsspec filesystem object (cached by fsspec per protocol and options)."""
+        import fsspec
+
+        return fsspec.filesystem(self.protocol)
+
+    @property
+    def _key(self) -> str:
+        return self.fs._strip_protocol(self.url)
+
+    @property
+    def name(self) -> str:
+        """The last part of the URL (``shard-00000-of-00002.parquet``)."""
+        return posixpath.basename(self.url.split("://", 1)[1])
+
+    @property
+    def suffix(self) -> str:
+        """The file extension, with its dot (``.parquet``), or ``""``."""
+        return posixpath.splitext(self.name)[1]
+
+    @property
+    def parent(self) -> URL:
+        """The folder holding this file (the bucket for a top-level object)."""
+        scheme, rest = self.url.split("://", 1)
+        head = posixpath.dirname(rest)
+        return URL(f"{scheme}://{head}") if head else self
+
+    def resolve(self) -> URL:
+        """Itself: a URL is already absolute."""
+        return self
+
+    def _fresh(self) -> None:
+        self.fs.invalidate_cache(self._key)
+        self.fs.invalidate_cache(self.parent._key)
+
+    def exists(self) -> bool:
+        self._fresh()
+        return self.fs.exists(self._key)
+
+    def is_dir(self) -> bool:
+        self._fresh()
+        return self.fs.isdir(self._key)
+
+    def is_file(self) -> bool:
+        self._fresh()
+        return self.fs.isfile(self._key)
+
+    def iterdir(self) -> Iterator[URL]:
+        """The files and folders directly inside, as URLs."""
+        self._fresh()
+        scheme = self.url.split("://", 1)[0]
+        for entry in self.fs.ls(self._key, detail=False):
+            yield URL(f"{scheme}://{entry}")
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        try:
+            self.fs.rm_file(self._key)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        """On an object store, check that the bucket exists (it has no folders); elsewhere ``makedirs``.
+
+        Raises:
+            FileNotFoundError: no such bucket, or no access to it (the kit creates no bucket).
+        """
+        if self.protocol not in OBJECT_STORES:
+            self.fs.makedirs(self._key, exist_ok=True)
+            return
+        bucket = self._key.split("/", 1)[0]
+        self.fs.invalidate_cache(bucket)
+        if not self.fs.exists(bucket):
+            raise FileNotFoundError(f"{self.url}: bucket {self.protocol}://{bucket} does not exist or cannot be "
+                                    "read with these credentials; create it (the kit creates no bucket)")
+
+
+def readable(path: Path | URL):
+    """What a pyarrow reader (``pq.read_table``, ``pyarrow.csv.read_csv``) takes for ``path``.
+
+    The local path as a string (pyarrow maps it), or a ``pyarrow.BufferReader`` over the object's
+    bytes, read in one request (shards and submissions are a few MB).
+
+    Raises:
+        FileNotFoundError (an ``OSError``): no such object.
+    """
+    if isinstance(path, URL):
+        import pyarrow as pa
+
+        return pa.BufferReader(path.fs.cat_file(path._key))
+    return str(path)
+
+
+def atomic_write(final: str | os.PathLike | URL, write: Callable[[str], None]) -> None:
+    """Call ``write(tmp_path)`` for a local temporary file, then put it at ``final`` whole.
+
+    Local paths: :func:`kitlib.atomic.atomic_write` (``os.replace``). Object stores: one
+    ``put_file`` upload (an object appears only complete). Other fsspec filesystems: upload to
+    a dot-name beside ``final``, then ``mv``. On any error nothing is left at ``final`` and an
+    older file there stays as it was.
+    """
+    final = as_path(final)
+    if not isinstance(final, URL):
+        _local_atomic_write(final, write)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        fs = final.fs
+        try:
+            if final.protocol in OBJECT_STORES:
+                fs.put_file(tmp, final._key)
+            else:
+                staging = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
+                fs.put_file(tmp, staging._key)
+                try:
+                    fs.mv(staging._key, final._key)
+                except BaseException:
+                    staging.unlink(missing_ok=True)
+                    raise
+        except OSError as e:  # the store's message seldom names the object
+            raise type(e)(f"cannot write {final}: {e}") from e
+        fs.invalidate_cache(final.parent._key)
+    finally:
+        os.unlink(tmp)
