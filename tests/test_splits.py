@@ -1,0 +1,85 @@
+"""kitlib.splits.english_holdout_split: which rows, how many, stratified, exact strings, refusals."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import SAMPLE
+from kitlib.splits import english_holdout_split
+
+
+def _read(p):
+    return pd.read_csv(p, dtype=str, keep_default_na=False)
+
+
+def test_sample_split_is_stratified_disjoint_and_exact(tmp_path):
+    train, hold = english_holdout_split(SAMPLE / "train.csv", tmp_path / "split", frac=0.2, seed=0)
+    src, tr, ho = _read(SAMPLE / "train.csv"), _read(train), _read(hold)
+    assert (len(tr), len(ho)) == (1839, 460)
+    assert set(tr["id"]).isdisjoint(ho["id"]) and set(tr["id"]) | set(ho["id"]) == set(src["id"])
+    # stratified: 200 toxic rows in 2,299 -> 40 held out, 160 kept
+    assert (ho["toxic"] == "1").sum() == 40 and (tr["toxic"] == "1").sum() == 160
+    # every column and every string as in the source (multi-line texts, doubled quotes), file order kept
+    assert list(tr.columns) == list(src.columns)
+    merged = src.set_index("id").loc[ho["id"]].reset_index()
+    pd.testing.assert_frame_equal(ho, merged[src.columns])
+    assert ho["id"].tolist() == [i for i in src["id"] if i in set(ho["id"])]
+    meta = json.loads((tmp_path / "split" / "split.json").read_text())
+    assert meta["holdout_positives"] == 40 and meta["language_rule"].startswith("whole file")
+
+
+def test_same_seed_same_split_other_seed_other_split(tmp_path):
+    a = _read(english_holdout_split(SAMPLE / "train.csv", tmp_path / "a", 0.2, 0)[1])["id"].tolist()
+    b = _read(english_holdout_split(SAMPLE / "train.csv", tmp_path / "b", 0.2, 0)[1])["id"].tolist()
+    c = _read(english_holdout_split(SAMPLE / "train.csv", tmp_path / "c", 0.2, 1)[1])["id"].tolist()
+    assert a == b and a != c
+    # rerunning into the same folder replaces it
+    again = english_holdout_split(SAMPLE / "train.csv", tmp_path / "a", 0.2, 1)[1]
+    assert _read(again)["id"].tolist() == c
+
+
+def _lang_csv(path, langs, toxic):
+    n = len(langs)
+    pd.DataFrame({"id": [str(i) for i in range(n)], "comment_text": [f"text {i}" for i in range(n)],
+                  "lang": langs, "toxic": toxic}).to_csv(path, index=False)
+    return path
+
+
+def test_lang_column_keeps_only_that_language(tmp_path):
+    langs = ["en", "tr"] * 20
+    toxic = [0, 0, 0, 0, 1, 1, 1, 1] * 5
+    csv = _lang_csv(tmp_path / "mixed.csv", langs, toxic)
+    train, hold = english_holdout_split(csv, tmp_path / "split", 0.25, 0, lang_col="lang")
+    tr, ho = _read(train), _read(hold)
+    assert (len(tr), len(ho)) == (15, 5)
+    assert set(tr["lang"]) == set(ho["lang"]) == {"en"}
+
+
+def test_refusals_name_the_column_and_the_fix(tmp_path):
+    csv = _lang_csv(tmp_path / "mixed.csv", ["en", "tr"] * 20, [0, 1] * 20)
+    with pytest.raises(ValueError, match=r"mixed\.csv: has a 'lang' column .*lang_col='lang'"):
+        english_holdout_split(csv, tmp_path / "s1", 0.2, 0)
+    with pytest.raises(ValueError, match=r"train\.csv: no language column 'language' .*lang_col=None"):
+        english_holdout_split(SAMPLE / "train.csv", tmp_path / "s2", 0.2, 0, lang_col="language")
+    with pytest.raises(ValueError, match=r"no row has lang == 'de'"):
+        english_holdout_split(csv, tmp_path / "s3", 0.2, 0, lang_col="lang", lang="de")
+    with pytest.raises(ValueError, match=r"missing column 'severe'"):
+        english_holdout_split(SAMPLE / "train.csv", tmp_path / "s4", 0.2, 0, label_col="severe")
+    with pytest.raises(ValueError, match="frac must be between 0 and 1"):
+        english_holdout_split(SAMPLE / "train.csv", tmp_path / "s5", 1.0, 0)
+    one_pos = _lang_csv(tmp_path / "onepos.csv", ["en"] * 20, [1] + [0] * 19)
+    with pytest.raises(ValueError, match=r"onepos\.csv: 1 row\(s\) with toxic = 1 among 20"):
+        english_holdout_split(one_pos, tmp_path / "s6", 0.2, 0, lang_col="lang")
+    # nothing was written by any refused call
+    assert not any((tmp_path / f"s{i}").exists() for i in range(1, 7))
+
+
+def test_refuses_to_replace_a_folder_with_other_files(tmp_path):
+    out = tmp_path / "working"
+    out.mkdir()
+    (out / "submission.csv").write_text("id,toxic\n")
+    with pytest.raises(ValueError, match=r"working: holds other files \(submission\.csv\)"):
+        english_holdout_split(SAMPLE / "train.csv", out, 0.2, 0)
+    assert (out / "submission.csv").read_text() == "id,toxic\n" and len(list(out.iterdir())) == 1
