@@ -404,3 +404,6 @@ def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> 
             "changed": "config.json: num_labels=1, problem_type, id2label, label2id added",
         }, indent=1))
     return out
+
+
+PRETRAINED[MINILM] = minilm_checkpoint
