@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import threading
 from typing import Callable
 
 
@@ -101,6 +102,33 @@ def xla_step():
     return _step()
 
 
+def xla_submit(tensors=None) -> None:
+    """Cut the pending graph and launch it without waiting and without running step closures.
+
+    ``tensors`` None: every live tensor of the calling replica's device (the step marker
+    ``torch_xla.sync()`` sets); a list of XLA tensors: only the graph those need
+    (``_xla_sync_multi``, what reading one of them would launch). Follow with
+    :func:`xla_finish_sync`. Used by :class:`kitlib.replica.Replica` to launch graphs in rank
+    order on PJRT CPU thread replicas.
+    """
+    import torch_xla
+
+    if tensors is None:
+        torch_xla._XLAC._xla_step_marker(torch_xla._XLAC._xla_get_default_device(), [], wait=False)
+    else:
+        torch_xla._XLAC._xla_sync_multi(list(tensors), devices=[], wait=False)
+
+
+def xla_finish_sync() -> None:
+    """What ``torch_xla.sync()`` does after launching the graph: run the step closures
+    (``xm.add_step_closure``) and drop the all-reduce token, so the next graph starts a new chain."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    devctx = xm._run_step_closures()
+    torch_xla._XLAC._set_all_reduce_token(devctx.device, None)
+
+
 def xla_runtime_touched() -> str | None:
     """Why the XLA runtime can no longer be launched from this process, or None if it can.
 
@@ -182,11 +210,16 @@ def xla_all_reduce_sum(tensor):
     return xm.all_reduce(xm.REDUCE_SUM, tensor)
 
 
-def xla_all_gather(tensor):
-    """Concatenation of every replica's ``tensor`` along dim 0, in rank order (``xm.all_gather``)."""
+def xla_all_gather(tensor, pin_layout: bool = True):
+    """Concatenation of every replica's ``tensor`` along dim 0, in rank order (``xm.all_gather``).
+
+    ``pin_layout=True`` (torch_xla's default) builds it as an all-reduce of the tensor padded to
+    its rank's slot, so each rank's graph differs; ``False`` is XLA's all-gather, one graph for
+    all ranks (what thread replicas need: they share compiled graphs).
+    """
     import torch_xla.core.xla_model as xm
 
-    return xm.all_gather(tensor, dim=0)
+    return xm.all_gather(tensor, dim=0, pin_layout=pin_layout)
 
 
 def xla_rendezvous(tag: str) -> None:
@@ -203,12 +236,67 @@ def xla_add_step_closure(fn: Callable, args: tuple) -> None:
     xm.add_step_closure(fn, args=args)
 
 
-def xla_init_process_group() -> None:
-    """``torch.distributed.init_process_group("xla", init_method="xla://")`` (registers the backend first)."""
+def xla_init_process_group(submit: Callable[[list], None] | None = None) -> None:
+    """``torch.distributed.init_process_group("xla", init_method="xla://")`` (registers the backend first).
+
+    Args:
+        submit: for replicas that are threads of one process (PJRT CPU) only: called with the
+            output tensors of every ``broadcast`` and ``all_gather`` of the calling thread's
+            process group, to launch their graph at once in rank order (DDP reads them inside
+            its constructor and its first bucket rebuild). With it, ``torch.distributed`` state
+            becomes per thread, as torch_xla does for TPU v2/v3 thread replicas
+            (``torch_xla.experimental.pjrt_backend``: ``multi_threaded_pg._install_threaded_pg``).
+            All-reduces stay lazy, inside the step's graph.
+    """
     import torch.distributed as dist
     import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
 
+    if submit is not None:
+        _thread_process_groups()
+        _THREAD_SUBMIT.fn = submit
+        # Group names come from a per-world counter ("0" for the default group), but torch registers
+        # them process-wide ("A process group is already registered under the name0"): give each
+        # thread its own range.
+        dist.distributed_c10d._world.group_count = 1_000_000 * xla_rank()
     dist.init_process_group("xla", init_method="xla://")
+
+
+_THREAD_SUBMIT = threading.local()
+_THREAD_PG_LOCK = threading.Lock()
+
+
+def _thread_process_groups() -> None:
+    """Once per process: per-thread ``torch.distributed`` worlds, and the xla process group's
+    broadcast/all-gather outputs handed to the calling thread's ``submit`` (see above)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed import multi_threaded_pg
+    from torch_xla.distributed.xla_backend import ProcessGroupXla
+
+    with _THREAD_PG_LOCK:
+        if not isinstance(dist.distributed_c10d._world, multi_threaded_pg.ThreadLocalWorld):
+            multi_threaded_pg._install_threaded_pg()
+        if getattr(ProcessGroupXla, "_kitlib_submits", False):
+            return
+
+        def submitting(method, outputs):
+            def wrapper(self, *args):
+                work = method(self, *args)
+                fn = getattr(_THREAD_SUBMIT, "fn", None)
+                if fn is not None:
+                    fn(outputs(*args))
+                return work
+
+            return wrapper
+
+        def flat(lists):
+            return [t for sub in lists for t in sub]
+
+        ProcessGroupXla.broadcast = submitting(ProcessGroupXla.broadcast, lambda tensors, opts: list(tensors))
+        ProcessGroupXla.allgather = submitting(ProcessGroupXla.allgather, lambda out, inp, opts=None: flat(out))
+        ProcessGroupXla.allgather_coalesced = submitting(ProcessGroupXla.allgather_coalesced,
+                                                         lambda out, inp, opts=None: flat(out))
+        ProcessGroupXla._allgather_base = submitting(ProcessGroupXla._allgather_base, lambda out, inp, opts: [out])
+        ProcessGroupXla._kitlib_submits = True
 
 
 XLA_ATTENTION = "kitlib_xla_sdpa"

@@ -12,11 +12,25 @@ one rank only (saving a checkpoint, reading a file) in ``with replica.together("
 rank then exchanges an ok flag before going on: the rank that failed re-raises its exception,
 the others raise :class:`PeerFailed` and return quietly, so the launcher reports one error naming
 the rank and the original exception.
+
+Thread replicas (``xla-cpu``, PJRT CPU): XLA's CPU collectives match the replicas' calls by
+the compiled module, so every thread must run the executable one thread compiled. Two threads
+that cut the same graph at once both miss torch_xla's graph cache, compile it twice, and wait
+for each other in two different rendezvous ("RendezvousKey ... op_id=0" and "op_id=1") until
+XLA ends the process after 10 s. The replicas of one process therefore share a
+:class:`_Turnstile`: every graph a :class:`Replica` cuts (``step()``, the results of
+``all_reduce_sum``/``all_gather``, ``barrier``, DDP's init-time collectives) is launched when all
+threads have reached it, rank 0 first, then each rank in turn, so the later ranks find rank 0's
+executable in the cache. Nothing waits for a result inside its turn: a launched graph runs
+until every thread has launched its own, so a result is read only after the turn is passed on.
+Processes (TPU chips, eager CPU, CUDA) never use it.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +43,89 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 class PeerFailed(RuntimeError):
     """Another rank failed inside :meth:`Replica.together`; this rank stops without an error of its own."""
+
+
+TURN_TIMEOUT_S = 1800.0  # longest wait for the other thread replicas at one launch (rank 0 may be compiling)
+
+
+class _Turnstile:
+    """Launches graphs of thread replicas one rank at a time, in rank order (see the module doc).
+
+    Each rank counts the graphs it launches through :meth:`launch`. Rank 0 launches its
+    ``k``-th when every rank has arrived at its ``k``-th; rank ``r > 0`` when rank ``r - 1``
+    has launched its ``k``-th. A rank that leaves (:meth:`leave`, from :meth:`Replica.close`)
+    before reaching the ``k``-th makes the ranks waiting there raise :class:`PeerFailed`.
+    """
+
+    def __init__(self, world: int):
+        self.world = world
+        self._cond = threading.Condition()
+        self._arrived = [0] * world
+        self._launched = [0] * world
+        self._left = [False] * world
+
+    def launch(self, rank: int, what: str, fn):
+        """Call ``fn()`` (which launches a graph and returns without waiting for it) in turn.
+
+        Raises:
+            PeerFailed: a rank left before launching this graph.
+            RuntimeError: waited :data:`TURN_TIMEOUT_S` (the ranks called collectives in
+                different orders or numbers).
+        """
+        with self._cond:
+            self._arrived[rank] += 1
+            k = self._arrived[rank]
+            self._cond.notify_all()
+
+            def gone() -> list[int]:  # ranks that left and will never launch their k-th graph
+                return [s for s in range(self.world) if self._left[s] and self._launched[s] < k]
+
+            def my_turn() -> bool:
+                if rank == 0:
+                    return all(a >= k for a in self._arrived)
+                return self._launched[rank - 1] >= k
+
+            t0 = time.monotonic()
+            if not self._cond.wait_for(lambda: my_turn() or gone(), timeout=TURN_TIMEOUT_S):
+                behind = [s for s in range(self.world) if self._arrived[s] < k] or [rank - 1]
+                raise RuntimeError(
+                    f"replica rank {rank} waited {time.monotonic() - t0:.0f} s to launch graph {k} ({what}) "
+                    f"for rank(s) {behind}: thread replicas must call step(), the collectives and "
+                    "together() in the same order and number")
+            if gone():
+                raise PeerFailed(f"rank(s) {gone()} stopped before {what}")
+        try:
+            result = fn()
+        except BaseException:
+            self.leave(rank)
+            raise
+        with self._cond:
+            self._launched[rank] = k
+            self._cond.notify_all()
+        return result
+
+    def leave(self, rank: int) -> None:
+        """``rank`` launches nothing more; ranks waiting for it raise :class:`PeerFailed`."""
+        with self._cond:
+            self._left[rank] = True
+            self._cond.notify_all()
+
+    @property
+    def finished(self) -> bool:
+        return all(self._left)
+
+
+_TURNSTILE: _Turnstile | None = None
+_TURNSTILE_LOCK = threading.Lock()
+
+
+def _shared_turnstile(world: int) -> _Turnstile:
+    """The turnstile of this process's current thread replicas (a new one per launch)."""
+    global _TURNSTILE
+    with _TURNSTILE_LOCK:
+        if _TURNSTILE is None or _TURNSTILE.finished or _TURNSTILE.world != world:
+            _TURNSTILE = _Turnstile(world)
+        return _TURNSTILE
 
 
 @dataclass
@@ -55,6 +152,7 @@ class Replica:
     threads: int = 1
     _process_group: bool = field(default=False, repr=False)
     _restore_threads: int | None = field(default=None, repr=False)
+    _turnstile: _Turnstile | None = field(default=None, repr=False)
 
     @property
     def is_master(self) -> bool:
@@ -86,7 +184,7 @@ class Replica:
             return tensor
         self._check_collectives("all_reduce_sum")
         if self.mode.collectives == "xla":
-            return compat.xla_all_reduce_sum(tensor)
+            return self._launched(compat.xla_all_reduce_sum(tensor), "all_reduce_sum")
         import torch.distributed as dist
 
         dist.all_reduce(tensor)
@@ -98,7 +196,8 @@ class Replica:
             return tensor
         self._check_collectives("all_gather")
         if self.mode.collectives == "xla":
-            return compat.xla_all_gather(tensor)
+            # thread replicas need one graph for all ranks: XLA's all-gather, not the padded all-reduce
+            return self._launched(compat.xla_all_gather(tensor, pin_layout=self._turnstile is None), "all_gather")
         import torch
         import torch.distributed as dist
 
@@ -111,12 +210,39 @@ class Replica:
         if self.world_size == 1:
             return
         self._check_collectives("barrier")
-        if self.mode.collectives == "xla":
+        if self._turnstile is not None:  # xm.rendezvous launches and reads several graphs: one all-reduce instead
+            import torch
+
+            self.all_reduce_sum(torch.zeros(1, device=self.device)).cpu()
+        elif self.mode.collectives == "xla":
             compat.xla_rendezvous(tag)
         else:
             import torch.distributed as dist
 
             dist.barrier()
+
+    def _launched(self, tensor, what: str):
+        """``tensor`` (the lazy result of a collective); on thread replicas, its graph launched in turn."""
+        if self._turnstile is not None:
+            self._in_turn(what, [tensor])
+        return tensor
+
+    def _in_turn(self, what: str, tensors=None) -> None:
+        """Launch the pending graph (of ``tensors``, or of every live tensor) in rank order, then
+        run the step closures outside the turn (they may read results, which needs the others' launches)."""
+        self._turnstile.launch(self.rank, what, lambda: compat.xla_submit(tensors))
+        compat.xla_finish_sync()
+
+    def init_xla_process_group(self) -> None:
+        """Join ``torch.distributed``'s ``xla`` process group (``xla://``), for DDP on XLA replicas.
+
+        On thread replicas the process group's broadcasts and all-gathers (DDP's parameter check
+        and broadcast at construction, its bucket rebuild at the second step) launch in turn.
+        """
+        if self._turnstile is None:
+            compat.xla_init_process_group()
+        else:
+            compat.xla_init_process_group(lambda tensors: self._in_turn("process group collective", tensors))
 
     def failed_ranks(self, failed: bool) -> list[int]:
         """Exchange one flag per rank (an all-reduce): the ranks that say they failed, in order."""
@@ -152,8 +278,19 @@ class Replica:
     # ------------------------------------------------------------------ stepping
 
     def step(self):
-        """Context around one training step: ``torch_xla.step()`` on XLA (cuts and runs the graph), else nothing."""
+        """Context around one training step: ``torch_xla.step()`` on XLA (cuts and runs the graph), else nothing.
+
+        On thread replicas the graphs before and after the step launch in turn (module doc).
+        """
+        if self._turnstile is not None:
+            return self._step_in_turn()
         return compat.xla_step() if self.xla else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _step_in_turn(self):
+        self._in_turn("the pending graph before a step")
+        yield
+        self._in_turn("a training step")
 
     def loader(self, loader):
         """``loader`` as this replica consumes it: through ``MpDeviceLoader`` on XLA (batches arrive on the device)."""
@@ -203,7 +340,13 @@ class Replica:
         return {key: compat.xla_compile_count()}
 
     def close(self) -> None:
-        """Leave the process group this replica joined, and give the calling process its threads back."""
+        """Leave the process group this replica joined, and give the calling process its threads back.
+
+        A thread replica also leaves the turnstile: the others stop (:class:`PeerFailed`) at the
+        next graph this one will never launch.
+        """
+        if self._turnstile is not None:
+            self._turnstile.leave(self.rank)
         if self._process_group:
             import torch.distributed as dist
 
@@ -236,7 +379,9 @@ def start_replica(index: int, rt: Runtime, start_method: str = "fork") -> Replic
             rank, world = rt.host * rt.num_replicas + index, rt.world_size
         if mode.start == "processes":  # single-threaded under fork (see below), its share of the cores when spawned
             torch.set_num_threads(rt.threads if start_method == "spawn" else 1)
-        return Replica(rank, world, index, device, mode, rt.host, rt.num_hosts, torch.get_num_threads())
+        turnstile = _shared_turnstile(world) if mode.name == "xla-cpu" and world > 1 else None
+        return Replica(rank, world, index, device, mode, rt.host, rt.num_hosts, torch.get_num_threads(),
+                       _turnstile=turnstile)
 
     if rt.started_by == "torchrun":
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -286,11 +286,13 @@ def _mp_fn(replica, job: TrainJob) -> None:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         if xla:
-            compat.xla_init_process_group()
+            replica.init_xla_process_group()
         device_ids = [replica.device.index] if replica.mode.device == "cuda" else None
         # broadcast_buffers=False: the models' buffers (position / token type ids) are constants, the
         # same on every replica; broadcasting them would add a collective to every step.
-        net = DDP(model, device_ids=device_ids, gradient_as_bucket_view=True, broadcast_buffers=False)
+        # Gradients as bucket views are never averaged when the replicas are threads of one process
+        # (xla-cpu; pytorch/xla#8841): there each gradient keeps its own copy.
+        net = DDP(model, device_ids=device_ids, gradient_as_bucket_view=not replica.threaded, broadcast_buffers=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=job.weight_decay)
 
     history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
