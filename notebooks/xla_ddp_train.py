@@ -9,9 +9,11 @@
 # %% [markdown]
 # # Data-parallel XLM-R training: torch_xla on TPU, DDP on 2x T4, gloo on CPU
 #
-# This notebook fine-tunes an XLM-RoBERTa classifier for the Jigsaw `toxic` label with one
-# replica per device, reports the validation ROC AUC after every epoch, and saves the model and
-# tokenizer where the inference notebook (`xla_multicore_inference`, `model="auto"`) finds them.
+# This notebook fine-tunes an XLM-RoBERTa classifier (or another transformers encoder, such as
+# the offline `all-minilm-l6-v2`) for the Jigsaw `toxic` label with one replica per device,
+# reports the ROC AUC on held-out English rows after every epoch and on the multilingual
+# validation set at the end, and saves the model and tokenizer where the inference notebook
+# (`xla_multicore_inference`, `model="auto"`) finds them.
 #
 # * Two ways to keep the replicas in step, chosen by `pattern`: `"optimizer_step"` (all-reduce
 #   the gradients, then step: `xm.optimizer_step` on XLA) or `"ddp"`
@@ -29,7 +31,8 @@
 model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (XLM-R preferred); off Kaggle "tiny-random". Or a folder, "all-minilm-l6-v2", "tiny-random", or a hub name (internet on)
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition's), else <data_dir>/train.csv
-valid_csv = ""  # "": <data_dir>/validation.csv
+valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scored after training
+holdout_frac = 0.2  # share of the English training rows held out (stratified) for the per-epoch AUC; 0: score validation.csv every epoch instead
 output_dir = ""  # "": <working dir>/artifacts/xlmr-toxic, which the inference notebook loads when its model is "auto"
 cache_dir = ""  # "": <working dir>/.cache (the offline tiny model is built there once; XLA compilation cache)
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch, gloo), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
@@ -41,7 +44,7 @@ batch_size = 16  # rows per replica per step; the global batch is batch_size x r
 max_len = 128  # tokens per row (longer comments are truncated); at most the model's position table (512 for XLM-R)
 lr = 1e-3  # AdamW, constant; 1e-3 suits tiny-random, use about 1e-5 for xlm-roberta-base
 train_limit = 0  # 0: every training row; else the first N rows
-valid_limit = 0  # 0: every validation row; else the first N rows
+valid_limit = 0  # 0: every row of the per-epoch validation set; else the first N rows
 seed = 0
 log_every = 10  # the master logs the step loss every N steps
 precision = "auto"  # "auto": bf16 autocast on TPU, fp32 elsewhere; or "fp32", "bf16" (head and loss stay float32)
@@ -66,8 +69,10 @@ import pandas as pd
 from kitlib import paths
 from kitlib.data import read_csv_checked
 from kitlib.model import load_classifier, probabilities, resolve_checkpoint
+from kitlib.infer import InferJob, predict
 from kitlib.runtime import detect_runtime
-from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, train
+from kitlib.splits import english_holdout_split
+from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, roc_auc, train
 
 root = paths.project_root()
 work = paths.working_dir(root)
@@ -83,18 +88,27 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 
 # %% [markdown]
 # ## Data
-# Read here once to check the files and show the label balance; every replica reads them again
-# and takes its part with `DistributedSampler`.
+# The training file is English; `validation.csv` is Turkish, Spanish and Italian. With
+# `holdout_frac > 0` a stratified share of the English rows is held out and scored after every
+# epoch (held-out English AUC); the multilingual `validation.csv` is scored once at the end. Read
+# here once to check the files and show the label balance; every replica reads them again and
+# takes its part with `DistributedSampler`.
 
 # %%
+if holdout_frac:
+    train_path, epoch_valid_path = english_holdout_split(train_path, work / "splits" / "english-holdout",
+                                                         frac=holdout_frac, seed=seed)
+else:
+    epoch_valid_path = valid_path
 train_df = read_csv_checked(train_path, label_cols=("toxic",), limit=train_limit or None)
-valid_df = read_csv_checked(valid_path, label_cols=("toxic",), limit=valid_limit or None)
+epoch_valid_df = read_csv_checked(epoch_valid_path, label_cols=("toxic",), limit=valid_limit or None)
+valid_df = read_csv_checked(valid_path, label_cols=("toxic",))
 global_batch = batch_size * rt.world_size if rt.world_size else None  # None: torch_xla counts the TPU chips
 display(pd.DataFrame({
-    "rows": [len(train_df), len(valid_df)],
-    "toxic share": [train_df["toxic"].mean(), valid_df["toxic"].mean()],
-    "steps per epoch": [len(train_df) // global_batch if global_batch else None, None],
-}, index=["train", "validation"]))
+    "rows": [len(train_df), len(epoch_valid_df), len(valid_df)],
+    "toxic share": [train_df["toxic"].mean(), epoch_valid_df["toxic"].mean(), valid_df["toxic"].mean()],
+    "steps per epoch": [len(train_df) // global_batch if global_batch else None, None, None],
+}, index=["train", "scored every epoch" + (" (held-out English)" if holdout_frac else ""), "validation (multilingual)"]))
 
 # %% [markdown]
 # ## Model
@@ -116,7 +130,7 @@ print(f"model {model!r} -> {checkpoint}")
 job = TrainJob(
     checkpoint=str(checkpoint),
     train_csv=str(train_path),
-    valid_csv=str(valid_path),
+    valid_csv=str(epoch_valid_path),
     out_dir=str(out_dir),
     pattern=pattern,
     epochs=epochs,
@@ -142,7 +156,8 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 # %%
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
 display(epochs_df)
-print(f"held-out ROC AUC after epoch {epochs_df.index[-1]}: {epochs_df['valid_auc'].iloc[-1]:.4f}")
+scored = "held-out English" if holdout_frac else "validation"
+print(f"{scored} ROC AUC after epoch {epochs_df.index[-1]}: {epochs_df['valid_auc'].iloc[-1]:.4f}")
 
 # %%
 import matplotlib.pyplot as plt
@@ -162,6 +177,25 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# ## The multilingual validation set
+# Scored with the saved checkpoint through the inference path (`predict`), as the inference
+# notebook will use it.
+
+# %%
+if holdout_frac:
+    ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(work / "shards" / "validation"),
+                          output_csv=str(work / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len),
+                 rt, start_method)
+    ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)
+    ml_auc = roc_auc(valid_df["toxic"].to_numpy(), ml_pred["toxic"].to_numpy())
+    by_lang = pd.read_csv(valid_path, dtype=str, keep_default_na=False, usecols=["id", "lang"]) if "lang" in pd.read_csv(valid_path, nrows=0).columns else None
+    print(f"multilingual validation ROC AUC: {ml_auc:.4f} ({len(valid_df)} rows)")
+    if by_lang is not None:
+        joined = ml_pred.merge(by_lang, on="id").merge(valid_df[["id", "toxic"]].rename(columns={"toxic": "label"}), on="id")
+        display(joined.groupby("lang").apply(lambda g: roc_auc(g["label"].to_numpy(), g["toxic"].to_numpy()),
+                                             include_groups=False).rename("ROC AUC").to_frame().T)
+
+# %% [markdown]
 # ## Hand-off check
 # The saved folder loads with `kitlib.model.load_classifier` (as the inference notebook loads
 # it) and predicts what the trained in-memory model predicted on the validation rows.
@@ -173,7 +207,7 @@ import torch
 tok, reloaded = load_classifier(out_dir)
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
 n = min(64, len(saved))
-enc = tok(valid_df["text"].tolist()[:n], padding="max_length", truncation=True, max_length=max_len, return_tensors="pt")
+enc = tok(epoch_valid_df["text"].tolist()[:n], padding="max_length", truncation=True, max_length=max_len, return_tensors="pt")
 with torch.no_grad():
     again = probabilities(reloaded(**enc).logits).numpy()
 gap = float(np.abs(again - saved["toxic"].to_numpy()[:n]).max())
