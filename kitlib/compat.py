@@ -293,3 +293,41 @@ def version_report(packages: tuple[str, ...] = TORCH_PACKAGES + KERAS_PACKAGES[1
     found = {d: v for d in dict.fromkeys(packages) if (v := installed_version(d)) is not None}
     head = "versions: " + (", ".join(f"{d} {v}" for d, v in found.items()) or "none of " + ", ".join(packages))
     return "\n".join([head, *version_warnings(found)])
+
+
+# The torch_xla names the wrappers above call, by module (private ones included; a dotted name is an
+# attribute of an attribute). Checked in both tested environments (torch_xla 2.8 and 2.9) by
+# tests/test_versions.py; a release that drops one needs a new branch in its wrapper.
+XLA_API: dict[str, tuple[str, ...]] = {
+    "torch_xla": ("device", "sync", "step", "launch", "_XLAC._xla_runtime_is_initialized"),
+    "torch_xla.runtime": ("world_size", "global_ordinal", "initialize_cache", "_WORLD_SIZE"),
+    "torch_xla.core.xla_model": ("optimizer_step", "all_reduce", "all_gather", "rendezvous", "add_step_closure",
+                                 "REDUCE_SUM"),
+    "torch_xla.distributed.parallel_loader": ("MpDeviceLoader",),
+    "torch_xla.distributed.xla_backend": (),
+    "torch_xla.debug.metrics": ("metric_data",),
+}
+
+
+def missing_xla_api() -> list[str]:
+    """Names of :data:`XLA_API` that the installed torch_xla lacks, as ``"module.name"`` (empty: all there).
+
+    Imports torch_xla (import it before TensorFlow in a process that has both).
+    """
+    import importlib
+
+    absent = object()
+    missing = []
+    for module, names in XLA_API.items():
+        try:
+            m = importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+            continue
+        for name in names:
+            obj = m
+            for part in name.split("."):
+                obj = getattr(obj, part, absent)
+            if obj is absent:
+                missing.append(f"{module}.{name}")
+    return missing

@@ -83,3 +83,13 @@ def test_notebook_setup_cell_prints_the_version_report(name):
     params = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
     setup = next(c for c in nb.cells[params + 1:] if c.cell_type == "code")
     assert "print(compat.version_report(" in setup.source
+
+
+def test_the_torch_xla_names_the_kit_calls_exist():
+    pytest.importorskip("torch_xla")
+    assert compat.missing_xla_api() == []
+    compat.XLA_API["torch_xla"] += ("no_such_function",)
+    try:
+        assert compat.missing_xla_api() == ["torch_xla.no_such_function"]
+    finally:
+        compat.XLA_API["torch_xla"] = compat.XLA_API["torch_xla"][:-1]
