@@ -69,7 +69,7 @@ $(KAGGLE_STAMP): requirements/kaggle-tpu.txt pyproject.toml
 
 test-kaggle-image: $(KAGGLE_STAMP)
 	PYTHONPATH=$(CURDIR) $(KPY) -c "from kitlib import compat; print(compat.version_report())"
-	PYTHONPATH=$(CURDIR) $(KPY) -m pytest -q -m "" -k "$(KAGGLE_DESELECT)" $(KAGGLE_TESTS)
+	PYTHONPATH=$(CURDIR) $(KPY) -m pytest -q --durations=8 -m "" -k "$(KAGGLE_DESELECT)" $(KAGGLE_TESTS)
 
 clean:
 	rm -rf outputs artifacts .cache submission.csv
