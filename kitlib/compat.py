@@ -324,3 +324,129 @@ def xla_attention_implementation() -> str:
     AttentionInterface.register(XLA_ATTENTION, sdpa_attention_forward)
     AttentionMaskInterface.register(XLA_ATTENTION, mask_without_skip)
     return XLA_ATTENTION
+
+
+# --- versions: what the kit was tested with, and what this environment has ---
+
+# Tested releases, as (oldest, newest) "major.minor", both inclusive: patch releases in between are
+# assumed to behave alike. Two environments, both on CPU (`make test`, `make test-kaggle-image`):
+# the development one (Python 3.11: torch/torch_xla 2.9.0, tensorflow 2.21.0, jax 0.10.2) and the
+# twin of Kaggle's TPU image (Python 3.12: torch/torch_xla 2.8.0, tensorflow-cpu 2.20.0 overwritten
+# by tensorflow 2.21.0, jax 0.12.0.1); transformers 5.24, keras 3.15, keras-hub 0.32 in both.
+# Keys are distribution names, as pip spells them.
+TESTED: dict[str, tuple[str, str]] = {
+    "python": ("3.11", "3.12"),
+    "torch": ("2.8", "2.9"),
+    "torch-xla": ("2.8", "2.9"),
+    "transformers": ("5.24", "5.24"),
+    "keras": ("3.15", "3.15"),
+    "keras-hub": ("0.32", "0.32"),
+    "jax": ("0.10", "0.12"),
+    "tensorflow": ("2.21", "2.21"),
+    "tensorflow-cpu": ("2.20", "2.21"),
+}
+
+# What each notebook reports (the distributions it imports).
+TORCH_PACKAGES = ("python", "torch", "torch-xla", "transformers")
+KERAS_PACKAGES = ("python", "keras", "keras-hub", "jax", "tensorflow", "tensorflow-cpu")
+
+
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (pip's name, e.g. ``"torch-xla"``), or None.
+
+    Read from the package metadata, so nothing is imported (importing TensorFlow before torch_xla
+    aborts). ``"python"`` gives the interpreter's version.
+    """
+    import importlib.metadata
+    import platform
+
+    if dist == "python":
+        return platform.python_version()
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as ``"2.9.0+cpu"``, ``"0.12.0.1"`` or ``"5.0.0rc1"``."""
+    import re
+
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None:
+        raise ValueError(f"cannot read a major.minor version from {version!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def version_warnings(versions: dict[str, str]) -> list[str]:
+    """One line per version outside :data:`TESTED`, plus one if both TensorFlow wheels are installed.
+
+    ``versions`` maps distribution names to version strings; names without a TESTED entry are not
+    checked. The ``tensorflow`` and ``tensorflow-cpu`` wheels write the same ``tensorflow/``
+    folder: with both installed (keras-nlp pulls the full wheel next to Kaggle's TPU image's
+    tensorflow-cpu) the later install overwrites the other's files and leaves its stale ones, and
+    ``import tensorflow`` can fail (it does with 2.21 over 2.20: an undefined symbol in
+    ``tensorflow/lite``).
+    """
+    lines = []
+    for dist, version in versions.items():
+        if dist not in TESTED:
+            continue
+        lo, hi = TESTED[dist]
+        if not _major_minor(lo) <= _major_minor(version) <= _major_minor(hi):
+            tested = lo if lo == hi else f"{lo} to {hi}"
+            lines.append(f"warning: {dist} {version} is outside what the kit was tested with ({tested}); "
+                         f"if something fails here, try a tested version")
+    if versions.get("tensorflow") and versions.get("tensorflow-cpu"):
+        lines.append(f"warning: tensorflow {versions['tensorflow']} and tensorflow-cpu {versions['tensorflow-cpu']} "
+                     f"are both installed and share files; `import tensorflow` may fail (use the JAX backend)")
+    return lines
+
+
+def version_report(packages: tuple[str, ...] = TORCH_PACKAGES + KERAS_PACKAGES[1:]) -> str:
+    """One line of the versions found, then one warning line per problem (see :func:`version_warnings`).
+
+    Example: ``"versions: python 3.12.1, torch 2.8.0, torch-xla 2.8.0, transformers 5.24.0"``.
+    Distributions that are not installed are left out. Nothing is imported.
+    """
+    found = {d: v for d in dict.fromkeys(packages) if (v := installed_version(d)) is not None}
+    head = "versions: " + (", ".join(f"{d} {v}" for d, v in found.items()) or "none of " + ", ".join(packages))
+    return "\n".join([head, *version_warnings(found)])
+
+
+# The torch_xla names the wrappers above call, by module (private ones included; a dotted name is an
+# attribute of an attribute). Checked in both tested environments (torch_xla 2.8 and 2.9) by
+# tests/test_versions.py; a release that drops one needs a new branch in its wrapper.
+XLA_API: dict[str, tuple[str, ...]] = {
+    "torch_xla": ("device", "sync", "step", "launch", "_XLAC._xla_runtime_is_initialized"),
+    "torch_xla.runtime": ("world_size", "global_ordinal", "initialize_cache", "_WORLD_SIZE"),
+    "torch_xla.core.xla_model": ("optimizer_step", "all_reduce", "all_gather", "rendezvous", "add_step_closure",
+                                 "REDUCE_SUM"),
+    "torch_xla.distributed.parallel_loader": ("MpDeviceLoader",),
+    "torch_xla.distributed.xla_backend": (),
+    "torch_xla.debug.metrics": ("metric_data",),
+}
+
+
+def missing_xla_api() -> list[str]:
+    """Names of :data:`XLA_API` that the installed torch_xla lacks, as ``"module.name"`` (empty: all there).
+
+    Imports torch_xla (import it before TensorFlow in a process that has both).
+    """
+    import importlib
+
+    absent = object()
+    missing = []
+    for module, names in XLA_API.items():
+        try:
+            m = importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+            continue
+        for name in names:
+            obj = m
+            for part in name.split("."):
+                obj = getattr(obj, part, absent)
+            if obj is absent:
+                missing.append(f"{module}.{name}")
+    return missing

@@ -27,7 +27,7 @@
 backend = "auto"          # "auto", "tensorflow" or "jax" ("auto": KERAS_BACKEND, else detection)
 preset = "tiny"           # "tiny" (offline, random init) or a keras-hub preset, e.g. "xlm_roberta_base_multi"
 epochs = 2
-batch_per_replica = 16    # examples per replica (device) per step; global batch = this x replicas
+batch_per_replica = 16    # examples per replica (device) per step; the global batch is this x replicas
 max_len = 128             # tokens per row, <s> and </s> included
 learning_rate = 0.0       # 0: 1e-3 for "tiny", 1e-5 for a pretrained preset
 mixed_precision = True    # bfloat16 on TPU, float16 on GPU; CPU stays float32
@@ -51,8 +51,10 @@ from pathlib import Path
 if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
     sys.path.insert(0, str(Path("..").resolve()))
 
+from kitlib import compat
 from kitlib.keras_runtime import keras_runtime
 
+print(compat.version_report(compat.KERAS_PACKAGES))  # the versions found; a warning line for each untested one
 rt = keras_runtime(backend, batch_per_replica, mixed_precision=mixed_precision, virtual_replicas=virtual_replicas)
 
 import json

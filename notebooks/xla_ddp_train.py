@@ -66,7 +66,7 @@ import time
 
 import pandas as pd
 
-from kitlib import paths
+from kitlib import compat, paths
 from kitlib.data import read_csv_checked
 from kitlib.model import load_classifier, probabilities, resolve_checkpoint
 from kitlib.infer import InferJob, predict
@@ -74,6 +74,7 @@ from kitlib.runtime import detect_runtime
 from kitlib.splits import english_holdout_split
 from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, roc_auc, train
 
+print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
 work = paths.working_dir(root)
 data = Path(data_dir) if data_dir else paths.default_data_dir(root)

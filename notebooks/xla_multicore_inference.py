@@ -56,13 +56,13 @@ if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
 
 import pandas as pd
 
-from kitlib import paths, storage
+from kitlib import compat, paths, storage
 from kitlib.data import read_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.model import resolve_checkpoint
 from kitlib.runtime import detect_runtime
 
-# VERSION_REPORT
+print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
 work = paths.working_dir(root)
 data = Path(data_dir) if data_dir else paths.default_data_dir(root)

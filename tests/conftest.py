@@ -6,7 +6,7 @@ from pathlib import Path
 
 # torch_xla must be imported before TensorFlow in any process that has both: the other order
 # aborts with "LLVM ERROR: inconsistency in registered CommandLine options" (torch_xla 2.9, TF 2.21).
-# Test modules that import TensorFlow are collected before the torch_xla tests run.
+# TensorFlow itself only ever runs in child processes (tests/child_process.py, tests/keras_worker.py).
 from kitlib.compat import import_torch_xla
 
 import_torch_xla()  # (import order, see above; without its irrelevant warnings)

@@ -3,6 +3,9 @@
 The resolvers, TPU initialisation, strategies and GPU list are replaced on the real ``tensorflow``
 module; the default strategy is TF's real one. Virtual CPU replicas need a fresh process and are
 exercised by tests/test_keras_backends.py.
+
+TensorFlow never enters the pytest process that runs the torch_xla tests (together they abort):
+the test bodies run in one child pytest process (tests/child_process.py), each reported here.
 """
 from __future__ import annotations
 
@@ -11,9 +14,10 @@ import types
 
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+from child_process import in_child, run_in_child
+from kitlib import strategy as st
 
-from kitlib import strategy as st  # noqa: E402
+tf = pytest.importorskip("tensorflow") if in_child(__file__) else None
 
 
 class FakeStrategy:
@@ -174,3 +178,6 @@ def test_tpu_evidence_reads_environment(monkeypatch):
     assert st.tpu_evidence() is None
     monkeypatch.setenv("TPU_PROCESS_ADDRESSES", "local")
     assert st.tpu_evidence() == "TPU_PROCESS_ADDRESSES=local"
+
+
+run_in_child(globals(), __file__)  # the parent keeps proxies; the bodies run in the child
