@@ -7,7 +7,7 @@ One run per call, one JSON line on stdout (and appended to ``--log``)::
 
 The held-out split is ``kitlib.splits.english_holdout_split(train.csv, frac=0.2, seed=0)``: 1,839
 training rows (160 toxic), 460 held-out rows (40 toxic). ``--rows`` keeps the first rows of the
-training part. Training runs through ``kitlib.train_template.train`` (validation = the held-out
+training part. Training runs through ``kitlib.train.train`` (eager CPU replicas by default) (validation = the held-out
 rows); the multilingual AUC is computed afterwards from the saved checkpoint on ``validation.csv``
 (1,000 rows: tr, es, it) with plain eager torch on the CPU.
 """
@@ -31,7 +31,7 @@ def multilingual_auc(checkpoint: Path, max_len: int, batch: int = 64) -> tuple[f
 
     from kitlib.data import read_csv_checked
     from kitlib.model import load_classifier, probabilities
-    from kitlib.train_template import roc_auc
+    from kitlib.train import roc_auc
 
     t0 = time.perf_counter()
     df = read_csv_checked(SAMPLE / "validation.csv", label_cols=("toxic",))
@@ -53,6 +53,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=16, help="per replica")
     ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--accelerator", default="cpu", help="cpu (eager, gloo) or xla-cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="/tmp/minilm-bench")
     ap.add_argument("--log", default=None)
@@ -61,16 +62,15 @@ def main() -> None:
     from kitlib.model import minilm_checkpoint
     from kitlib.runtime import detect_runtime
     from kitlib.splits import english_holdout_split
-    from kitlib.train_template import TrainConfig, train
+    from kitlib.train import TrainJob, train
 
     work = Path(a.work)
     ckpt = minilm_checkpoint(work / "cache")
     train_csv, holdout_csv = english_holdout_split(SAMPLE / "train.csv", work / "split", 0.2, 0)
-    rt = detect_runtime(a.replicas, prefer="cpu", collectives=True)
-    cfg = TrainConfig(checkpoint=str(ckpt), train_csv=str(train_csv), valid_csv=str(holdout_csv),
-                      out_dir=str(work / "trained"), backend=rt.dist_backend, num_devices=rt.num_devices,
-                      epochs=a.epochs, batch_size=a.batch, max_len=a.max_len, lr=a.lr,
-                      train_limit=a.rows, seed=a.seed, log_every=10)
+    rt = detect_runtime(a.replicas, a.accelerator)
+    cfg = TrainJob(checkpoint=str(ckpt), train_csv=str(train_csv), valid_csv=str(holdout_csv),
+                   out_dir=str(work / "trained"), epochs=a.epochs, batch_size=a.batch, max_len=a.max_len, lr=a.lr,
+                   train_limit=a.rows, seed=a.seed, log_every=10)
     t0, c0, load0 = time.perf_counter(), os.times(), os.getloadavg()[0]
     hist = train(cfg, rt)
     wall, c1 = time.perf_counter() - t0, os.times()
@@ -78,7 +78,7 @@ def main() -> None:
     ml_auc, ml_std, ml_s = multilingual_auc(work / "trained", a.max_len)
     losses = [v for _, v in hist["step_loss"]]
     rec = {"rows": a.rows or 1839, "max_len": a.max_len, "lr": a.lr, "epochs": a.epochs, "batch": a.batch,
-           "replicas": rt.num_devices, "backend": rt.dist_backend, "seed": a.seed, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+           "replicas": rt.num_replicas, "mode": rt.mode, "seed": a.seed, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
            "loadavg_start_end": [round(load0, 1), round(os.getloadavg()[0], 1)],
            "train_s": [round(e["train_seconds"], 1) for e in hist["epochs"]],
            "valid_s": [round(e["valid_seconds"], 1) for e in hist["epochs"]],

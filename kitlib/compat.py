@@ -182,7 +182,7 @@ def xla_device_loader(loader, device):
     return pl.MpDeviceLoader(loader, device)
 
 
-# --- training: gradient sync, collectives, compilation cache (used by kitlib.train_template) ---
+# --- training: gradient sync, collectives, compilation cache (used by kitlib.replica and kitlib.train) ---
 
 
 def xla_initialize_cache(path: str) -> None:
