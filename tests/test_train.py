@@ -275,7 +275,8 @@ def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
     executed = json.loads((tmp_path / "executed.ipynb").read_text())
     outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     text = "".join("".join(o.get("text", "")) for o in outputs)
-    assert "runtime: xla-cpu, 1 replica(s)" in text and "held-out ROC AUC after epoch 2" in text
+    assert "runtime: xla-cpu, 1 replica(s)" in text and "held-out English ROC AUC after epoch 2" in text
+    assert "multilingual validation ROC AUC" in text
     assert "Defaulting to PJRT_DEVICE" not in text and "can conflict with" not in text
     assert "checkpoint ready for the inference notebook" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
