@@ -451,8 +451,14 @@ def test_run_local_inference_notebook_as_kaggle_would(tmp_path, name):
 
     proj = make_project(tmp_path / "p", [name])
     root = tmp_path / "run"
-    r = cli(["run-local", str(proj / "notebooks" / f"{name}.py"), "--metadata", str(proj / "kernel-metadata.json"),
-             "--root", str(root), "-p", "max_len", "32", "-p", "batch_size", "64"], timeout=600)
+    args = ["run-local", str(proj / "notebooks" / f"{name}.py"), "--metadata", str(proj / "kernel-metadata.json"),
+            "--root", str(root), "-p", "max_len", "32", "-p", "batch_size", "64"]
+    # As pushed, on the competition data with no checkpoint attached, model="auto" refuses (a random
+    # model would score chance); the tiny model runs there only when named.
+    r = cli(args, timeout=600)
+    assert r.returncode == 1 and "model='auto' found no checkpoint for inference" in r.stdout + r.stderr
+    assert not (root / "working" / "submission.csv").exists()
+    r = cli([*args, "-p", "model", "tiny-random"], timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     sub = pd.read_csv(root / "working" / "submission.csv", dtype={"id": str})
     sample = pd.read_csv(ROOT / "data" / "jigsaw-sample" / "sample_submission.csv", dtype={"id": str})
