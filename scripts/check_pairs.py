@@ -54,6 +54,7 @@ import jupytext
 import jupytext.cli
 import nbformat
 from jupytext.config import find_jupytext_configuration_file
+from kitlib.atomic import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -297,16 +298,9 @@ def _sync_scratch(pair: Pair, source: str) -> None:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` through a temporary file in the same folder."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Replace ``path`` by ``data`` atomically (:func:`kitlib.atomic.atomic_write`: never half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def sync_pair(pair: Pair, source: str | None = None) -> str:

@@ -1,11 +1,11 @@
 """Push a staged kernel, wait for its run, download what the run wrote: Kaggle's API through the ``kaggle`` client."""
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path, PurePosixPath
+
+from kitlib.atomic import atomic_write
 
 from .stage import Staged
 
@@ -134,17 +134,9 @@ def list_outputs(kernel_id: str, api, max_pages: int = 1000) -> tuple[list[tuple
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder (never half a file)."""
+    """Replace ``path`` by ``data`` atomically (:func:`kitlib.atomic.atomic_write`: never half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def download(kernel_id: str, api, dest: Path, timeout: float = 300.0) -> list[Path]:
