@@ -97,7 +97,7 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 
 # %%
 if holdout_frac:
-    train_path, epoch_valid_path = english_holdout_split(train_path, work / "splits" / "english-holdout",
+    train_path, epoch_valid_path = english_holdout_split(train_path, work / "artifacts" / "english-holdout",
                                                          frac=holdout_frac, seed=seed)
 else:
     epoch_valid_path = valid_path
@@ -185,7 +185,7 @@ plt.show()
 # %%
 if holdout_frac:
     ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(work / "shards" / "validation"),
-                          output_csv=str(work / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len),
+                          output_csv=str(work / "artifacts" / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len),
                  rt, start_method)
     ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)
     ml_auc = roc_auc(valid_df["toxic"].to_numpy(), ml_pred["toxic"].to_numpy())
