@@ -15,14 +15,15 @@ import pytest
 
 from conftest import ROOT, SAMPLE
 from kitlib import paths
-from kitlib.model import TRAINED_MARKER, resolve_checkpoint
+from kitlib.checkpoint import HISTORY_FILE
+from kitlib.model import resolve_checkpoint
 
 
 def _checkpoint(folder: Path, trained: bool) -> Path:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "xlm-roberta"}))
     if trained:
-        (folder / TRAINED_MARKER).write_text("{}")
+        (folder / HISTORY_FILE).write_text("{}")
     return folder
 
 
