@@ -15,6 +15,7 @@ Works for local paths and fsspec URLs (:mod:`kitlib.storage`).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -84,6 +85,9 @@ def replaced_note(output, writer: str) -> str | None:
 def record_writer(output, writer: str, *, source: str = "", rows: int | None = None) -> None:
     """Write ``<output>.writer.json`` for the file just written at ``output`` (atomically).
 
+    A failure to write the record (a full disk) is a warning, not an error: the submission is
+    written; the next writer then says it replaced a file no writer recorded.
+
     Args:
         output: the submission just written (a Path or a storage URL).
         writer: who wrote it (e.g. :data:`INFER`).
@@ -100,7 +104,12 @@ def record_writer(output, writer: str, *, source: str = "", rows: int | None = N
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
 
-    storage.atomic_write(record_path(output), write)
+    try:
+        storage.atomic_write(record_path(output), write)
+    except OSError as e:  # the submission itself is written and correct: a missing record only makes the next writer say more
+        with contextlib.suppress(OSError):
+            record_path(output).unlink()  # a stale record would name the previous writer
+        warnings.warn(f"wrote {output}, but could not record its writer in {record_path(output)}: {e}", stacklevel=3)
 
 
 def say_replaced(note: str | None, stacklevel: int = 3) -> None:
