@@ -146,7 +146,8 @@ def choose_bucket_lengths(lengths: np.ndarray, max_len: int, num_buckets: int, m
     return tuple(sorted(chosen))
 
 
-def plan_batches(rows: np.ndarray, batch_size: int, seq_len: int, lengths: np.ndarray | None = None, buckets: tuple[int, ...] = ()) -> list[BatchPlan]:
+def plan_batches(rows: np.ndarray, batch_size: int, seq_len: int, lengths: np.ndarray | None = None, buckets: tuple[int, ...] = (),
+                 fill_last: bool = True) -> list[BatchPlan]:
     """Split ``rows`` (a rank's sampler indices) into full batches of a few fixed shapes.
 
     Without ``buckets`` every batch is ``[batch_size, seq_len]`` and rows keep their order. With
@@ -154,7 +155,8 @@ def plan_batches(rows: np.ndarray, batch_size: int, seq_len: int, lengths: np.nd
     the rows are sorted by length (stable) and each batch is padded to the smallest bucket that
     holds its longest row, so short comments are not padded to ``seq_len``; the merger restores
     the input order. In both cases only the last batch is partial: it is filled up to
-    ``batch_size`` with ``-1`` slots.
+    ``batch_size`` with ``-1`` slots (one shape for XLA), or left short with ``fill_last=False``
+    (eager devices, where a smaller batch costs nothing but its rows).
     """
     rows = np.asarray(rows, dtype=np.int64)
     if buckets:
@@ -167,7 +169,7 @@ def plan_batches(rows: np.ndarray, batch_size: int, seq_len: int, lengths: np.nd
         chunk = rows[start : start + batch_size]
         longest = int(np.asarray(lengths)[chunk].max()) if buckets else seq_len
         length = int(edges[min(np.searchsorted(edges, longest), len(edges) - 1)])
-        if len(chunk) < batch_size:
+        if len(chunk) < batch_size and fill_last:
             chunk = np.concatenate([chunk, np.full(batch_size - len(chunk), -1, dtype=np.int64)])
         plans.append(BatchPlan(chunk, length))
     return plans

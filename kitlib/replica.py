@@ -38,7 +38,7 @@ from . import compat
 from .runtime import MODES, LaunchMode, Runtime
 
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # int8: CPU inference only (kitlib.quantize)
 
 
 class PeerFailed(RuntimeError):
@@ -327,7 +327,7 @@ class Replica:
         import torch
 
         p = self.precision(precision)
-        if p == "fp32":
+        if p in ("fp32", "int8"):  # int8 is in the model's modules (kitlib.quantize), not autocast
             return contextlib.nullcontext()
         return torch.autocast(self.mode.device, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[p])
 
