@@ -40,14 +40,14 @@ from pathlib import Path
 import numpy as np
 
 from . import storage
-from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_csv_checked, tokenize
+from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .merge import MergeResult, merge_shards
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities
 from .replica import PeerFailed
 from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
 
-TOKENS_FILE = "tokens.npz"  # in a local temporary folder of the calling process
+TOKENS_DIR = "tokens"  # kitlib.data.Tokens, in a local temporary folder of the calling process
 
 
 @dataclass(frozen=True)
@@ -122,25 +122,41 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
         kitlib.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
         kitlib.merge.MergeError: the shards cannot give a correct submission; nothing written.
     """
-    from transformers import AutoTokenizer
-
+    storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
     check_max_len(job.checkpoint, job.max_len)
-    texts = read_csv_checked(job.test_csv, text_col=job.text_col)["text"].tolist()
-    tokens = tokenize(AutoTokenizer.from_pretrained(job.checkpoint), texts, job.max_len)
-    buckets = choose_bucket_lengths(tokens.lengths, job.max_len, job.num_buckets)
-    multi_host = rt.num_hosts > 1 or rt.started_by != "kit"
-    if not multi_host:
-        shard_dir = storage.as_path(job.shard_dir)
-        shard_dir.mkdir(parents=True, exist_ok=True)
-        clear_shards(shard_dir)
     with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
-        tokens_file = Path(tmp) / TOKENS_FILE
-        tokens.save(tokens_file)
-        launch(_mp_fn, _Plan(job, str(tokens_file), len(texts), buckets, multi_host=multi_host), rt, start_method)
+        tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR)
+        plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
+                     choose_bucket_lengths(tokens.lengths, job.max_len, job.num_buckets),
+                     multi_host=rt.num_hosts > 1 or rt.started_by != "kit")
+        del tokens  # the replicas map the folder; this process keeps no token of the test set
+        if not plan.multi_host:
+            shard_dir = storage.as_path(job.shard_dir)
+            shard_dir.mkdir(parents=True, exist_ok=True)
+            clear_shards(shard_dir)
+        launch(_mp_fn, plan, rt, start_method)
     if job.output_csv is None or not holds_global_rank0(rt):
         return None
+    return merge_run(job, plan.run_id, rt.world_size)
+
+
+def tokenize_test_set(job: InferJob, folder: Path) -> Tokens:
+    """``job.test_csv`` checked and tokenized into ``folder`` (:func:`kitlib.data.tokenize_csv`).
+
+    Memory in the calling process stays bounded: chunks of :data:`kitlib.data.CHUNK_ROWS` rows,
+    the packed ids written to ``folder`` as they come (the replicas map them).
+    """
+    from transformers import AutoTokenizer
+
+    return tokenize_csv(AutoTokenizer.from_pretrained(job.checkpoint), job.test_csv, folder, job.max_len,
+                        text_col=job.text_col)
+
+
+def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult:
+    """Merge this run's shards only: every shard in ``job.shard_dir`` must carry ``run_id`` (and
+    ``world_size``, when known), else :class:`kitlib.merge.MergeError` (two runs share the folder)."""
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
-                        test=None if job.sample_submission else job.test_csv)
+                        test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size)
 
 
 def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +196,6 @@ def _mp_fn(replica, plan: _Plan) -> None:
         replica: the :class:`kitlib.replica.Replica` the launcher built.
         plan: the :class:`_Plan` from :func:`predict`.
     """
-    import pandas as pd
     from torch.utils.data import DistributedSampler
 
     job = plan.job
@@ -204,7 +219,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
              "seconds": round(time.perf_counter() - start, 3), "device": _device_name(replica),
              "precision": replica.precision(job.precision), **replica.compile_stats()}
-    ids = pd.read_csv(job.test_csv, dtype=str, keep_default_na=False, usecols=["id"])["id"].to_numpy()
+    ids = read_ids(job.test_csv)
     done = rows[positions]
 
     def write() -> None:
