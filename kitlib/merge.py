@@ -145,16 +145,13 @@ def expand_shard_paths(inputs: list[str | os.PathLike], exclude: Path | None = N
 def _read_csv(path: Path, string_columns: tuple[str, ...] = ("id",)) -> pa.Table:
     """Read a seed-pattern CSV shard keeping ``string_columns`` as exact strings ("007", "NA" and "" stay).
 
-    Parsed as one block, with quoted newlines allowed: pyarrow otherwise splits a file over 1 MB
-    into blocks at raw newlines (refusing quoted ones) and infers column types from the first
-    block only, so the rules would depend on the file's size.
+    Quoted newlines are allowed whatever the file's size: by default pyarrow splits a file over
+    1 MB into blocks at raw newlines and refuses a quoted one (a smaller file is one block and
+    reads), so the rules would depend on the size.
     """
-    src = storage.readable(path)
     try:
-        size = src.size() if isinstance(src, pa.BufferReader) else os.path.getsize(src)
         return pacsv.read_csv(
-            src,
-            read_options=pacsv.ReadOptions(block_size=max(1 << 20, min(size + 1, 2**31 - 1))),
+            storage.readable(path),
             parse_options=pacsv.ParseOptions(newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
                 column_types={c: pa.string() for c in string_columns},
