@@ -1,7 +1,7 @@
-"""Benchmarks: merge speed, XLA compilations, padding waste, the kit against plain eager torch.
+"""Benchmarks: merge speed, XLA compilations, padding waste, the kit against plain eager torch, memory.
 
-    .venv/bin/python benchmarks/run.py            # all four (about 8 minutes on 2 cores)
-    .venv/bin/python benchmarks/run.py merge      # one of: merge compile padding eager
+    .venv/bin/python benchmarks/run.py            # all five (about 10 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py merge      # one of: merge compile padding eager memory
 
 Every figure is a ratio of two things measured in the same run on the same machine, and the
 machine is printed first. Each measured job runs in a fresh subprocess, so peak memory
@@ -309,7 +309,77 @@ def bench_eager(tmp: Path) -> None:
           f"({one[0] / two[0]:.2f}x; no target: replicas on the same cores only share them)")
 
 
-PARTS = {"merge": bench_merge, "compile": bench_compile, "padding": bench_padding, "eager": bench_eager}
+# ---------------------------------------------------------------- 5. memory in the notebook's process
+MEMORY_JOB = """\
+import json, sys, time
+def vm(key):
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(key)) / 1024
+import kitlib, transformers
+from kitlib import infer
+from kitlib.infer import InferJob, predict
+from kitlib.runtime import detect_runtime
+part, checkpoint, test_csv, out_dir = sys.argv[1:5]
+transformers.AutoTokenizer.from_pretrained(checkpoint)  # the tokenizer's own memory is not the test set's
+if part == "parent":  # predict's work in the notebook's process: read, tokenize, plan (no replica)
+    infer.launch = lambda fn, plan, rt, start_method="fork": None
+start, t = vm("VmRSS:"), time.perf_counter()
+predict(InferJob(checkpoint=checkpoint, test_csv=test_csv, shard_dir=out_dir + "/shards",
+                 output_csv=None if part == "parent" else out_dir + "/sub.csv", batch_size=32, max_len=128),
+        detect_runtime(1, "cpu"))
+print(json.dumps({"start_mib": start, "peak_mib": vm("VmHWM:"), "seconds": time.perf_counter() - t,
+                  "kitlib": kitlib.__file__}))
+"""
+
+
+def bench_memory(tmp: Path) -> None:
+    """Peak memory (VmHWM) of the notebook's process at 1k, 8k and 32k rows, against the packed ids.
+
+    Rows are the sample's texts repeated (ids suffixed). Each job runs in a fresh process that imports
+    kitlib from ``$PYTHONPATH`` (default: this checkout), so ``PYTHONPATH=/other/checkout`` measures
+    another version with the same script.
+    """
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    from kitlib.data import token_lengths
+
+    ck = tiny_checkpoint()
+    kit = os.environ.get("PYTHONPATH") or str(ROOT)
+    print("\n## 5. Memory in the notebook's process (VmHWM), tiny model, max_len 128, rows = the sample's texts repeated")
+    (tmp / "memory.py").write_text(MEMORY_JOB)
+    test = pd.read_csv(SAMPLE / "test.csv", dtype=str, keep_default_na=False)
+    tok = AutoTokenizer.from_pretrained(ck)
+    per_copy = int(token_lengths(tok, test["content"].tolist(), 128).sum())
+    rows_list = (1000, 8000, 32000)
+    res = {}
+    for rows in rows_list:
+        copies = -(-rows // len(test))
+        big = pd.concat([test.assign(id=test["id"] + f"-{k}") for k in range(copies)]).iloc[:rows]
+        csv = tmp / f"test-{rows}.csv"
+        big.to_csv(csv, index=False)
+        packed = 4 * per_copy * rows / len(test) / 2**20  # int32 ids, MiB
+        for part in ("parent", "whole"):
+            r = subprocess.run([sys.executable, str(tmp / "memory.py"), part, str(ck), str(csv), str(tmp / f"m-{part}-{rows}")],
+                               capture_output=True, text=True, cwd=tmp, env={**os.environ, "PYTHONPATH": kit, "HF_HUB_OFFLINE": "1"})
+            if r.returncode:
+                raise RuntimeError(f"memory {part} {rows} failed:\n{r.stderr[-3000:]}")
+            res[part, rows] = {**json.loads(r.stdout.strip().splitlines()[-1]), "packed": packed}
+        print(f"  {rows:6,d} rows ({csv.stat().st_size / 2**20:5.1f} MiB CSV, packed ids {packed:5.1f} MiB): "
+              f"predict's parent-side work peaks {res['parent', rows]['peak_mib']:6,.0f} MiB "
+              f"({res['parent', rows]['peak_mib'] - res['parent', rows]['start_mib']:+6,.0f} over its start, "
+              f"{res['parent', rows]['seconds']:.1f} s); whole job, 1 in-process replica: "
+              f"{res['whole', rows]['peak_mib']:6,.0f} MiB ({res['whole', rows]['seconds']:.1f} s)")
+    lo, hi = rows_list[0], rows_list[-1]
+    dpacked = res["parent", hi]["packed"] - res["parent", lo]["packed"]
+    for part in ("parent", "whole"):
+        grow = res[part, hi]["peak_mib"] - res[part, lo]["peak_mib"]
+        print(f"  {part:6s}: peak grows {grow:+,.0f} MiB from {lo:,} to {hi:,} rows; packed ids grow {dpacked:+,.1f} MiB: "
+              f"{grow / dpacked:.2f}x (target <= 1.0: no faster than the packed ids)")
+    print(f"  kitlib measured: {res['parent', lo]['kitlib']}")
+
+
+PARTS = {"merge": bench_merge, "compile": bench_compile, "padding": bench_padding, "eager": bench_eager,
+         "memory": bench_memory}
 
 
 def main() -> None:

@@ -7,14 +7,18 @@
                    sample_submission="sample_submission.csv")
     result = predict(job, rt)                            # a kitlib.merge.MergeResult
 
-In the calling process ``predict`` checks ``max_len`` against the model, reads the test CSV,
-tokenizes every row once, and chooses the padded lengths (:func:`kitlib.data.choose_bucket_lengths`)
-from the whole test set, so every replica compiles the same few shapes. Then one replica per
+In the calling process ``predict`` refuses a ``shard_dir`` the replicas cannot share
+(:func:`kitlib.storage.check_shared`), checks ``max_len`` against the model, reads and tokenizes
+the test CSV once, in chunks, into a temporary folder the replicas map
+(:func:`kitlib.data.tokenize_csv`: this process keeps no text or token of the whole set), and
+chooses the padded lengths (:func:`kitlib.data.choose_bucket_lengths`) from the whole test set, so
+every replica compiles the same few shapes. Then one replica per
 device (:func:`kitlib.runtime.launch`) runs :func:`_mp_fn`: it takes its rows with
 ``DistributedSampler(shuffle=False, drop_last=False)`` (which pads every rank to
 ``ceil(N / world_size)`` rows by repeating the first rows), sorts them by length, runs fixed-shape
 ``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.shards`), marking the
-sampler's padding rows. Last, the shards are merged into the submission (:mod:`kitlib.merge`).
+sampler's padding rows. Last, the shards of this run alone are merged into the submission
+(:func:`merge_run`: a shard of another run in the folder is refused, never merged).
 
 A replica that fails raises :class:`kitlib.runtime.ReplicaError` naming its rank: nothing is merged
 and an existing submission is left as it was.
@@ -59,7 +63,8 @@ class InferJob:
             (from :func:`kitlib.model.resolve_checkpoint`).
         test_csv: the CSV to predict (``id`` plus a text column).
         shard_dir: folder the per-rank shards are written to (cleared of older shards first);
-            a local path or a URL (``gs://``, ``s3://``, ``file://``; :mod:`kitlib.storage`).
+            a local path or a URL (``gs://``, ``s3://``, ``file://``; :mod:`kitlib.storage`), one run
+            at a time: the merge refuses another run's shards there.
         output_csv: the merged submission (a path or a URL); None: write the shards only.
         sample_submission: Kaggle's ``sample_submission.csv``: the submission's row order and
             columns; None: the test set's order.
@@ -118,9 +123,12 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
         global rank 0's (:func:`kitlib.runtime.holds_global_rank0`).
 
     Raises:
-        ValueError: ``max_len`` above the model's limit, or a bad test CSV (file, row, field named).
+        ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), ``max_len`` above the
+            model's limit, or a bad test CSV (file, row, field named); nothing started then.
         kitlib.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
-        kitlib.merge.MergeError: the shards cannot give a correct submission; nothing written.
+        kitlib.merge.MergeError: the shards cannot give a correct submission, or another run's
+            shards are in ``shard_dir``; nothing written.
+        kitlib.storage.CannotWrite: the submission cannot be written (full disk, no permission).
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
     check_max_len(job.checkpoint, job.max_len)
