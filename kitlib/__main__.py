@@ -3,7 +3,8 @@
 Exit status (every command):
 
 ====  =====================================================================================
-0     success (``note: ...`` lines on stderr name columns dropped or ignored)
+0     success (``note: ...`` lines on stderr name columns dropped or ignored, and a
+      submission of another writer replaced: :mod:`kitlib.provenance`)
 1     an I/O failure: one line ``error: cannot write <output>: <reason>`` (a full disk, a file
       too large, no permission, a read-only folder: ENOSPC, EFBIG, EACCES, EROFS) or
       ``error: cannot read <file>: <reason>``
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
+from . import provenance
 from .merge import MergeError, merge_shards
 from .storage import CannotWrite
 
@@ -25,7 +28,10 @@ EXIT_OK, EXIT_IO, EXIT_REFUSED = 0, 1, 2
 
 
 def _merge(args) -> int:
-    r = merge_shards(args.shards, args.output, sample_submission=args.sample_submission, test=args.test)
+    with warnings.catch_warnings():  # a replaced submission is printed below, as a note
+        warnings.simplefilter("ignore", provenance.SubmissionReplaced)
+        r = merge_shards(args.shards, args.output, sample_submission=args.sample_submission, test=args.test,
+                         writer=provenance.CLI)
     for note in r.notes:
         print(f"note: {note}", file=sys.stderr)
     print(

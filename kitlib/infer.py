@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import storage
+from . import provenance, storage
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .merge import MergeResult, merge_shards
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities
@@ -164,7 +164,8 @@ def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult
     """Merge this run's shards only: every shard in ``job.shard_dir`` must carry ``run_id`` (and
     ``world_size``, when known), else :class:`kitlib.merge.MergeError` (two runs share the folder)."""
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
-                        test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size)
+                        test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size,
+                        writer=provenance.INFER, source=f"model {job.checkpoint}")
 
 
 def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) -> tuple[np.ndarray, np.ndarray]:

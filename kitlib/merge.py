@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from . import storage
+from . import provenance, storage
 from .data import csv_columns, read_ids
 from .shards import SHARD_FORMAT, SHARD_RE, ShardInfo, read_shard_info, shard_name
 
@@ -469,6 +469,8 @@ def merge_shards(
     test: str | os.PathLike | None = None,
     run_id: str | None = None,
     world_size: int | None = None,
+    writer: str = "kitlib.merge.merge_shards",
+    source: str = "",
 ) -> MergeResult:
     """Merge prediction shards into a submission CSV.
 
@@ -486,6 +488,8 @@ def merge_shards(
             (two runs that share a shard folder fail, they never exchange predictions).
             None: every kit shard found must be of one run, whichever.
         world_size: with ``run_id``, the run's world size (None: read from the shards).
+        writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
+            submission another writer recorded is said (:mod:`kitlib.provenance` holds the rule).
 
     Returns:
         A :class:`MergeResult` (its ``notes`` list the columns dropped or ignored).
@@ -559,5 +563,10 @@ def merge_shards(
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
+    replaced = provenance.replaced_note(output, writer)
     storage.atomic_write(output, lambda tmp: _write_csv(table, tmp))
+    provenance.record_writer(output, writer, source=source or src, rows=table.num_rows)
+    if replaced:
+        notes.add(replaced)
+        provenance.say_replaced(replaced)
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines())
