@@ -563,10 +563,8 @@ def merge_shards(
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
-    replaced = provenance.replaced_note(output, writer)
-    storage.atomic_write(output, lambda tmp: _write_csv(table, tmp))
-    provenance.record_writer(output, writer, source=source or src, rows=table.num_rows)
+    replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
+                                         source=source or src, rows=table.num_rows)
     if replaced:
         notes.add(replaced)
-        provenance.say_replaced(replaced)
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines())
