@@ -136,6 +136,7 @@ def test_bf16_autocast_keeps_float32_probabilities(sharp_checkpoint, tmp_path):
     assert sub["toxic"].nunique() >= 250
 
 
+@pytest.mark.slow
 def test_two_runs_sharing_a_shard_folder_never_exchange_predictions(sharp_checkpoint, tiny_checkpoint, slice_103,
                                                                     reference, tmp_path, monkeypatch):
     """Run B (another model, 3 replicas) starts in A's shard folder after A's replicas finished and
@@ -166,6 +167,7 @@ def test_two_runs_sharing_a_shard_folder_never_exchange_predictions(sharp_checkp
     assert np.abs(b["toxic"].to_numpy() - a["toxic"].to_numpy()).max() > 0.05  # B's model really differs from A's
 
 
+@pytest.mark.slow
 def test_predict_without_sample_submission_reads_a_big_test_csv_with_quoted_newlines(tiny_checkpoint, tmp_path):
     """Over 1 MB, comments with newlines: the merge orders by the test file as read_csv_checked reads it."""
     from kitlib.data import read_csv_checked
@@ -182,6 +184,7 @@ def test_predict_without_sample_submission_reads_a_big_test_csv_with_quoted_newl
     assert result.num_rows == rows and sub["id"].tolist() == read_csv_checked(test)["id"].tolist()
 
 
+@pytest.mark.slow
 def test_the_parent_tokenizes_in_chunks_and_keeps_no_text(tiny_checkpoint, tmp_path, monkeypatch):
     """5,000 rows: no tokenizer call in predict's process sees more than CHUNK_ROWS rows (one call
     over every row kept transformers' per-row lists for the whole set: 9.9 GB on the real test set)."""
