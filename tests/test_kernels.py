@@ -1,6 +1,6 @@
-"""scripts/kernels.py (the package scripts/kaggle_kernels): staging with vendored kitlib, metadata
+"""scripts/kernels.py (the package kaggle_kit): staging with vendored kitlib, metadata
 rules, and pushes through the real ``kaggle`` client (2.2.1 / kagglesdk 0.1.28) to the fake Kaggle
-API of scripts/fake_kaggle.py on 127.0.0.1 (reached through ``HTTP_PROXY`` with
+API of tests/support/fake_kaggle.py on 127.0.0.1 (reached through ``HTTP_PROXY`` with
 ``KAGGLE_API_ENVIRONMENT=LOCALHOST``)."""
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ import pytest
 from slugify import slugify
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import check_pairs  # noqa: E402
-import kaggle_kernels as kernels  # noqa: E402
-from fake_kaggle import FakeKaggle  # noqa: E402
+import kaggle_kit as kernels  # noqa: E402
+from kaggle_kit import pairs as check_pairs  # noqa: E402
+from support.fake_kaggle import FakeKaggle  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
 KAGGLE_CLI = str(Path(PY).parent / "kaggle")
@@ -658,7 +657,6 @@ def cp1252_open(file, mode="r", buffering=-1, encoding=None, *args, **kwargs):
         encoding = "cp1252"  # what open() uses by default on a Windows machine with a Western locale
     return _open(file, mode, buffering, encoding, *args, **kwargs)
 builtins.open = io.open = cp1252_open
-sys.path.insert(0, sys.argv[1])
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0] + "/kernels.py", run_name="__main__")
 """
@@ -727,7 +725,7 @@ def test_run_local_refuses_unknown_parameters(tmp_path):
 def test_vendored_cell_is_vendor_cell_py_and_writes_kitlib(tmp_path, monkeypatch):
     files = {"__init__.py": "X = 1\n", "sub/mod.py": "Y = 'ğ'\n"}
     src = kernels.vendor_cell_source(files)
-    cell_file = ROOT / "scripts" / "kaggle_kernels" / "vendor_cell.py"
+    cell_file = ROOT / "kaggle_kit" / "vendor_cell.py"
     assert cell_file.read_text(encoding="utf-8").rstrip("\n") in src
     assert kernels.vendored_files(src) == files
     monkeypatch.setenv("KAGGLE_WORKING_DIR", str(tmp_path))

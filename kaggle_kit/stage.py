@@ -18,8 +18,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-import check_pairs  # scripts/check_pairs.py: on sys.path when running scripts/kernels.py
-
+from . import pairs as check_pairs
 from .accelerators import notebook_accelerator
 from .project import derive_metadata, entry_problems
 from .rules import MetadataError, validate_metadata

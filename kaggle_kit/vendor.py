@@ -18,7 +18,7 @@ import nbformat
 from .rules import VENDOR_TAG
 
 CELL_FILE = Path(__file__).with_name("vendor_cell.py")
-KITLIB = Path(__file__).resolve().parents[2] / "kitlib"  # the repository's kitlib package
+KITLIB = Path(__file__).resolve().parents[1] / "kitlib"  # the repository's kitlib package
 
 
 def kitlib_files(kitlib_dir: Path = KITLIB) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""A fake Kaggle API server on 127.0.0.1, for testing ``scripts/kernels.py`` with the real ``kaggle`` client.
+"""A fake Kaggle API server on 127.0.0.1, for testing ``kaggle_kit`` (``scripts/kernels.py``) with the real ``kaggle`` client.
 
 The ``kaggle`` package (2.2.1, kagglesdk 0.1.28) sends every call as ``POST
 {base}/api/v1/<service>/<Method>`` with a camelCase JSON body (``kagglesdk/kaggle_http_client.py``);
@@ -23,7 +23,7 @@ without an ``Authorization`` header get HTTP 401, as Kaggle's do.
 
 Standalone::
 
-    python scripts/fake_kaggle.py --port 8765 --record /tmp/kaggle-requests.jsonl
+    python tests/support/fake_kaggle.py --port 8765 --record /tmp/kaggle-requests.jsonl
     HTTP_PROXY=http://127.0.0.1:8765 KAGGLE_API_ENVIRONMENT=LOCALHOST NO_PROXY= \\
         KAGGLE_USERNAME=tester KAGGLE_KEY=fake python scripts/kernels.py push --wait
 """

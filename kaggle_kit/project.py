@@ -89,7 +89,7 @@ def derive_metadata(project: dict, stem: str, owner: str | None, nb_accelerator:
     Shared fields come from ``project`` (the top-level file, ``notebooks`` removed), then the
     notebook's entry ``project["notebooks"][stem]`` overrides them; the entry's ``accelerator``
     or the notebook's own ``kaggle.accelerator`` (any spelling in
-    :data:`~kaggle_kernels.accelerators.ACCELERATORS`, e.g. Kaggle's ``tpuV5e8``) sets
+    :data:`~kaggle_kit.accelerators.ACCELERATORS`, e.g. Kaggle's ``tpuV5e8``) sets
     ``enable_tpu``, ``enable_gpu`` and ``machine_shape`` unless the entry sets them (then they are
     checked). ``id`` defaults to ``<owner>/<slugify(title)>``, ``code_file`` to ``<slug>.ipynb``.
 

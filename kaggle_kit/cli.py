@@ -33,7 +33,7 @@ from .rules import MetadataError
 from .stage import notebook_paths, stage
 from .vendor import KITLIB, vendored_files
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PROJECT_METADATA = ROOT / "kernel-metadata.json"
 BUILD = ROOT / "build" / "kernels"
 SAMPLE_DATA = ROOT / "data" / "jigsaw-sample"

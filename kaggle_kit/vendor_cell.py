@@ -1,6 +1,6 @@
 # Writes kitlib/ into the working folder (/kaggle/working on Kaggle) and puts that folder first on
 # sys.path and PYTHONPATH, so `import kitlib` works here and in fork/spawn children (_mp_fn).
-# This file is the staged notebook's first code cell (scripts/kaggle_kernels/vendor.py reads it as
+# This file is the staged notebook's first code cell (kaggle_kit/vendor.py reads it as
 # text and appends the call with kitlib's modules); it is not imported by the kit.
 def _vendor_kitlib(files, digest, marker=".vendored-by-scripts-kernels"):
     """Write ``files`` ({relative path: text}) under ``<working dir>/kitlib``, check them against

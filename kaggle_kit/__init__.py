@@ -1,4 +1,5 @@
-"""Kaggle kernels from the paired notebooks (``python scripts/kernels.py``; docs/kernels.md).
+"""Kaggle kernels from the paired notebooks, and competition submissions (``python -m kaggle_kit``,
+or ``python scripts/kernels.py``; docs/kernels.md).
 
 One module per part:
 
@@ -13,8 +14,7 @@ One module per part:
 * :mod:`.local`: run a staged kernel as Kaggle would (papermill);
 * :mod:`.cli`: the command line.
 
-The package imports ``check_pairs`` (``scripts/check_pairs.py``) as a top-level module: it is on
-``sys.path`` whenever a script in ``scripts/`` runs (the script's folder comes first).
+* :mod:`.pairs`: the notebook-pair rules of ``scripts/check_pairs.py``, loaded from its file.
 """
 from .accelerators import ACCELERATORS, accelerator_name, notebook_accelerator
 from .client import CredentialsError, kaggle_api, kaggle_username
