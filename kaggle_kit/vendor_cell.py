@@ -1,25 +1,36 @@
-# Writes kitlib/ into the working folder (/kaggle/working on Kaggle) and puts that folder first on
-# sys.path and PYTHONPATH, so `import kitlib` works here and in fork/spawn children (_mp_fn).
-# This file is the staged notebook's first code cell (kaggle_kit/vendor.py reads it as
-# text and appends the call with kitlib's modules); it is not imported by the kit.
-def _vendor_kitlib(files, digest, marker=".vendored-by-scripts-kernels"):
-    """Write ``files`` ({relative path: text}) under ``<working dir>/kitlib``, check them against
-    ``digest`` (sha256 over ``path \\0 text`` in path order) and make ``import kitlib`` find them.
+# Writes the kitlib modules above into a folder outside the kernel's output (Kaggle saves all of
+# /kaggle/working as the output) and puts that folder first on sys.path and PYTHONPATH, so
+# `import kitlib` works here and in fork/spawn children (_mp_fn). The folder is
+# kitlib.paths.scratch_dir()'s: $KAGGLE_TMP_DIR, else <tmp>/kaggle-kit.
+# This file is the staged notebook's first code cell (kaggle_kit/vendor.py reads it as text and
+# appends the call with the modules); it is not imported by the kit.
+def _vendor_kitlib(payload, digest, marker=".vendored-by-kaggle-kit"):
+    """Write the modules of ``payload`` (base64 of zlib of JSON {relative path: text}) under
+    ``<scratch dir>/vendored/kitlib``, check them against ``digest`` (sha256 over
+    ``path \\0 text`` in path order) and make ``import kitlib`` find them.
 
-    Raises RuntimeError when ``kitlib/`` exists and was not written by this cell (no ``marker``
-    file), or when what was written does not match ``digest``.
+    Raises RuntimeError when that ``kitlib/`` exists and was not written by this cell (no
+    ``marker`` file), or when what was written does not match ``digest``.
     """
+    import base64
     import hashlib
     import importlib
+    import json
     import os
+    import shutil
     import sys
+    import tempfile
+    import zlib
     from pathlib import Path
 
-    work = Path(os.environ.get("KAGGLE_WORKING_DIR") or "/kaggle/working")
-    work = (work if work.is_dir() else Path.cwd()).resolve()
+    files = json.loads(zlib.decompress(base64.b64decode("".join(payload.split()))).decode())
+    scratch = Path(os.environ.get("KAGGLE_TMP_DIR") or Path(tempfile.gettempdir()) / "kaggle-kit")
+    work = (scratch / "vendored").resolve()
     pkg = work / "kitlib"
     if pkg.exists() and not (pkg / marker).exists():
         raise RuntimeError(f"{pkg} exists and was not written by this cell: not overwriting it")
+    if pkg.exists():
+        shutil.rmtree(pkg)  # a re-run must not keep modules of an older staging
     for rel, text in files.items():
         p = pkg / rel
         p.parent.mkdir(parents=True, exist_ok=True)

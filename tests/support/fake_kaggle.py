@@ -17,6 +17,18 @@ fake can listen on any free port and receives absolute-URI requests. Served:
   ``http://localhost/fake-output/<name>``, served by GET, or answered HTTP 404 with a JSON error
   body for the names in ``missing`` (listed, but gone).
 * ``security.OAuthService/IntrospectToken``: accepts any token (for ``KAGGLE_API_TOKEN`` runs).
+* competitions (``competitions.CompetitionApiService``): ``StartSubmissionUpload`` answers a token and
+  an upload URL ``http://localhost/fake-upload/<token>`` that takes the file by PUT;
+  ``CreateSubmission`` (blob token) and ``CreateCodeSubmission`` (a kernel version's output file)
+  create a submission, refused with HTTP 400 past ``daily_limit`` submissions; ``GetSubmission``
+  answers PENDING for ``pending_polls`` calls, then COMPLETE with the scores, or ERROR with the
+  reason; ``ListSubmissions``; ``GetSubmissionLimits``. A submission is scored against ``labels``
+  (id -> 0/1, known only to the fake): ROC AUC of the ``toxic`` column on the public ids (every
+  other id in sorted order) and on the private ones; an id set that differs, a missing column
+  or a value that is not a finite number ends in ERROR, as Kaggle's scorer does.
+* kernels by version: ``kernel_outputs`` ({slug: {version: {name: bytes}}}) holds each version's
+  output; ``ListKernelSessionOutput`` with ``versionLabel`` lists that version's, without it the
+  latest complete version's (on Kaggle, while a new version runs, the previous one's).
 
 Every request is recorded (``FakeKaggle.requests``, and as JSON lines with ``--record``). Calls
 without an ``Authorization`` header get HTTP 401, as Kaggle's do.
@@ -55,6 +67,11 @@ class FakeKaggle:
         page_size: files per page of ListKernelSessionOutput (Kaggle: 500).
         missing: output names that are listed but whose download answers HTTP 404.
         record: a file each request is appended to as one JSON line.
+        kernel_outputs: per kernel slug and version, the output files (see the module docstring);
+            a push of a slug listed here makes the next version's output the next entry.
+        labels: the competition's hidden labels (id -> 0 or 1), for scoring submissions.
+        daily_limit: submissions allowed per day (Kaggle's default for this competition: 5).
+        pending_polls: GetSubmission answers PENDING this many times before the result.
 
     Raises:
         ValueError: a status is not one of :data:`STATUSES`.
@@ -73,6 +90,10 @@ class FakeKaggle:
         page_size: int = 500,
         missing: tuple[str, ...] = (),
         record: str | Path | None = None,
+        kernel_outputs: dict[str, dict[int, dict[str, bytes]]] | None = None,
+        labels: dict[str, int] | None = None,
+        daily_limit: int = 5,
+        pending_polls: int = 1,
     ) -> None:
         bad = [s for s in statuses if s not in STATUSES]
         if bad or not statuses:
@@ -88,6 +109,13 @@ class FakeKaggle:
         self.missing = set(missing)
         self.record = Path(record) if record else None
         self.requests: list[dict] = []
+        self.kernel_outputs = {k: dict(v) for k, v in (kernel_outputs or {}).items()}
+        self.labels = dict(labels or {})
+        self.daily_limit = daily_limit
+        self.pending_polls = pending_polls
+        self.uploads: dict[str, bytes] = {}
+        self.submissions: list[dict] = []
+        self.kernel_versions: dict[str, int] = {}  # slug -> latest pushed version
         self._status_calls = 0
         self._versions = 0
         self._lock = threading.Lock()
@@ -108,6 +136,9 @@ class FakeKaggle:
 
             def do_GET(self):
                 fake._handle(self, "GET")
+
+            def do_PUT(self):
+                fake._handle(self, "PUT")
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -178,10 +209,22 @@ class FakeKaggle:
             if self.record:
                 with open(self.record, "a") as f:
                     f.write(json.dumps(rec) + "\n")
+        if verb == "PUT" and path.startswith("/fake-upload/"):
+            token = path[len("/fake-upload/"):]
+            if token not in self.uploads:
+                return self._reply(h, 404, {"code": 404, "message": f"no upload {token}"})
+            self.uploads[token] = raw
+            rec["body"] = {"_bytes": len(raw)}
+            return self._reply(h, 200, {})
         if verb == "GET" and path.startswith("/fake-output/"):
-            name = unquote(path[len("/fake-output/"):])
-            if name in self.outputs and name not in self.missing:
-                return self._reply(h, 200, self.outputs[name], "application/octet-stream")
+            rest = unquote(path[len("/fake-output/"):])
+            files = self.outputs
+            if rest.startswith("v/"):  # /fake-output/v/<slug>/<version>/<name>
+                _, slug, version, rest = rest.split("/", 3)
+                files = self.kernel_outputs.get(slug, {}).get(int(version), {})
+            name = rest
+            if name in files and name not in self.missing:
+                return self._reply(h, 200, files[name], "application/octet-stream")
             return self._reply(h, 404, {"code": 404, "message": f"no output {name}"})
         if not path.startswith("/api/v1/"):
             return self._reply(h, 404, {"code": 404, "message": f"not an API path: {path}"})
@@ -195,6 +238,7 @@ class FakeKaggle:
                 self._versions += 1
                 self._status_calls = 0
                 slug = body.get("slug") or "unknown/unknown"
+                self.kernel_versions[slug.split("/")[-1]] = self._versions
                 return self._reply(h, 200, {
                     "ref": f"/code/{slug}", "url": f"http://localhost/code/{slug}",
                     "versionNumber": self._versions, "error": self.push_error,
@@ -206,6 +250,8 @@ class FakeKaggle:
                 if status == "ERROR" and self.failure_message:
                     reply["failureMessage"] = self.failure_message
                 return self._reply(h, 200, reply)
+            if method == "ListKernelSessionOutput" and body.get("kernelSlug") in self.kernel_outputs:
+                return self._reply(h, 200, self._version_listing(body))
             if method == "ListKernelSessionOutput":
                 names = list(self.outputs)
                 size = min(self.page_size, int(body.get("pageSize") or self.page_size))
@@ -217,7 +263,128 @@ class FakeKaggle:
                 return self._reply(h, 200, reply)
             if method == "IntrospectToken":
                 return self._reply(h, 200, {"active": True, "username": self.username})
+            if method in self._COMPETITION_METHODS:
+                return self._competition(h, method, body)
         return self._reply(h, 404, {"code": 404, "message": f"the fake does not serve {method}"})
+
+
+    # -- kernels by version ----------------------------------------------------------------------
+    def _latest_complete(self, slug: str) -> int | None:
+        """The newest version of ``slug`` whose output exists and whose run is not the one going on."""
+        versions = sorted(self.kernel_outputs.get(slug, {}))
+        running = self.kernel_versions.get(slug)
+        status = self.statuses[min(max(self._status_calls - 1, 0), len(self.statuses) - 1)]
+        done = [v for v in versions if v != running or status == "COMPLETE"]
+        return done[-1] if done else None
+
+    def _version_listing(self, body: dict) -> dict:
+        slug = body["kernelSlug"]
+        label = body.get("versionLabel")
+        version = int(label) if label else self._latest_complete(slug)
+        files = self.kernel_outputs.get(slug, {}).get(version, {}) if version is not None else {}
+        return {"files": [{"fileName": k, "url": f"http://localhost/fake-output/v/{slug}/{version}/{k}"} for k in files],
+                "log": json.dumps([{"stream_name": "stdout", "time": 1.0, "data": f"{slug} version {version} log\n"}])}
+
+    # -- competitions ------------------------------------------------------------------------
+    _COMPETITION_METHODS = ("StartSubmissionUpload", "CreateSubmission", "CreateCodeSubmission", "GetSubmission",
+                            "ListSubmissions", "GetSubmissionLimits")
+
+    def score(self, data: bytes) -> tuple[str, str | None, str | None]:
+        """(status, public score, private score) of submission bytes, or ("ERROR", reason, None)."""
+        import csv
+        import io
+        import math
+
+        try:
+            rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
+        except (UnicodeDecodeError, csv.Error) as e:
+            return "ERROR", f"unreadable CSV: {e}", None
+        if not rows or "id" not in rows[0] or "toxic" not in rows[0]:
+            return "ERROR", "the submission must have the columns id, toxic", None
+        pred = {}
+        for r in rows:
+            try:
+                v = float(r["toxic"])
+            except (TypeError, ValueError):
+                v = math.nan
+            if not math.isfinite(v):
+                return "ERROR", f"id {r['id']}: toxic {r['toxic']!r} is not a finite number", None
+            pred[r["id"]] = v
+        if len(pred) != len(rows) or set(pred) != set(self.labels):
+            return "ERROR", (f"expected {len(self.labels)} distinct ids of the test set, got {len(pred)} "
+                             f"({len(set(pred) - set(self.labels))} unknown, {len(set(self.labels) - set(pred))} missing)"), None
+        ids = sorted(self.labels)
+        return "COMPLETE", f"{_auc([self.labels[i] for i in ids[0::2]], [pred[i] for i in ids[0::2]]):.5f}", \
+            f"{_auc([self.labels[i] for i in ids[1::2]], [pred[i] for i in ids[1::2]]):.5f}"
+
+    def _submit(self, h, data: bytes | None, file_name: str, description: str):
+        today = len(self.submissions)
+        if today >= self.daily_limit:
+            return self._reply(h, 400, {"code": 400, "message": f"Submission not allowed: your team has used its daily "
+                                                               f"submission allowance ({self.daily_limit}) today"})
+        ref = 1000 + len(self.submissions)
+        status, public, private = self.score(data) if data is not None else ("ERROR", f"no output file {file_name}", None)
+        self.submissions.append({"ref": ref, "fileName": file_name, "description": description, "date": "2026-12-01T10:00:00Z",
+                                 "final": status, "public": public, "private": private, "polls": 0, "totalBytes": len(data or b"")})
+        return self._reply(h, 200, {"ref": ref, "message": "Successfully submitted to Jigsaw Multilingual Toxic Comment Classification"})
+
+    def _submission(self, s: dict, poll: bool) -> dict:
+        if poll:
+            s["polls"] += 1
+        pending = s["polls"] <= self.pending_polls if poll else s["polls"] <= self.pending_polls
+        out = {"ref": s["ref"], "fileName": s["fileName"], "description": s["description"], "date": s["date"],
+               "totalBytes": s["totalBytes"], "status": "PENDING" if pending else s["final"]}
+        if not pending and s["final"] == "COMPLETE":
+            out.update(publicScore=s["public"], privateScore=s["private"])
+        if not pending and s["final"] == "ERROR":
+            out["errorDescription"] = s["public"]
+        return out
+
+    def _competition(self, h, method: str, body: dict):
+        if method == "StartSubmissionUpload":
+            token = f"blob-{len(self.uploads) + 1}"
+            self.uploads[token] = b""
+            return self._reply(h, 200, {"token": token, "createUrl": f"http://localhost/fake-upload/{token}"})
+        if method == "CreateSubmission":
+            token = body.get("blobFileTokens", "")
+            if token not in self.uploads:
+                return self._reply(h, 400, {"code": 400, "message": f"unknown blob token {token!r}"})
+            name = next((r["body"].get("fileName") for r in self.requests if r["method"] == "StartSubmissionUpload"), "submission.csv")
+            return self._submit(h, self.uploads[token], name, body.get("submissionDescription", ""))
+        if method == "CreateCodeSubmission":
+            slug, version, name = body.get("kernelSlug", ""), int(body.get("kernelVersion") or 0), body.get("fileName", "")
+            files = self.kernel_outputs.get(slug, {}).get(version or self.kernel_versions.get(slug, 0), {})
+            return self._submit(h, files.get(name), name, body.get("submissionDescription", ""))
+        if method == "GetSubmission":
+            s = next((s for s in self.submissions if s["ref"] == int(body.get("ref", 0))), None)
+            if s is None:
+                return self._reply(h, 404, {"code": 404, "message": f"no submission {body.get('ref')}"})
+            return self._reply(h, 200, self._submission(s, poll=True))
+        if method == "ListSubmissions":
+            return self._reply(h, 200, {"submissions": [self._submission(s, poll=False) for s in reversed(self.submissions)]})
+        if method == "GetSubmissionLimits":
+            n = len(self.submissions)
+            return self._reply(h, 200, {"numToday": n, "numTotal": n, "numAllowedNow": max(self.daily_limit - n, 0)})
+        raise AssertionError(method)
+
+
+def _auc(labels: list[int], scores: list[float]) -> float:
+    """ROC AUC by the rank-sum formula (ties get their average rank), as sklearn's roc_auc_score."""
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks = [0.0] * len(scores)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    pos = sum(labels)
+    neg = len(labels) - pos
+    if not pos or not neg:
+        return float("nan")
+    return (sum(r for r, y in zip(ranks, labels) if y) - pos * (pos + 1) / 2) / (pos * neg)
 
 
 def main(argv: list[str] | None = None) -> int:
