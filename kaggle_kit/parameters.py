@@ -47,12 +47,12 @@ def parse_assignments(items: list[str]) -> dict:
     return out
 
 
-def _read(notebook):
+def _read(notebook, where=None):
     if isinstance(notebook, (str, Path)):
         import jupytext
 
-        return jupytext.read(notebook), str(notebook)
-    return notebook, "the notebook"
+        return jupytext.read(notebook), str(where or notebook)
+    return notebook, str(where or "the notebook")
 
 
 def notebook_defaults(nb) -> dict | None:
@@ -63,12 +63,13 @@ def notebook_defaults(nb) -> dict | None:
     return None
 
 
-def check_parameters(notebook, parameters: dict) -> dict:
+def check_parameters(notebook, parameters: dict, where=None) -> dict:
     """Refuse parameters the notebook's ``parameters`` cell does not define, or of the wrong type.
 
     Args:
         notebook: a path (``.ipynb`` or ``.py``) or an ``nbformat`` notebook.
         parameters: ``name -> value``.
+        where: how messages name the notebook (default: its path).
 
     Returns:
         The values, converted as :func:`kitlib.params.check_parameters` says (``"false"`` -> False).
@@ -79,7 +80,7 @@ def check_parameters(notebook, parameters: dict) -> dict:
     """
     if not parameters:
         return {}
-    nb, where = _read(notebook)
+    nb, where = _read(notebook, where)
     known = notebook_defaults(nb)
     if known is None:
         raise ParameterError(f"{where}: has no cell tagged 'parameters'; cannot set {', '.join(parameters)}")
@@ -108,8 +109,15 @@ def inject_parameters(nb, parameters: dict):
 
     nb = copy.deepcopy(nb)
     nb.metadata.setdefault("papermill", {})
+    untagged = set()
+    for i, c in enumerate(nb.cells):  # papermill reads every cell's tags
+        if "tags" not in c.metadata:
+            c.metadata["tags"] = []
+            untagged.add(id(c))
     nb = parameterize_notebook(nb, parameters, kernel_name="python3", language="python")
     for c in nb.cells:
+        if id(c) in untagged:
+            del c.metadata["tags"]
         if INJECTED_TAG in (c.get("metadata", {}).get("tags") or []):
             c.id = INJECTED_TAG
     nb.metadata.pop("papermill", None)

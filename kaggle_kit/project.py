@@ -48,30 +48,25 @@ def used_kernels(project: dict, stem: str, owner: str) -> list[str]:
 
 
 def chain(project: dict, name: str) -> list[str]:
-    """The notebooks of chain ``name`` in run order: ``project["chains"][name]``, or, for a notebook
-    name, the notebooks it ``uses`` (recursively, each once) followed by itself.
+    """The notebooks to run for ``name``, in order: the chain ``project["chains"][name]``, or the
+    notebook ``name`` alone. In a chain, a notebook whose entry ``uses`` an earlier one reads that
+    one's output (``kernel_sources``, :func:`used_kernels`).
 
     Raises:
-        MetadataError: no such chain or notebook, or a cycle.
+        MetadataError: no such chain or notebook, or a chain naming a notebook without an entry.
     """
     chains = project.get("chains") or {}
-    if name in chains:
-        return list(chains[name])
     entries = project.get("notebooks", {})
-    if name not in entries:
-        raise MetadataError([f"chains: no chain or notebook {name!r}{_closest(name, list(chains) + list(entries))}"])
-    order: list[str] = []
-
-    def visit(stem, path):
-        if stem in path:
-            raise MetadataError([f"notebooks.{stem}.uses: a cycle ({' -> '.join(path + [stem])})"])
-        for u in (entries.get(stem) or {}).get("uses", []):
-            visit(u, path + [stem])
-        if stem not in order:
-            order.append(stem)
-
-    visit(name, [])
-    return order
+    if name in chains:
+        order = chains[name]
+        bad = [n for n in order if n not in entries] if isinstance(order, list) else [order]
+        if bad or not order:
+            raise MetadataError([f"chains.{name}: must list notebooks of the table in run order, got {order!r}"])
+        return list(order)
+    if name in entries:
+        return [name]
+    raise MetadataError([f"no chain or notebook {name!r}{_closest(name, list(chains) + list(entries))} "
+                         f"(chains: {', '.join(chains) or 'none'})"])
 
 
 def load_project_metadata(path: Path) -> dict:

@@ -98,6 +98,12 @@ OutputRequest = _versioned(ApiListKernelSessionOutputRequest)
 COMPETITIONS = "competitions.CompetitionApiService"
 
 
+def _http(kaggle):
+    """The SDK's ``KaggleHttpClient`` of a ``KaggleClient`` (a method in kagglesdk 0.1.28, a property later)."""
+    h = kaggle.http_client
+    return h() if callable(h) else h
+
+
 def kernel_status(kaggle, owner: str, slug: str, version: int | None = None):
     """``GetKernelSessionStatus`` for the latest run, or for ``version`` (``kaggle``: a
     ``KaggleClient`` from ``KaggleApi.build_kaggle_client()``). Returns its response
@@ -106,7 +112,7 @@ def kernel_status(kaggle, owner: str, slug: str, version: int | None = None):
     request.user_name, request.kernel_slug = owner, slug
     if version is not None:
         request.version_label = str(version)
-    return kaggle.http_client.call("kernels.KernelsApiService", "GetKernelSessionStatus", request,
+    return _http(kaggle).call("kernels.KernelsApiService", "GetKernelSessionStatus", request,
                                    ApiGetKernelSessionStatusResponse)
 
 
@@ -114,4 +120,4 @@ def submission_limits(kaggle, competition: str) -> ApiSubmissionLimits:
     """``GetSubmissionLimits``: how many submissions were made today and how many are left (UTC day)."""
     request = ApiGetSubmissionLimitsRequest()
     request.competition_name = competition
-    return kaggle.http_client.call(COMPETITIONS, "GetSubmissionLimits", request, ApiSubmissionLimits)
+    return _http(kaggle).call(COMPETITIONS, "GetSubmissionLimits", request, ApiSubmissionLimits)

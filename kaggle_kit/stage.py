@@ -151,7 +151,7 @@ def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Pat
     if problems:
         raise MetadataError(problems, str(py))
     nb = read_notebook(py)
-    values = check_parameters(nb, parameters or {})
+    values = check_parameters(nb, parameters or {}, where=py)
     meta, acc = derive_metadata(project, py.stem, owner, notebook_accelerator(nb))
     nb = inject_parameters(nb, values)
     kernel = vendor_notebook(nb, kitlib_files(kitlib_dir))
