@@ -152,7 +152,7 @@ def vendor_cell_source(files: dict[str, str]) -> str:
     head = (f"# kitlib, vendored by kaggle_kit (python scripts/kernels.py stage): the {len(files)} modules this notebook\n"
             f"# imports, written outside /kaggle/working (not part of the output) and put on sys.path.\n"
             + "\n".join(textwrap.wrap(f"Modules: {names}.", 96, initial_indent="# ", subsequent_indent="#   "))
-            + f"\n# sha256 {digest}. Generated: do not edit, re-stage. The sources follow, compressed.\n")
+            + f"\n# sha256 {digest}.\n# Generated: do not edit, re-stage. The sources follow, compressed.\n")
     return (head + CELL_FILE.read_text(encoding="utf-8").rstrip("\n")
             + f"\n\n\n_vendor_kitlib(\n    \"\"\"\n{pack(files)}\n\"\"\",\n    {digest!r},\n)\ndel _vendor_kitlib\n")
 

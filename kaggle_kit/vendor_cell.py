@@ -36,7 +36,8 @@ def _vendor_kitlib(payload, digest, marker=".vendored-by-kaggle-kit"):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text, encoding="utf-8")
     (pkg / marker).write_text(digest + "\n")
-    got = hashlib.sha256("".join(k + "\0" + (pkg / k).read_text(encoding="utf-8") for k in sorted(files)).encode()).hexdigest()
+    text = "".join(k + "\0" + (pkg / k).read_text(encoding="utf-8") for k in sorted(files))
+    got = hashlib.sha256(text.encode()).hexdigest()
     if got != digest:
         raise RuntimeError(f"vendored kitlib does not match its sha256 ({got} != {digest})")
     if str(work) in sys.path:

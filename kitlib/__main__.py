@@ -1,4 +1,5 @@
-"""Command line: ``python -m kitlib merge SHARDS... -o submission.csv [--sample-submission FILE]``.
+"""Command line: ``python -m kitlib merge SHARDS... -o submission.csv [--sample-submission FILE]``,
+``python -m kitlib blend A.csv B.csv ... -o submission.csv [--weights W ...] [--rank] [--sample-submission FILE]``.
 
 Exit status 0 on success (``note: ...`` lines on stderr name columns dropped or ignored); 2 with
 ``error: ...`` on stderr, and no output file (an existing one is left as it was), when the shards
@@ -20,7 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("-o", "--output", required=True, help="submission CSV to write")
     m.add_argument("--sample-submission", help="write rows in this file's order; its ids must all be predicted")
     m.add_argument("--test", help="test CSV: the order for shards without a row index; checked against kit shards")
+    b = sub.add_parser("blend", help="blend submissions: weighted mean of predictions or of ranks (kitlib.blend)")
+    b.add_argument("inputs", nargs="+", help="two or more submission CSVs")
+    b.add_argument("-o", "--output", required=True, help="submission CSV to write")
+    b.add_argument("--weights", nargs="+", type=float, help="one weight per input (default: equal)")
+    b.add_argument("--rank", action="store_true", help="average ranks (divided by the row count), the usual choice for ROC AUC")
+    b.add_argument("--sample-submission", help="row order and id set; its columns are the prediction columns")
     args = parser.parse_args(argv)
+    if args.command == "blend":
+        return _blend(args)
     try:
         r = merge_shards(args.shards, args.output, sample_submission=args.sample_submission, test=args.test)
     except MergeError as e:
@@ -32,6 +41,23 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {r.output}: {r.num_rows} rows from {r.num_shards} shard(s), "
         f"{r.num_padding_duplicates} padding duplicate(s) dropped, columns id,{','.join(r.prediction_columns)}"
     )
+    return 0
+
+
+def _blend(args) -> int:
+    from .blend import BlendError, blend
+
+    try:
+        r = blend(args.inputs, args.output, weights=args.weights, rank=args.rank, sample_submission=args.sample_submission)
+    except BlendError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    how = "ranks" if r.rank else "predictions"
+    print(f"wrote {r.output}: {r.num_rows} rows, the weighted mean of {len(args.inputs)} files' {how} "
+          f"(weights {', '.join(f'{w:.3g}' for w in r.weights)}), columns id,{','.join(r.columns)}")
     return 0
 
 
