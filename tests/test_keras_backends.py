@@ -1,4 +1,4 @@
-"""Real training and prediction on 2 emulated replicas, one backend per subprocess (tests/keras_worker.py).
+"""Real training and prediction on 2 emulated replicas, one backend per subprocess (tests/support/keras_worker.py).
 
 JAX: ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` set before JAX is imported (by
 ``kitlib.keras_runtime.select_backend`` in the worker), ``keras.distribution.DataParallel`` over
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "keras_worker.py"
+WORKER = ROOT / "tests" / "support" / "keras_worker.py"
 pytestmark = pytest.mark.slow
 
 

@@ -5,7 +5,7 @@ module; the default strategy is TF's real one. Virtual CPU replicas need a fresh
 exercised by tests/test_keras_backends.py.
 
 TensorFlow never enters the pytest process that runs the torch_xla tests (together they abort):
-the test bodies run in one child pytest process (tests/child_process.py), each reported here.
+the test bodies run in one child pytest process (tests/support/child_process.py), each reported here.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-from child_process import in_child, run_in_child
+from support.child_process import in_child, run_in_child
 from kitlib import strategy as st
 
 tf = pytest.importorskip("tensorflow") if in_child(__file__) else None

@@ -1,6 +1,6 @@
 """Subprocess body for the Keras backend tests: one backend per process (Keras reads KERAS_BACKEND once).
 
-Usage: ``python tests/keras_worker.py {jax,tensorflow} OUT_DIR [JAX_MODEL_DIR]``. Writes ``OUT_DIR/result.json``
+Usage: ``python tests/support/keras_worker.py {jax,tensorflow} OUT_DIR [JAX_MODEL_DIR]``. Writes ``OUT_DIR/result.json``
 and ``OUT_DIR/*.npy``; the tests assert on them. Both modes train a tiny XLM-R on a slice of the sample
 across 2 emulated replicas (JAX: 2 host devices; TF: 2 logical CPUs under MirroredStrategy).
 """
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kitlib.keras_runtime import keras_runtime  # noqa: E402
