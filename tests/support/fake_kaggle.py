@@ -399,13 +399,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log", default="fake run log\n")
     p.add_argument("--page-size", type=int, default=500, help="output files per listing page (Kaggle: 500)")
     p.add_argument("--missing", action="append", default=[], metavar="NAME", help="list this output but answer 404 for it")
+    p.add_argument("--kernel-output", action="append", default=[], metavar="SLUG:VERSION:NAME=FILE",
+                   help="an output file of one version of a kernel")
+    p.add_argument("--labels", help="CSV id,toxic: the hidden labels submissions are scored against")
+    p.add_argument("--daily-limit", type=int, default=5, help="submissions allowed per day")
+    p.add_argument("--pending-polls", type=int, default=1, help="GetSubmission answers PENDING this many times first")
     a = p.parse_args(argv)
     outputs = {}
     for spec in a.output:
         name, _, file = spec.partition("=")
         outputs[name] = Path(file).read_bytes()
+    kernel_outputs: dict = {}
+    for spec in a.kernel_output:
+        where, _, file = spec.partition("=")
+        slug, version, name = where.split(":", 2)
+        kernel_outputs.setdefault(slug, {}).setdefault(int(version), {})[name] = Path(file).read_bytes()
+    labels = {}
+    if a.labels:
+        import csv
+
+        with open(a.labels, newline="", encoding="utf-8") as f:
+            labels = {r["id"]: int(float(r["toxic"]) >= 0.5) for r in csv.DictReader(f)}
     fake = FakeKaggle(push_error=a.push_error, conflicts=a.conflicts, statuses=tuple(a.statuses.split(",")),
-                      outputs=outputs, log=a.log, page_size=a.page_size, missing=tuple(a.missing), record=a.record)
+                      outputs=outputs, log=a.log, page_size=a.page_size, missing=tuple(a.missing), record=a.record,
+                      kernel_outputs=kernel_outputs, labels=labels, daily_limit=a.daily_limit,
+                      pending_polls=a.pending_polls)
     port = fake.start(a.port)
     print(f"fake Kaggle API on http://127.0.0.1:{port} (use HTTP_PROXY=http://127.0.0.1:{port} KAGGLE_API_ENVIRONMENT=LOCALHOST NO_PROXY=)", flush=True)
     try:
