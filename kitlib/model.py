@@ -50,7 +50,7 @@ from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedMode
 from . import compat, sample
 from .atomic import atomic_dir
 from .checkpoint import HISTORY_FILE
-from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, train_sentencepiece
+from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, tokenizer_training_texts, train_sentencepiece
 
 # Checkpoints a package ships, by the name the notebooks' `model` parameter takes: name -> a
 # function(cache_dir) returning the unpacked folder. Filled in at the end of this module.
@@ -70,30 +70,16 @@ class TinyConfig:
     seed: int = 0
 
 
-def _sample_texts(data_dir: Path) -> list[str]:
-    import pandas as pd
-
-    texts: list[str] = []
-    for name, col in (("train.csv", "comment_text"), ("validation.csv", "comment_text"), ("test.csv", "content")):
-        p = data_dir / name
-        if p.is_file():
-            texts += pd.read_csv(p, dtype=str, keep_default_na=False, usecols=[col])[col].tolist()
-    if not texts:
-        raise FileNotFoundError(f"{data_dir}: no train.csv, validation.csv or test.csv to train a tokenizer on")
-    return texts
-
-
 def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLike, cfg: TinyConfig = TinyConfig()) -> Path:
     """Write a randomly initialised XLM-R classifier and its tokenizer to ``out_dir``.
 
-    The tokenizer is a unigram SentencePiece model trained on the text of ``train.csv``,
-    ``validation.csv`` and ``test.csv`` in ``data_dir`` (unsupervised use of test text, as the
-    real XLM-R vocabulary covers those languages too). Weights come from ``torch.manual_seed(cfg.seed)``.
+    The tokenizer is a unigram SentencePiece model trained on
+    :func:`kitlib.tokenizer.tokenizer_training_texts` of ``data_dir``. Weights come from ``torch.manual_seed(cfg.seed)``.
     The folder is built under a temporary name and renamed, so a half-built one never exists.
     """
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     with atomic_dir(out_dir) as tmp:
-        spm_file = train_sentencepiece(_sample_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
+        spm_file = train_sentencepiece(tokenizer_training_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
         tok = hf_tokenizer_from_spm(spm_file)
         config = XLMRobertaConfig(
             vocab_size=len(tok),

@@ -354,6 +354,24 @@ def test_training_state_round_trip_keeps_the_new_jobs_learning_rate(tmp_path):
     assert restore_training_state(tmp_path / "none", optimizer=fresh) == (0, [])
 
 
+def test_a_fresh_run_into_an_earlier_runs_folder_says_it_replaces_it(tmp_path):
+    from kitlib.checkpoint import replacing_message, resume_message, resume_point
+
+    earlier = tmp_path / "xlmr-toxic"
+    earlier.mkdir()
+    (earlier / HISTORY_FILE).write_text(json.dumps({"epochs": [{"epoch": 1, "steps": 16}, {"epoch": 2, "steps": 16}],
+                                                    "config": {"lr": 1e-3, "batch_size": 8}}))
+    assert replacing_message(earlier, tmp_path / "tiny") == (
+        f"note: {earlier} holds a run of 2 epoch(s); this run starts afresh from {tmp_path / 'tiny'} and replaces it "
+        f"when it finishes. To continue that run instead, start from it (model={earlier})")
+    assert replacing_message(earlier, earlier) is None and replacing_message(tmp_path / "none", earlier) is None
+    point = resume_point(earlier)
+    assert (point.epochs_done, point.steps_done, point.has_state) == (2, 32, False)
+    msg = resume_message(point, 3, {"lr": 1e-4, "batch_size": 8, "epochs": 3})
+    assert "training epoch(s) 3-3; no training_state.pt there (written by an older kit): the optimizer starts fresh" in msg
+    assert msg.endswith("changed since: lr 0.001 -> 0.0001")
+
+
 @pytest.mark.slow
 def test_resuming_continues_the_epochs_history_and_optimizer(one_process_run, tiny_checkpoint, tmp_path, capsys):
     """1 epoch, then the same job from its output folder with epochs=2: the result is the
