@@ -114,6 +114,7 @@ class FakeKaggle:
         self.daily_limit = daily_limit
         self.pending_polls = pending_polls
         self.uploads: dict[str, bytes] = {}
+        self.upload_names: dict[str, str] = {}
         self.submissions: list[dict] = []
         self.kernel_versions: dict[str, int] = {}  # slug -> latest pushed version
         self._status_calls = 0
@@ -344,13 +345,13 @@ class FakeKaggle:
         if method == "StartSubmissionUpload":
             token = f"blob-{len(self.uploads) + 1}"
             self.uploads[token] = b""
+            self.upload_names[token] = body.get("fileName", "submission.csv")
             return self._reply(h, 200, {"token": token, "createUrl": f"http://localhost/fake-upload/{token}"})
         if method == "CreateSubmission":
             token = body.get("blobFileTokens", "")
             if token not in self.uploads:
                 return self._reply(h, 400, {"code": 400, "message": f"unknown blob token {token!r}"})
-            name = next((r["body"].get("fileName") for r in self.requests if r["method"] == "StartSubmissionUpload"), "submission.csv")
-            return self._submit(h, self.uploads[token], name, body.get("submissionDescription", ""))
+            return self._submit(h, self.uploads[token], self.upload_names[token], body.get("submissionDescription", ""))
         if method == "CreateCodeSubmission":
             slug, version, name = body.get("kernelSlug", ""), int(body.get("kernelVersion") or 0), body.get("fileName", "")
             files = self.kernel_outputs.get(slug, {}).get(version or self.kernel_versions.get(slug, 0), {})
