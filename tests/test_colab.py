@@ -24,6 +24,9 @@ OPTIONAL = {
     "torch_xla": "TPU runtimes only; README: install the torch_xla wheel matching torch",
     "fsspec": "shards or submissions at URLs only (the [storage] extra)",
     "IPython": "the notebook kernel itself (ipykernel brings it)",
+    "keras": "the Keras side only (kitlib/compat.py's Keras functions import it lazily)",
+    "keras_hub": "the Keras side only (kitlib/compat.py)",
+    "keras_nlp": "the Keras side only (kitlib/compat.py, older images)",
     "all_minilm_l6_v2": "model='all-minilm-l6-v2' only (installed with --no-deps, requirements/pretrained.txt)",
 }
 
