@@ -290,7 +290,10 @@ def _mp_fn(replica, job: TrainJob) -> None:
         # (xla-cpu; pytorch/xla#8841): there each gradient keeps its own copy.
         net = DDP(model, device_ids=device_ids, gradient_as_bucket_view=not replica.threaded, broadcast_buffers=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=job.weight_decay)
-    resumed = resume_point(job.checkpoint)  # kitlib.checkpoint: starting from a kit-trained folder continues its run
+    # Resuming (kitlib.checkpoint): starting from a kit-trained folder continues its run. Restore after every
+    # stateful training object exists, and pass each (scheduler=..., scaler=... when the run has them), here
+    # and in save_checkpoint's training_state below.
+    resumed = resume_point(job.checkpoint)
     restored = restore_training_state(job.checkpoint, optimizer=optimizer)[1] if resumed else []
 
     history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
