@@ -84,7 +84,7 @@ def _blend(args) -> int:
     try:
         r = blend(args.inputs, args.output, weights=args.weights, rank=args.rank, sample_submission=args.sample_submission)
     except OSError as e:  # the inputs were read by then: writing failed (the old output is kept)
-        print(f"error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: {e if isinstance(e, CannotWrite) else CannotWrite(args.output, e)}", file=sys.stderr)
         return EXIT_IO
     how = "ranks" if r.rank else "predictions"
     print(f"wrote {r.output}: {r.num_rows} rows, the weighted mean of {len(args.inputs)} files' {how} "
