@@ -658,6 +658,10 @@ def test_a_run_merges_only_its_own_shards(tmp_path):
     assert merge_shards([d], tmp_path / "b.csv").num_rows == 30  # without a run id: B's run merges
     with pytest.raises(MergeError, match=r"is a shard of another run \(run_id='run-b', world size 3\)"):
         merge_shards([d], tmp_path / "out.csv", run_id="run-a", world_size=4)
+    # B cleared the folder and has not written yet
+    clear_shards(d)
+    with pytest.raises(MergeError, match=r"no shard files found in .*: no shard of this run \(run-a\) is there; did another run"):
+        merge_shards([d], tmp_path / "out.csv", run_id="run-a", world_size=4)
     # the same run id with another world size is not this run either
     clear_shards(d)
     write_run(d, 30, 2, run_id="run-a")
