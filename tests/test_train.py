@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from conftest import ROOT, SAMPLE
+from support.rank_states import max_diff, rank_states
 from kitlib.runtime import ReplicaError, Runtime, detect_runtime
 from kitlib.train import (
     HISTORY_FILE,
@@ -47,15 +48,6 @@ SMALL = dict(
     log_every=4,
 )
 GLOBAL_BATCH = 8
-
-
-def _states(folder: Path, world: int) -> list[dict]:
-    return [torch.load(folder / f"rank-{r}.pt") for r in range(world)]
-
-
-def _max_diff(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
 
 
 # --- pieces, no processes ---
@@ -114,7 +106,22 @@ def one_process_run(tiny_checkpoint, tmp_path_factory):
     job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp / "ckpt"), batch_size=GLOBAL_BATCH,
                    rank_states_dir=str(tmp / "states"), **SMALL)
     history = train(job, detect_runtime(1, "cpu"))
-    return history, _states(tmp / "states", 1)[0]
+    return history, rank_states(tmp / "states", 1)[0]
+
+
+def test_one_eager_replica_trains_and_the_loss_falls(tiny_checkpoint, tmp_path):
+    """The fast tier's training run (~6 s of CPU): one eager CPU replica in this process, 2 epochs
+    of 4 steps on 32 rows of the sample; the loss falls and the saved weights moved."""
+    from safetensors.torch import load_file
+
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), batch_size=GLOBAL_BATCH,
+                   **{**SMALL, "train_limit": 32, "valid_limit": 16})
+    history = train(job, detect_runtime(1, "cpu"))
+    assert (history["mode"], history["world_size"], history["steps_per_epoch"]) == ("cpu", 1, 4)
+    first, last = (e["train_loss"] for e in (history["epochs"][0], history["epochs"][-1]))
+    assert last < first, history["epochs"]
+    init, saved = load_file(str(tiny_checkpoint / "model.safetensors")), load_file(str(tmp_path / "ckpt" / "model.safetensors"))
+    assert max((saved[k] - init[k]).abs().max().item() for k in init) > 1e-3  # training changed the weights
 
 
 @pytest.mark.slow
@@ -129,20 +136,20 @@ def test_two_processes_stay_identical_and_match_one_process(pattern, one_process
     assert history["world_size"] == 2 > 1 and history["global_batch"] == GLOBAL_BATCH
     assert (history["mode"], history["collectives"], history["ddp_wrapped"]) == ("cpu", "gloo", pattern == "ddp")
     assert history["steps_per_epoch"] == 16
-    rank0, rank1 = _states(tmp_path / "states", 2)
+    rank0, rank1 = rank_states(tmp_path / "states", 2)
     for k in rank0:  # gradient sync keeps the replicas bit-identical after 32 steps on different rows
         assert torch.equal(rank0[k], rank1[k]), k
     ref_history, ref = one_process_run
     init = load_file(str(tiny_checkpoint / "model.safetensors"))
     moved = max((ref[k] - init[k]).abs().max().item() for k in init)
     assert moved > 1e-2  # training changed the weights far more than the tolerance below
-    assert _max_diff(rank0, ref) < 2e-4
+    assert max_diff(rank0, ref) < 2e-4
     for mine, theirs in zip(history["epochs"], ref_history["epochs"]):
         assert mine["train_loss"] == pytest.approx(theirs["train_loss"], abs=1e-4)
         assert mine["valid_auc"] == pytest.approx(theirs["valid_auc"], abs=1e-3)
     # the master's saved checkpoint is the synced model
     saved = load_file(str(tmp_path / "ckpt" / "model.safetensors"))
-    assert _max_diff({k: saved[k] for k in init}, {k: rank0[k] for k in init}) == 0.0
+    assert max_diff({k: saved[k] for k in init}, {k: rank0[k] for k in init}) == 0.0
 
 
 @pytest.mark.slow
@@ -354,6 +361,24 @@ def test_training_state_round_trip_keeps_the_new_jobs_learning_rate(tmp_path):
     assert restore_training_state(tmp_path / "none", optimizer=fresh) == (0, [])
 
 
+def test_a_fresh_run_into_an_earlier_runs_folder_says_it_replaces_it(tmp_path):
+    from kitlib.checkpoint import replacing_message, resume_message, resume_point
+
+    earlier = tmp_path / "xlmr-toxic"
+    earlier.mkdir()
+    (earlier / HISTORY_FILE).write_text(json.dumps({"epochs": [{"epoch": 1, "steps": 16}, {"epoch": 2, "steps": 16}],
+                                                    "config": {"lr": 1e-3, "batch_size": 8}}))
+    assert replacing_message(earlier, tmp_path / "tiny") == (
+        f"note: {earlier} holds a run of 2 epoch(s); this run starts afresh from {tmp_path / 'tiny'} and replaces it "
+        f"when it finishes. To continue that run instead, start from it (model={earlier})")
+    assert replacing_message(earlier, earlier) is None and replacing_message(tmp_path / "none", earlier) is None
+    point = resume_point(earlier)
+    assert (point.epochs_done, point.steps_done, point.has_state) == (2, 32, False)
+    msg = resume_message(point, 3, {"lr": 1e-4, "batch_size": 8, "epochs": 3})
+    assert "training epoch(s) 3-3; no training_state.pt there (written by an older kit): the optimizer starts fresh" in msg
+    assert msg.endswith("changed since: lr 0.001 -> 0.0001")
+
+
 @pytest.mark.slow
 def test_resuming_continues_the_epochs_history_and_optimizer(one_process_run, tiny_checkpoint, tmp_path, capsys):
     """1 epoch, then the same job from its output folder with epochs=2: the result is the
@@ -377,7 +402,7 @@ def test_resuming_continues_the_epochs_history_and_optimizer(one_process_run, ti
     state = torch.load(ckpt / TRAINING_STATE_FILE, weights_only=True)
     assert float(state["optimizer"]["state"][0]["step"]) == 32 == state["global_step"]  # 16 + 16: the count continued
     ref_history, ref = one_process_run
-    assert _max_diff(_states(tmp_path / "states", 1)[0], ref) < 1e-5
+    assert max_diff(rank_states(tmp_path / "states", 1)[0], ref) < 1e-5
     assert history["epochs"][1]["train_loss"] == pytest.approx(ref_history["epochs"][1]["train_loss"], abs=1e-5)
     with pytest.raises(ValueError, match=r"already trained 2 epoch\(s\), and epochs=2 counts the whole run; set epochs above 2"):
         train(again, detect_runtime(1, "cpu"))
