@@ -36,7 +36,7 @@ max_len = 128  # tokens per row (longer comments are truncated); at most the mod
 num_buckets = 4  # pad each batch to one of at most this many lengths (rows sorted by length per replica); 1: always max_len
 num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, one CPU replica per 4 cores)
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
-precision = "auto"  # "auto": bf16 on TPU, fp16 on CUDA, fp32 on CPU; or "fp32", "bf16", "fp16" (logits stay float32)
+precision = "auto"  # "auto": bf16 on TPU, fp16 on CUDA, fp32 on CPU; or "fp32", "bf16", "fp16", or "int8" (eager CPU only: dynamic int8 linear layers, kitlib.quantize; BENCHMARKS.md section 4 says when it pays); logits stay float32
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
 
