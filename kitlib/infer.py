@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from . import storage
+from .backends.precision import check_float32_logits
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_csv_checked, tokenize
 from .merge import MergeResult, merge_shards
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities
@@ -68,8 +69,9 @@ class InferJob:
             (:func:`kitlib.model.check_max_len`).
         num_buckets: pad each batch to one of at most this many lengths, chosen over the whole
             test set; 1: every batch is ``max_len`` long.
-        precision: ``"auto"`` (bf16 on TPU, fp16 on CUDA, fp32 on CPU), ``"fp32"``, ``"bf16"`` or
-            ``"fp16"``; logits are float32 whatever the compute precision.
+        precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"``: the rule, and what ``"auto"`` is
+            on each device, is :mod:`kitlib.backends.precision`'s; logits are float32 whatever the
+            compute precision (checked in every replica).
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
         text_col: text column; None picks ``content`` or ``comment_text``.
     """
@@ -128,7 +130,7 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     texts = read_csv_checked(job.test_csv, text_col=job.text_col)["text"].tolist()
     tokens = tokenize(AutoTokenizer.from_pretrained(job.checkpoint), texts, job.max_len)
     buckets = choose_bucket_lengths(tokens.lengths, job.max_len, job.num_buckets)
-    multi_host = rt.num_hosts > 1 or rt.started_by != "kit"
+    multi_host = rt.multi_host
     if not multi_host:
         shard_dir = storage.as_path(job.shard_dir)
         shard_dir.mkdir(parents=True, exist_ok=True)
@@ -166,8 +168,10 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
     out = []
     with torch.no_grad(), replica.autocast(job.precision):
         for batch in tqdm(loader, total=len(plans), desc="predict (master)", disable=not replica.is_master):
-            out.append(probabilities(model(**replica.to_device(batch)).logits).cpu())
-    probs = torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+            out.append(model(**replica.to_device(batch)).logits.cpu())
+    logits = torch.cat(out) if out else torch.zeros(0, 1)
+    check_float32_logits(logits, f"replica rank {replica.rank}")  # the float32 head, checked, not assumed
+    probs = probabilities(logits).numpy()
     order = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)
     keep = order >= 0
     return order[keep], probs[keep].astype(np.float32)
@@ -202,7 +206,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     start = time.perf_counter()
     positions, probs = predict_rows(model, tokens, rows, plan, replica)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
-             "seconds": round(time.perf_counter() - start, 3), "device": _device_name(replica),
+             "seconds": round(time.perf_counter() - start, 3), "device": replica.device_name(),
              "precision": replica.precision(job.precision), **replica.compile_stats()}
     ids = pd.read_csv(job.test_csv, dtype=str, keep_default_na=False, usecols=["id"])["id"].to_numpy()
     done = rows[positions]
@@ -254,15 +258,6 @@ def agreed_run_id(replica, run_id: str) -> str:
     code = torch.tensor(list(bytes.fromhex(run_id)), dtype=torch.float32) * float(replica.is_master)
     code = replica.all_reduce_sum(code.to(replica.device)).cpu()
     return bytes(int(v) for v in code.round().tolist()).hex()
-
-
-def _device_name(replica) -> str:
-    """What the replica ran on, read inside it (the parent never initialises CUDA)."""
-    import torch
-
-    if replica.mode.device == "cuda":
-        return torch.cuda.get_device_name(replica.device)
-    return str(replica.device)
 
 
 def replica_stats(shard_dir: str | Path) -> list[dict]:

@@ -25,17 +25,10 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-# Imported here, at module import, not inside functions: transformers resolves these names
-# lazily, and that lazy import is not thread-safe when PJRT CPU / TPU v3 replicas (threads)
-# load models at the same moment.
-from transformers import (
-    AutoModelForSequenceClassification,
-    AutoTokenizer,
-    XLMRobertaConfig,
-    XLMRobertaForSequenceClassification,
-)
-
+# torch and transformers are imported inside the functions that use them, so importing this module
+# (the notebooks' setup cell, every spawned replica) costs little. transformers' lazy import is not
+# thread-safe when thread replicas load models at once: the thread backend imports the classes
+# first (kitlib.backends.xla_threads.import_model_classes).
 from . import compat
 from .atomic import atomic_dir
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, train_sentencepiece
@@ -79,6 +72,9 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLik
     real XLM-R vocabulary covers those languages too). Weights come from ``torch.manual_seed(cfg.seed)``.
     The folder is built under a temporary name and renamed, so a half-built one never exists.
     """
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     with atomic_dir(out_dir) as tmp:
         spm_file = train_sentencepiece(_sample_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
@@ -253,7 +249,7 @@ def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_trai
     encoder such as MiniLM or xlm-roberta-base) gets this kit's head: one logit
     (``num_labels=1``, ``problem_type="multi_label_classification"``, sigmoid).
     """
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
     kwargs = {"attn_implementation": compat.xla_attention_implementation()} if xla else {}
@@ -276,6 +272,8 @@ def keep_head_float32(model) -> None:
     head = getattr(model, "classifier", None)
     if head is None or getattr(head, "_kitlib_float32", False):
         return
+    import torch
+
     forward = head.forward
 
     def float32_forward(x, *args, **kwargs):
@@ -299,6 +297,8 @@ def probabilities(logits):
     Raises:
         ValueError: any other ``num_labels`` (this kit predicts one column, e.g. ``toxic``).
     """
+    import torch
+
     if logits.shape[-1] == 1:
         return torch.sigmoid(logits[:, 0].float())
     if logits.shape[-1] == 2:
