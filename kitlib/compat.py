@@ -7,6 +7,12 @@ torch_xla moved its API several times: ``xm.xrt_world_size``/``xm.get_ordinal`` 
 kit is tested on 2.9. Everything else in ``kitlib`` calls these wrappers, never the moving names.
 
 torch_xla is imported lazily: the CUDA and CPU-only paths never need it.
+
+Every branch for an older or newer release says when it can be deleted. Private names (``_XLAC``,
+``torch_xla._internal``, ``xm._run_step_closures``, ``ProcessGroupXla``'s methods, torch's
+``multi_threaded_pg``) are touched only here and in the thread backend that wraps them
+(:mod:`kitlib.backends.xla_threads`); :data:`XLA_API` lists every one, and
+:func:`missing_xla_api` is the drift check both tested environments run.
 """
 from __future__ import annotations
 
@@ -56,7 +62,7 @@ def xla_device():
 
     if hasattr(torch_xla, "device"):
         return torch_xla.device()
-    import torch_xla.core.xla_model as xm
+    import torch_xla.core.xla_model as xm  # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
 
     return xm.xla_device()
 
@@ -81,7 +87,7 @@ def xla_sync() -> None:
 
     if hasattr(torch_xla, "sync"):
         torch_xla.sync()
-    else:
+    else:  # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
         import torch_xla.core.xla_model as xm
 
         xm.mark_step()
@@ -93,6 +99,7 @@ def xla_step():
 
     if hasattr(torch_xla, "step"):
         return torch_xla.step()
+    # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
 
     @contextlib.contextmanager
     def _step():
@@ -157,7 +164,7 @@ def xla_launch(fn: Callable, args: tuple, start_method: str) -> None:
 
     if hasattr(torch_xla, "launch"):
         torch_xla.launch(fn, args=args, start_method=start_method)
-    else:
+    else:  # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
         import torch_xla.distributed.xla_multiprocessing as xmp
 
         xmp.spawn(fn, args=args, nprocs=None, start_method=start_method)

@@ -7,8 +7,10 @@
     history = train(job, rt)                               # launch(_mp_fn, job, rt), then the history
 
 One replica per device runs :func:`_mp_fn` with its :class:`kitlib.replica.Replica`; the launch
-mode (:data:`kitlib.runtime.MODES`) decides the collectives: ``xla`` on a TPU (and ``xla-cpu``),
-``nccl`` on CUDA GPUs, ``gloo`` for eager CPU replicas. The replica program never branches on it.
+mode's backend (:data:`kitlib.runtime.MODES`, :mod:`kitlib.backends`) decides the collectives
+(``xla`` on a TPU and ``xla-cpu``, ``nccl`` on CUDA GPUs, ``gloo`` for eager CPU replicas), how a
+step is taken (``replica.optimizer_step``) and the precision (:mod:`kitlib.backends.precision`:
+fp16 always through a ``GradScaler``). The replica program never branches on it.
 
 Patterns (``TrainJob.pattern``):
 
@@ -271,6 +273,7 @@ def _mp_fn(replica, job: TrainJob) -> None:
 
     history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
                "pattern": job.pattern, "ddp_wrapped": net is not model, "precision": replica.precision(job.precision),
+               "grad_scaler": take_step.scaler is not None,
                "config": asdict(job), "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
                "epochs": [], "step_loss": [],
                "compile_counts": None if replica.compile_count() is None else []}
@@ -351,7 +354,8 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
 def read_history(out_dir: str | os.PathLike) -> dict:
     """The ``train_history.json`` of a trained checkpoint folder (see :func:`_mp_fn`).
 
-    Keys: ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``, ``config``, ``steps_per_epoch``,
+    Keys: ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``,
+    ``grad_scaler`` (True: fp16 steps went through a ``GradScaler``), ``config``, ``steps_per_epoch``,
     ``global_batch``, ``epochs`` (one dict per epoch: ``train_loss``, ``valid_loss``,
     ``valid_auc``, ``train_seconds``, ``valid_seconds``, ``steps``, ``compile_count``),
     ``step_loss`` (``[step, loss]`` pairs logged by the master), ``compile_counts`` (XLA: the
