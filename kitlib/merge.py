@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from . import storage
+from . import provenance, storage
 from .shards import SHARD_FORMAT, SHARD_RE, ShardInfo, read_shard_info, shard_name
 
 # Duplicates without a padding mark are the same text predicted twice: equal up to float noise.
@@ -435,6 +435,8 @@ def merge_shards(
     *,
     sample_submission: str | os.PathLike | None = None,
     test: str | os.PathLike | None = None,
+    writer: str = "kitlib.merge.merge_shards",
+    source: str = "",
 ) -> MergeResult:
     """Merge prediction shards into a submission CSV.
 
@@ -447,6 +449,8 @@ def merge_shards(
             prediction columns (a seed shard's other columns are ignored, with a note).
         test: the test CSV (column ``id``); gives the order for seed shards and, for kit shards,
             is checked row by row against the shards' ids.
+        writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
+            submission another writer recorded is said (:mod:`kitlib.provenance` holds the rule).
 
     Returns:
         A :class:`MergeResult` (its ``notes`` list the columns dropped or ignored).
@@ -516,5 +520,10 @@ def merge_shards(
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
+    replaced = provenance.replaced_note(output, writer)
     storage.atomic_write(output, lambda tmp: _write_csv(table, tmp))
+    provenance.record_writer(output, writer, source=source or src, rows=table.num_rows)
+    if replaced:
+        notes.add(replaced)
+        provenance.say_replaced(replaced)
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines())

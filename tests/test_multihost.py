@@ -2,7 +2,7 @@
 
 The two hosts are two ``torchrun --nnodes 2 --nproc-per-node 1`` agents on 127.0.0.1 meeting
 through the c10d rendezvous (host 0's agent holds the store), with gloo between the replicas.
-Each runs tests/multihost_worker.py, which calls ``detect_runtime()`` and ``predict()`` or
+Each runs tests/support/multihost_worker.py, which calls ``detect_runtime()`` and ``predict()`` or
 ``train()`` as a user's script would. Every subprocess has a time limit and is killed with its
 process group at the end.
 """
@@ -30,7 +30,7 @@ from kitlib.infer import InferJob, predict
 from kitlib.runtime import Runtime, detect_runtime, holds_global_rank0
 from kitlib.shards import clear_shards, shard_name, write_shard
 
-WORKER = ROOT / "tests" / "multihost_worker.py"
+WORKER = ROOT / "tests" / "support" / "multihost_worker.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 BUCKET = "kit-test"
 

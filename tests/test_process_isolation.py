@@ -1,6 +1,6 @@
 """One pytest process runs the whole suite: TensorFlow stays out of it (with torch_xla it aborts).
 
-TF tests run their TensorFlow side in child processes (tests/child_process.py, tests/keras_worker.py).
+TF tests run their TensorFlow side in child processes (tests/support/child_process.py, tests/support/keras_worker.py).
 This collects the whole suite in a fresh process and checks that no test module imported TensorFlow.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ process (two compiled modules, two XLA rendezvous: "op_id=0" vs "op_id=1").
   tolerance) to one eager replica over the same global batch and to 2 gloo processes, and a
   compile count that stops growing after the first steps.
 
-XLA runs in subprocesses (``tests/xla_worker.py``) killed as a group after a timeout, so a
+XLA runs in subprocesses (``tests/support/xla_worker.py``) killed as a group after a timeout, so a
 deadlock fails the test instead of hanging it. The file takes about 3 minutes on 2 cores.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from kitlib.replica import PeerFailed
 from kitlib.runtime import detect_runtime
 from kitlib.train import PATTERNS, TrainJob, read_history, train
 
-WORKER = ROOT / "tests" / "xla_worker.py"
+WORKER = ROOT / "tests" / "support" / "xla_worker.py"
 # 64 rows, 2 epochs of 8 steps with a global batch of 8, no dropout: deterministic and quick.
 SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2, max_len=32,
              lr=1e-3, train_limit=64, valid_limit=32, dropout=0.0, log_every=4)
@@ -46,7 +46,7 @@ TOL = 2e-4  # as the gloo test: float rounding of a sum taken in another order, 
 
 
 def _run_worker(args: list[str], timeout: float) -> str:
-    """Run ``tests/xla_worker.py ARGS``; kill its whole process group after ``timeout`` s."""
+    """Run ``tests/support/xla_worker.py ARGS``; kill its whole process group after ``timeout`` s."""
     proc = subprocess.Popen([sys.executable, str(WORKER), *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -22,6 +22,8 @@ import ast
 import re
 from typing import NamedTuple
 
+from kitlib.e5_convert import E5, INSTALL as E5_INSTALL
+
 # (pattern over the command line, why it needs the internet, what to do offline)
 SHELL_NEEDS = (
     (re.compile(r"\bpip3?\s+install\b(?!.*--no-index)"), "pip install downloads from PyPI",
@@ -45,6 +47,13 @@ DOWNLOAD_CALLS = {
 MODEL_PARAMETERS = {
     "model": ("auto", "tiny-random"),  # notebooks/xla_*: "auto" = the training output, else tiny-random
     "preset": ("tiny",),               # notebooks/keras_xlmr_train: "tiny" = random init, offline
+}
+# model parameter values that kitlib builds from Python packages (kitlib.model.PRETRAINED) missing
+# from Kaggle's image: name -> what to do instead (they are not hub names)
+PACKAGED_MODELS = {
+    E5: f"names a packaged model, converted by kitlib from wheels that Kaggle's image lacks ({E5_INSTALL}): "
+        "attach the converted folder as a data set and set model to its /kaggle/input/... path, "
+        "or turn the internet on and install the wheels first",
 }
 _SHELL_CALLS = {"system", "getoutput", "check_call", "check_output", "run", "call", "Popen"}
 _SHELL_MAGICS = {"pip", "conda", "mamba", "sx", "system"}
@@ -153,7 +162,9 @@ def internet_needs(nb, skip_tag: str | None = None) -> list[Need]:
             for node in tree.body:
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                     name, value = node.targets[0].id, _strings(node.value)
-                    if name in MODEL_PARAMETERS and value is not None and value not in MODEL_PARAMETERS[name]:
+                    if name == "model" and value in PACKAGED_MODELS:
+                        needs.append(Need(i, f"parameter {name} = {value!r} {PACKAGED_MODELS[value]}", True))
+                    elif name in MODEL_PARAMETERS and value is not None and value not in MODEL_PARAMETERS[name]:
                         kind = name_kind(value)
                         if kind != "local":
                             needs.append(Need(i, f"parameter {name} = {value!r} is a hub name, downloaded when the notebook "

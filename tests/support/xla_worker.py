@@ -1,9 +1,9 @@
 """Subprocess body for the XLA thread-replica tests: one torch_xla launch per process, killable as a group.
 
 Usage:
-  ``python tests/xla_worker.py train JOB_JSON NUM_REPLICAS``: ``kitlib.train.train`` on ``xla-cpu``
+  ``python tests/support/xla_worker.py train JOB_JSON NUM_REPLICAS``: ``kitlib.train.train`` on ``xla-cpu``
   (the test reads the history and per-rank states the job writes).
-  ``python tests/xla_worker.py collectives OUT_DIR``: :func:`collectives_program` on 2 ``xla-cpu``
+  ``python tests/support/xla_worker.py collectives OUT_DIR``: :func:`collectives_program` on 2 ``xla-cpu``
   replicas; rank 1 fails inside ``together``; writes ``OUT_DIR/rank-<r>.json`` and ``OUT_DIR/error.txt``.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 

@@ -1,6 +1,6 @@
 """One replica of the two-host tests (tests/test_multihost.py): the script torchrun starts on each "host".
 
-Usage: ``torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d ... tests/multihost_worker.py
+Usage: ``torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d ... tests/support/multihost_worker.py
 JOB REPORT_DIR ARGS.json``, where JOB is ``infer``, ``train`` or ``infer-host-dies`` and ARGS.json
 holds the keyword arguments of :class:`kitlib.infer.InferJob` or :class:`kitlib.train.TrainJob`.
 Each process writes ``REPORT_DIR/rank-<RANK>.json`` with the runtime line and what

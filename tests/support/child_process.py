@@ -5,7 +5,7 @@ kaggle-client tests abort the run ("lost sys.stderr", or "LLVM ERROR: inconsiste
 CommandLine options" when TensorFlow comes first). A test module that needs TensorFlow in-process
 (for example to patch its resolvers) therefore keeps TensorFlow out of the parent:
 
-    from child_process import in_child, run_in_child
+    from support.child_process import in_child, run_in_child
     if in_child(__file__):
         tf = pytest.importorskip("tensorflow")
     ...
@@ -15,8 +15,9 @@ In the child (the same module, collected by a child ``pytest`` with ``KIT_CHILD_
 it) the tests run as written. In the parent every ``test_*`` function is replaced by a proxy with
 the same name, marks and parameters, so node ids match; the first proxy to run starts the child
 once for the module's selected tests and each proxy reports its own test's outcome, with the child's
-traceback on failure. This file is also the child's pytest plugin (``-p child_process``), which
-writes each test's outcome to the JSON file named by ``KIT_CHILD_RESULTS``.
+traceback on failure. This file is also a pytest plugin (tests/conftest.py registers it with
+``pytest_plugins``): in the child, named by ``KIT_CHILD_RESULTS``, it writes each test's outcome to
+that JSON file; elsewhere it does nothing.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULE_ENV = "KIT_CHILD_MODULE"
 RESULTS_ENV = "KIT_CHILD_RESULTS"
 CHILD_TIMEOUT_S = 900
@@ -49,7 +50,7 @@ def _run_child(module_file: Path, node_ids: list[str], tmp_dir: Path) -> dict[st
         RESULTS_ENV: str(out),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "child_process", "-p", "no:cacheprovider", "-m", "",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "",
            "--rootdir", str(ROOT), *node_ids]
     try:
         p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
@@ -100,13 +101,15 @@ def run_in_child(namespace: dict, module_file: str) -> None:
             namespace[name] = _proxy(obj)
 
 
-# --- the child's plugin (loaded with -p child_process) ---
+# --- the plugin's hooks: they record outcomes only in the child (KIT_CHILD_RESULTS set) ---
 
 _outcomes: dict[str, dict] = {}
 
 
 def pytest_runtest_logreport(report):
     """Keep each test's worst phase: a failed setup, call or teardown fails the test."""
+    if not os.environ.get(RESULTS_ENV):
+        return
     cur = _outcomes.setdefault(report.nodeid, {"outcome": "passed", "text": ""})
     if report.failed:
         cur.update(outcome="failed", text=cur["text"] + f"[{report.when}] {report.longreprtext}\n")
