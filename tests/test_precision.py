@@ -104,3 +104,9 @@ def test_xla_use_bf16_does_not_collapse_the_predictions(sharp_checkpoint, tmp_pa
     import os
 
     assert os.environ["XLA_USE_BF16"] == "1"  # the caller's environment is given back
+    # bf16 asked for the kit's way: XLA's autocast, the head in float32, the run-time check passes
+    monkeypatch.delenv("XLA_USE_BF16")
+    predict(InferJob(**{**job.__dict__, "precision": "bf16", "output_csv": str(tmp_path / "bf16.csv")}),
+            detect_runtime(1, "xla-cpu"))
+    bf16 = pd.read_csv(tmp_path / "bf16.csv", dtype={"id": str}, keep_default_na=False)["toxic"]
+    assert bf16.nunique() > 150 and np.abs(bf16.to_numpy() - sub["toxic"].to_numpy()).max() < 0.05
