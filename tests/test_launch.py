@@ -23,6 +23,7 @@ from kitlib.runtime import ReplicaError, Runtime, launch
 
 
 def failing_program(replica, out):  # noqa: D103 - a replica program for the test below
+    replica.barrier("both joined")  # (rank 0 must not leave the process group while rank 1 still joins it)
     if replica.rank == 1:
         _deep_helper(out)
 
