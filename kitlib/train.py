@@ -50,8 +50,8 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import atomic_dir
-from .checkpoint import (HISTORY_FILE, continue_history, restore_training_state, resume_message, resume_point,
-                         save_training_state)
+from .checkpoint import (HISTORY_FILE, continue_history, replacing_message, restore_training_state, resume_message,
+                         resume_point, save_training_state)
 from .data import plan_batches, read_csv_checked
 from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities
@@ -266,8 +266,11 @@ def _mp_fn(replica, job: TrainJob) -> None:
     net = replica.wrap_model(model, job.pattern)  # DDP, where the pattern and the backend call for it
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=job.weight_decay)
     take_step = replica.optimizer_step(optimizer, model, net, job.precision)  # backward, exchange, step
-    resumed = resume_point(job.checkpoint)  # kitlib.checkpoint: starting from a kit-trained folder continues its run
-    restored = restore_training_state(job.checkpoint, optimizer=optimizer)[1] if resumed else []
+    # Resuming (kitlib.checkpoint): starting from a kit-trained folder continues its run. Restore after every
+    # stateful training object exists, and pass each (scheduler=..., scaler=... when the run has them), here
+    # and in save_checkpoint's training_state below.
+    resumed = resume_point(job.checkpoint)
+    restored = restore_training_state(job.checkpoint, optimizer=optimizer, scaler=take_step.scaler)[1] if resumed else []
 
     history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
                "pattern": job.pattern, "ddp_wrapped": net is not model, "precision": replica.precision(job.precision),
@@ -331,7 +334,7 @@ def _mp_fn(replica, job: TrainJob) -> None:
     with replica.together("saving the checkpoint"):  # every rank learns whether the master's save worked
         if master:
             save_checkpoint(model, tokenizer, job.out_dir, history, valid_df["id"].tolist(), probs, job.label_col,
-                            training_state=dict(global_step=global_step, optimizer=optimizer))
+                            training_state=dict(global_step=global_step, optimizer=optimizer, scaler=take_step.scaler))
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
@@ -436,6 +439,8 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
     resumed = resume_point(job.checkpoint)
     if resumed:
         print(resume_message(resumed, job.epochs, asdict(job)))
+    elif note := replacing_message(job.out_dir, job.checkpoint):
+        print(note)
     rt.backend.check_training(rt, job.precision)
     launch(_mp_fn, job, rt, start_method)
     return read_history(job.out_dir) if holds_global_rank0(rt) else None
