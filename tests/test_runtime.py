@@ -212,7 +212,7 @@ def test_xla_replicas_start_without_warnings_that_say_nothing():
         from kitlib.runtime import Runtime, launch
 
         def report(replica, job):
-            print("REPLICA", replica.rank, replica.world_size, replica.device)
+            print(f"REPLICA {replica.rank} {replica.world_size} {replica.device}\\n", end="")  # one write: threads
 
         launch(report, None, Runtime("xla-cpu", 2, "test"), "fork")
         print("ENVIRONMENT RESTORED", before == {v: os.environ.get(v) for v in before})
