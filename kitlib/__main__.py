@@ -87,7 +87,7 @@ def _blend(args) -> int:
             r = blend(args.inputs, args.output, weights=args.weights, rank=args.rank,
                       sample_submission=args.sample_submission)
     except OSError as e:  # the inputs were read by then: writing failed (the old output is kept)
-        print(f"error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: {e if isinstance(e, CannotWrite) else CannotWrite(args.output, e)}", file=sys.stderr)
         return EXIT_IO
     if r.replaced:
         print(f"note: {r.replaced}", file=sys.stderr)
