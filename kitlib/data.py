@@ -85,7 +85,9 @@ def read_ids(path: str | os.PathLike, id_col: str = "id") -> np.ndarray:
     columns = csv_columns(path)
     if id_col not in columns:
         raise ValueError(f"{path}: missing column {id_col!r} (found {', '.join(columns)})")
-    return read_csv_strings(path, usecols=[id_col])[id_col].to_numpy(object)
+    # in chunks: one call holds the whole file's parsed text (about its size) while it keeps one column
+    chunks = [c[id_col].to_numpy(object) for c in read_csv_strings(path, usecols=[id_col], chunk_rows=CHUNK_ROWS)]
+    return np.concatenate(chunks) if chunks else np.zeros(0, object)
 
 
 def check_unique_ids(ids, path, id_col: str = "id") -> None:

@@ -518,7 +518,13 @@ def merge_shards(
         if not kept:
             raise MergeError(f"{ss_path}: the sample submission names no prediction column besides 'id'")
         targets = tuple(kept)
-    paths = expand_shard_paths(list(inputs), exclude=output)
+    try:
+        paths = expand_shard_paths(list(inputs), exclude=output)
+    except MergeError as e:
+        if run_id is None:
+            raise
+        raise MergeError(f"{e}: no shard of this run ({run_id}) is there; did another run sharing the folder clear it? "
+                         "Give each run its own shard_dir") from None
     with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:  # pyarrow releases the GIL
         read = [(p, *r) for p, r in zip(paths, pool.map(_read_shard, paths))]
     for p, _, _, note in read:

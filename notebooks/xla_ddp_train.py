@@ -34,7 +34,7 @@ train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition
 valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scored after training
 holdout_frac = 0.2  # share of the English training rows held out (stratified) for the per-epoch AUC; 0: score validation.csv every epoch instead
 output_dir = ""  # "": <working dir>/artifacts/xlmr-toxic, which the inference notebook loads when its model is "auto"
-cache_dir = ""  # "": <working dir>/.cache (the offline tiny model is built there once; XLA compilation cache)
+cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model, unpacked checkpoints, XLA compilation cache)
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch, gloo), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
 num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, one CPU replica per 4 cores)
 pattern = "optimizer_step"  # "optimizer_step" (all-reduce gradients + step) or "ddp" (DistributedDataParallel)
@@ -48,6 +48,19 @@ valid_limit = 0  # 0: every row of the per-epoch validation set; else the first 
 seed = 0
 log_every = 10  # the master logs the step loss every N steps
 precision = "auto"  # "auto", "fp32", "bf16" or "fp16": the rule is kitlib/backends/precision.py's
+
+
+# %%
+# Each parameter must have its default's type (papermill's `-p mixed_precision false` is the string
+# "false", which is truthy): checked against the parameters cell, "true"/"false" read as booleans.
+import sys
+from pathlib import Path
+
+if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
+    sys.path.insert(0, str(Path("..").resolve()))
+from kitlib.params import check_notebook_parameters
+
+check_notebook_parameters(globals())  # kitlib/params.py
 
 # %% [markdown]
 # ## Setup
@@ -82,7 +95,8 @@ data = Path(data_dir) if data_dir else paths.default_data_dir(root)
 train_path = Path(train_csv) if train_csv else paths.train_file(data)
 valid_path = Path(valid_csv) if valid_csv else data / "validation.csv"
 out_dir = Path(output_dir) if output_dir else work / paths.TRAINED_CHECKPOINT
-cache = Path(cache_dir) if cache_dir else work / ".cache"
+scratch = paths.scratch_dir(root)  # not saved as the kernel's output: caches, split copies, shards
+cache = Path(cache_dir) if cache_dir else scratch
 
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
@@ -98,7 +112,7 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 
 # %%
 if holdout_frac:
-    train_path, epoch_valid_path = english_holdout_split(train_path, work / "artifacts" / "english-holdout",
+    train_path, epoch_valid_path = english_holdout_split(train_path, scratch / "english-holdout",
                                                          frac=holdout_frac, seed=seed)
 else:
     epoch_valid_path = valid_path
@@ -188,7 +202,7 @@ plt.show()
 
 # %%
 if holdout_frac:
-    ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(work / "shards" / "validation"),
+    ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(scratch / "shards" / "validation"),
                           output_csv=str(work / "artifacts" / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len),
                  rt, start_method)
     ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)

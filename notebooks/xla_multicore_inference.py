@@ -30,7 +30,7 @@ data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundl
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv
 output_csv = ""  # "": <working dir>/submission.csv (/kaggle/working on Kaggle, the repository locally); or a URL (gs://, s3://)
-shard_dir = ""  # "": <working dir>/shards/xla_multicore_inference; several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
+shard_dir = ""  # "": kitlib.paths.scratch_dir()/shards/xla_multicore_inference (outside the kernel's output); several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
 batch_size = 32  # rows per replica per step; the global batch is batch_size x replicas
 max_len = 128  # tokens per row (longer comments are truncated); at most the model's position table (512 for XLM-R)
 num_buckets = 4  # pad each batch to one of at most this many lengths (rows sorted by length per replica); 1: always max_len
@@ -38,7 +38,20 @@ num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, 
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
 precision = "auto"  # "auto": bf16 on TPU, fp16 on CUDA, fp32 on CPU; or "fp32", "bf16", "fp16" (logits stay float32)
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
-cache_dir = ""  # "": <working dir>/.cache (the offline tiny model is built there once)
+cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
+
+
+# %%
+# Each parameter must have its default's type (papermill's `-p mixed_precision false` is the string
+# "false", which is truthy): checked against the parameters cell, "true"/"false" read as booleans.
+import sys
+from pathlib import Path
+
+if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
+    sys.path.insert(0, str(Path("..").resolve()))
+from kitlib.params import check_notebook_parameters
+
+check_notebook_parameters(globals())  # kitlib/params.py
 
 # %% [markdown]
 # ## Setup
@@ -69,7 +82,7 @@ data = Path(data_dir) if data_dir else paths.default_data_dir(root)
 test_path = Path(test_csv) if test_csv else data / "test.csv"
 sample_path = Path(sample_submission) if sample_submission else data / "sample_submission.csv"
 out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"  # a Path, or a URL
-shards = storage.as_path(shard_dir) if shard_dir else work / "shards" / "xla_multicore_inference"
+shards = storage.as_path(shard_dir) if shard_dir else paths.scratch_dir(root) / "shards" / "xla_multicore_inference"
 
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
@@ -97,7 +110,7 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 checkpoint = resolve_checkpoint(
     model,
     data_dir=data,
-    cache_dir=Path(cache_dir) if cache_dir else work / ".cache",
+    cache_dir=Path(cache_dir) if cache_dir else paths.scratch_dir(root),
     trained_dir=work / paths.TRAINED_CHECKPOINT,
     search_dir=paths.kaggle_input_dir(),
     real_data=paths.is_competition_data(data),
