@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from . import provenance, quantize, storage
+from .backends.precision import check_float32_logits, check_inference
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .merge import MergeResult, merge_shards
 from .model import check_max_len, keep_head_float32, load_model, probabilities
@@ -74,9 +75,10 @@ class InferJob:
         num_buckets: on XLA devices, pad each batch to one of at most this many lengths (one
             compiled graph each), chosen over the whole test set; 1: every batch is ``max_len``
             long. Eager devices pad each batch to its own longest row (:func:`padded_lengths`).
-        precision: ``"auto"`` (bf16 on TPU, fp16 on CUDA, fp32 on CPU), ``"fp32"``, ``"bf16"``,
-            ``"fp16"`` or ``"int8"`` (dynamic int8 linear layers, eager CPU only: :mod:`kitlib.quantize`);
-            logits are float32 whatever the compute precision.
+        precision: ``"auto"``, ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"int8"`` (eager CPU inference
+            only: :mod:`kitlib.quantize`): the rule, and what ``"auto"`` is on each device, is
+            :mod:`kitlib.backends.precision`'s; logits are float32 whatever the compute precision
+            (checked in every replica).
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
         text_col: text column; None picks ``content`` or ``comment_text``.
     """
@@ -134,12 +136,12 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
     check_max_len(job.checkpoint, job.max_len)
-    quantize.check_inference(job.precision, rt.launch_mode.device)
+    check_inference(job.precision, rt.backend.device)
     with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
         tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR)
         plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
                      padded_lengths(tokens.lengths, job, rt),
-                     multi_host=rt.num_hosts > 1 or rt.started_by != "kit")
+                     multi_host=rt.multi_host)
         del tokens  # the replicas map the folder; this process keeps no token of the test set
         if not plan.multi_host:
             shard_dir = storage.as_path(job.shard_dir)
@@ -185,7 +187,7 @@ def padded_lengths(lengths: np.ndarray, job: InferJob, rt: Runtime) -> tuple[int
     Args:
         lengths: int ``[num_rows]``, tokens per row after truncation.
     """
-    if rt.launch_mode.device == "xla":
+    if rt.backend.device == "xla":
         return choose_bucket_lengths(lengths, job.max_len, job.num_buckets)
     return choose_bucket_lengths(lengths, job.max_len, job.max_len, multiple=1)
 
@@ -214,8 +216,10 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
     out = []
     with torch.no_grad(), replica.autocast(job.precision):
         for batch in tqdm(loader, total=len(plans), desc="predict (master)", disable=not replica.is_master):
-            out.append(probabilities(model(**replica.to_device(batch)).logits).cpu())
-    probs = torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+            out.append(model(**replica.to_device(batch)).logits.cpu())
+    logits = torch.cat(out) if out else torch.zeros(0, 1)
+    check_float32_logits(logits, f"replica rank {replica.rank}")  # the float32 head, checked, not assumed
+    probs = probabilities(logits).numpy()
     order = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)
     keep = order >= 0
     return order[keep], probs[keep].astype(np.float32)
@@ -249,7 +253,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     start = time.perf_counter()
     positions, probs = predict_rows(model, tokens, rows, plan, replica)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
-             "seconds": round(time.perf_counter() - start, 3), "device": _device_name(replica),
+             "seconds": round(time.perf_counter() - start, 3), "device": replica.device_name(),
              "precision": replica.precision(job.precision), **replica.compile_stats()}
     ids = read_ids(job.test_csv)
     done = rows[positions]
@@ -301,15 +305,6 @@ def agreed_run_id(replica, run_id: str) -> str:
     code = torch.tensor(list(bytes.fromhex(run_id)), dtype=torch.float32) * float(replica.is_master)
     code = replica.all_reduce_sum(code.to(replica.device)).cpu()
     return bytes(int(v) for v in code.round().tolist()).hex()
-
-
-def _device_name(replica) -> str:
-    """What the replica ran on, read inside it (the parent never initialises CUDA)."""
-    import torch
-
-    if replica.mode.device == "cuda":
-        return torch.cuda.get_device_name(replica.device)
-    return str(replica.device)
 
 
 def replica_stats(shard_dir: str | Path) -> list[dict]:

@@ -8,8 +8,8 @@ stay float32, and so does the classifier head (:data:`HEAD`), so logits are floa
 other precision.
 
 Where it runs: inference on an eager CPU replica only. The precision rule
-(:func:`check_inference`) refuses it on XLA devices (TPU, PJRT CPU) and on CUDA, which have no
-kernels for these modules, and for training: int8 weights have no gradient.
+(:mod:`kitlib.backends.precision`) refuses it on XLA devices (TPU, PJRT CPU) and on CUDA, which
+have no kernels for these modules, and for training: int8 weights have no gradient.
 
 Is it worth it: it depends on the CPU. The int8 kernels gain most with AVX-512 VNNI (or AMX); on
 an AVX2-only CPU (the 2-core AMD EPYC these figures come from) they are barely faster than float32,
@@ -50,18 +50,6 @@ def quantize_int8(model):
         raise ValueError(f"precision='int8': {type(model).__name__} has no nn.Linear outside its head "
                          f"({HEAD!r}) to quantize; use precision='fp32'")
     return compat.quantize_dynamic_int8(model, names)
-
-
-def check_inference(precision: str, device_type: str) -> None:
-    """Refuse ``precision="int8"`` where it cannot run: any device but the eager CPU (``device_type`` "cpu").
-
-    Raises:
-        ValueError: naming the parameter, the device and what to use instead.
-    """
-    if precision == "int8" and device_type != "cpu":
-        raise ValueError(f"precision='int8' (dynamic int8 nn.Linear, kitlib.quantize) runs on the eager CPU only, not "
-                         f"on {device_type!r} devices: use precision='auto' there (bf16 on TPU, fp16 on CUDA), or "
-                         "accelerator='cpu' for int8")
 
 
 def for_precision(model, precision: str):

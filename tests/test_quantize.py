@@ -102,7 +102,7 @@ def test_int8_is_refused_off_the_eager_cpu_before_any_replica_starts(tiny_checkp
 
 
 def test_int8_is_refused_on_cuda():
-    from kitlib.quantize import check_inference
+    from kitlib.backends.precision import check_inference
 
     with pytest.raises(ValueError, match=r"precision='int8' .* not on 'cuda' devices"):
         check_inference("int8", "cuda")
@@ -110,8 +110,11 @@ def test_int8_is_refused_on_cuda():
 
 
 def test_int8_is_refused_for_training(tiny_checkpoint, tmp_path):
-    from kitlib.train import TrainJob
+    from kitlib.runtime import detect_runtime
+    from kitlib.train import TrainJob, train
 
-    with pytest.raises(ValueError, match=r"precision.*'int8'"):
-        TrainJob(checkpoint=str(tiny_checkpoint), train_csv=str(SAMPLE / "train.csv"),
-                 valid_csv=str(SAMPLE / "validation.csv"), out_dir=str(tmp_path / "out"), precision="int8")
+    job = TrainJob(checkpoint=str(tiny_checkpoint), train_csv=str(SAMPLE / "train.csv"),
+                   valid_csv=str(SAMPLE / "validation.csv"), out_dir=str(tmp_path / "out"), precision="int8")
+    with pytest.raises(ValueError, match=r"precision='int8' is for inference on the eager CPU"):
+        train(job, detect_runtime(1, "cpu"))
+    assert not (tmp_path / "out").exists()
