@@ -40,9 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from . import storage
+from .collapse import POLICIES
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_csv_checked, tokenize
 from .merge import MergeResult, merge_shards
-from .model import check_max_len, keep_head_float32, load_classifier, probabilities
+from .model import check_max_len, keep_head_float32, load_classifier, probabilities, with_text_prefix
 from .replica import PeerFailed
 from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
@@ -72,6 +73,8 @@ class InferJob:
             ``"fp16"``; logits are float32 whatever the compute precision.
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
         text_col: text column; None picks ``content`` or ``comment_text``.
+        collapsed: a submission whose predictions barely vary (:mod:`kitlib.collapse`): ``"warn"``
+            (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written: the competition data).
     """
 
     checkpoint: str
@@ -85,11 +88,14 @@ class InferJob:
     precision: str = "auto"
     prediction_column: str = "toxic"
     text_col: str | None = None
+    collapsed: str = "warn"
 
     def __post_init__(self):
         for name in ("batch_size", "max_len", "num_buckets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"InferJob.{name} must be >= 1, not {getattr(self, name)}")
+        if self.collapsed not in POLICIES:
+            raise ValueError(f"InferJob.collapsed must be one of {POLICIES}, not {self.collapsed!r}")
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     from transformers import AutoTokenizer
 
     check_max_len(job.checkpoint, job.max_len)
-    texts = read_csv_checked(job.test_csv, text_col=job.text_col)["text"].tolist()
+    texts = with_text_prefix(job.checkpoint, read_csv_checked(job.test_csv, text_col=job.text_col)["text"].tolist())
     tokens = tokenize(AutoTokenizer.from_pretrained(job.checkpoint), texts, job.max_len)
     buckets = choose_bucket_lengths(tokens.lengths, job.max_len, job.num_buckets)
     multi_host = rt.num_hosts > 1 or rt.started_by != "kit"
@@ -140,7 +146,7 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     if job.output_csv is None or not holds_global_rank0(rt):
         return None
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
-                        test=None if job.sample_submission else job.test_csv)
+                        test=None if job.sample_submission else job.test_csv, collapsed=job.collapsed)
 
 
 def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) -> tuple[np.ndarray, np.ndarray]:

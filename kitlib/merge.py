@@ -31,6 +31,7 @@ import csv
 import io
 import os
 import re
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from . import storage
+from .collapse import CollapsedModelError, submission_problem
 from .shards import SHARD_FORMAT, SHARD_RE, ShardInfo, read_shard_info, shard_name
 
 # Duplicates without a padding mark are the same text predicted twice: equal up to float noise.
@@ -435,6 +437,7 @@ def merge_shards(
     *,
     sample_submission: str | os.PathLike | None = None,
     test: str | os.PathLike | None = None,
+    collapsed: str = "warn",
 ) -> MergeResult:
     """Merge prediction shards into a submission CSV.
 
@@ -447,6 +450,9 @@ def merge_shards(
             prediction columns (a seed shard's other columns are ignored, with a note).
         test: the test CSV (column ``id``); gives the order for seed shards and, for kit shards,
             is checked row by row against the shards' ids.
+        collapsed: predictions that barely vary (:func:`kitlib.collapse.submission_problem`):
+            ``"warn"`` writes them with a ``WARNING`` note (also a Python warning), ``"refuse"``
+            (the competition data) writes nothing.
 
     Returns:
         A :class:`MergeResult` (its ``notes`` list the columns dropped or ignored).
@@ -515,6 +521,13 @@ def merge_shards(
         order = _align(ids, ss_ids, ss_path, src)
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
+    try:
+        warning = submission_problem({c: preds[c] for c in columns}, collapsed, str(output))
+    except CollapsedModelError as e:
+        raise MergeError(str(e)) from e
+    if warning:
+        notes.add(warning)
+        warnings.warn(warning, stacklevel=2)
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
     storage.atomic_write(output, lambda tmp: _write_csv(table, tmp))
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines())
