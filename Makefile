@@ -59,13 +59,16 @@ $(STAMP): requirements.txt requirements/dev.txt requirements/torch.txt requireme
 TRAINED := artifacts/xlmr-toxic
 TRAINED_STAMP := $(TRAINED)/.make-trained
 TRAIN_PARAMS := -p model multilingual-e5-small -p split validation -p epochs 2 -p max_len 64 -p batch_size 16 -p lr 0.0
+# more papermill parameters for the training notebook, e.g. TRAIN_EXTRA="-p num_devices 2 -p batch_size 8"
+# (two 1-thread gloo replicas, the same global batch of 16: faster on an oversubscribed machine)
+TRAIN_EXTRA ?=
 TRAIN_INPUTS := notebooks/xla_ddp_train.ipynb $(wildcard kitlib/*.py) $(wildcard data/jigsaw-sample/*.csv) requirements/pretrained.txt
 
 $(TRAINED_STAMP): $(TORCH_STAMP) $(TRAIN_INPUTS)
 	mkdir -p outputs
-	@echo "== fine-tuning multilingual-e5-small: notebooks/xla_ddp_train.ipynb $(TRAIN_PARAMS) =="
+	@echo "== fine-tuning multilingual-e5-small: notebooks/xla_ddp_train.ipynb $(TRAIN_PARAMS) $(TRAIN_EXTRA) =="
 	@start=$$(date +%s); \
-	$(PY) -m papermill --cwd notebooks -k python3 --log-output $(TRAIN_PARAMS) \
+	$(PY) -m papermill --cwd notebooks -k python3 --log-output $(TRAIN_PARAMS) $(TRAIN_EXTRA) \
 		notebooks/xla_ddp_train.ipynb outputs/xla_ddp_train.ipynb && \
 	echo $$(( $$(date +%s) - start )) > outputs/.train-seconds
 	touch $@ outputs/.trained-now

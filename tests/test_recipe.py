@@ -100,3 +100,35 @@ def test_positive_weight_and_the_weighted_loss():
     logits, y = torch.zeros(2, 1), torch.tensor([1.0, 0.0])
     plain, weighted = classification_loss(logits, y), classification_loss(logits, y, torch.tensor(4.0))
     assert weighted.item() == pytest.approx(plain.item() * 5 / 2)  # (4 * ln2 + ln2) / 2 vs ln2
+
+
+@pytest.mark.slow  # torch_xla in a subprocess: about a minute on 2 cores
+def test_e5_recipe_on_xla_compiles_no_graph_per_step_and_keeps_the_embeddings(tiny_checkpoint, tmp_path):
+    """The schedule changes the rate every step: torch_xla must take it as data, not compile a graph per step."""
+    import os
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from safetensors.torch import load_file
+
+    from conftest import ROOT, SAMPLE
+    from kitlib.train import TrainJob, read_history
+
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), recipe="e5", lr=0.0,
+                   train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2,
+                   batch_size=8, max_len=32, train_limit=64, valid_limit=32, dropout=0.0, log_every=4)
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "support" / "xla_worker.py"), "train",
+                           json.dumps(asdict(job)), "1"], cwd=ROOT, capture_output=True, text=True, timeout=540,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    history = read_history(job.out_dir)
+    assert history["recipe"]["name"] == "e5" and history["mode"] == "xla-cpu"
+    counts, steps = history["compile_counts"], history["steps_per_epoch"]
+    assert steps == 8 and counts[2] == counts[steps - 1], counts  # no new graph once Adam's state exists
+    assert counts[steps:] == [history["epochs"][0]["compile_count"]] * steps, counts  # epoch 2: none
+    init, saved = load_file(str(tiny_checkpoint / "model.safetensors")), load_file(str(tmp_path / "ckpt" / "model.safetensors"))
+    word = next(k for k in init if k.endswith("word_embeddings.weight"))
+    assert (saved[word] == init[word]).all()  # frozen
+    moved = max((saved[k] - init[k]).abs().max().item() for k in init if k != word and init[k].is_floating_point())
+    assert moved > 1e-3
