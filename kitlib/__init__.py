@@ -5,12 +5,10 @@ Modules, one job each:
 * :mod:`kitlib.hardware`: what accelerators the host has, read without initialising any.
 * :mod:`kitlib.runtime`: the runtime detector, the table of launch modes, and ``launch``.
 * :mod:`kitlib.replica`: what each replica is handed (device, rank, world size, collectives).
-* :mod:`kitlib.compat`: torch_xla / transformers version drift, in one place.
+* :mod:`kitlib.compat`: torch_xla / transformers / Keras version drift, in one place.
 * :mod:`kitlib.infer`: ``predict(job, rt)`` and its replica program ``_mp_fn``.
 * :mod:`kitlib.train`: ``train(job, rt)`` and its replica program ``_mp_fn`` (``xm.optimizer_step`` or DDP).
-* :mod:`kitlib.strategy`: the TensorFlow ``tf.distribute`` strategy detector.
-* :mod:`kitlib.keras_runtime`: the Keras backend choice (TF or JAX) and Keras version drift.
-* :mod:`kitlib.keras_data`, :mod:`kitlib.keras_model`: fixed-shape Keras input pipelines; the keras-hub XLM-R model.
+* :mod:`kitlib.keras`: the Keras side (TF or JAX backend): runtime, strategy, data, model.
 * :mod:`kitlib.shards`: the atomic per-rank shard writer.
 * :mod:`kitlib.merge`: the shard merger (also ``python -m kitlib merge``).
 * :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.

@@ -1,6 +1,7 @@
 """Command line: ``python -m kitlib merge SHARDS... -o submission.csv [--sample-submission FILE]``.
 
-Exit status 0 on success (``note: ...`` lines on stderr name columns dropped or ignored); 2 with
+Exit status 0 on success (``note: ...`` lines on stderr name columns dropped or ignored, and a
+submission of another writer replaced: :mod:`kitlib.provenance`); 2 with
 ``error: ...`` on stderr, and no output file (an existing one is left as it was), when the shards
 cannot give a correct submission (see :func:`kitlib.merge.merge_shards`).
 """
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
+from . import provenance
 from .merge import MergeError, merge_shards
 
 
@@ -22,7 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--test", help="test CSV: the order for shards without a row index; checked against kit shards")
     args = parser.parse_args(argv)
     try:
-        r = merge_shards(args.shards, args.output, sample_submission=args.sample_submission, test=args.test)
+        with warnings.catch_warnings():  # a replaced submission is printed below, as a note
+            warnings.simplefilter("ignore", provenance.SubmissionReplaced)
+            r = merge_shards(args.shards, args.output, sample_submission=args.sample_submission, test=args.test,
+                             writer=provenance.CLI)
     except MergeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

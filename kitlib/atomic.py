@@ -18,10 +18,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 
-def atomic_write(final: str | os.PathLike, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` for a temporary file beside ``final``, then rename it into place."""
+def atomic_write(final: str | os.PathLike, write: Callable[[str], None], *, suffix: str = ".tmp") -> None:
+    """Call ``write(tmp_path)`` for a temporary file beside ``final``, then rename it into place.
+
+    ``suffix`` ends the temporary name, for writers that read the format from it (``model.save``
+    wants ``.keras``).
+    """
     final = Path(final)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
     os.close(fd)
     try:
         write(tmp)

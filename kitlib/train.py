@@ -32,7 +32,8 @@ gathered together, each validation row once (the sampler's padding duplicates ar
 Loss is logged and tqdm shown on the master (rank 0) only. The master alone writes
 ``out_dir``: ``save_pretrained`` of the model and the tokenizer (what
 :func:`kitlib.model.load_classifier` and :mod:`kitlib.infer` load), plus
-``train_history.json`` and ``valid_predictions.csv``. Reading the data and saving are wrapped in
+``train_history.json``, ``valid_predictions.csv`` and ``training_state.pt`` (the optimizer's
+state, for resuming: :mod:`kitlib.checkpoint`). Reading the data and saving are wrapped in
 ``replica.together``: a failure on one rank (a read-only folder, a full disk) ends every rank
 with one error naming that rank, instead of leaving the others waiting at a barrier.
 """
@@ -49,12 +50,14 @@ import numpy as np
 from . import compat
 from . import recipe as recipes
 from .atomic import atomic_dir
+from .checkpoint import (HISTORY_FILE, continue_history, replacing_message, restore_training_state, resume_message,
+                         resume_point, save_training_state)
 from .data import plan_batches, read_csv_checked
+from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities, with_text_prefix
 from .runtime import Runtime, holds_global_rank0, launch
 
 PATTERNS = ("optimizer_step", "ddp")
-HISTORY_FILE = "train_history.json"
 VALID_PREDICTIONS_FILE = "valid_predictions.csv"
 SCORES_FILE = "heldout_scores.json"  # the training notebook's scores of the saved checkpoint (save_scores)
 
@@ -65,7 +68,8 @@ class TrainJob:
 
     Attributes:
         checkpoint: local transformers folder to start from (model + tokenizer), e.g. from
-            :func:`kitlib.model.resolve_checkpoint`.
+            :func:`kitlib.model.resolve_checkpoint`. A folder an earlier run of this module wrote
+            resumes that run (:mod:`kitlib.checkpoint` states the rule).
         train_csv: training CSV (``id``, a text column, the label column).
         valid_csv: validation CSV, same columns; ROC AUC is reported on it after every epoch.
         out_dir: folder the master writes the trained checkpoint to (replaced atomically).
@@ -194,14 +198,6 @@ def merge_gathered(probs: np.ndarray, num_rows: int, world: int, batch_size: int
     return probs[keep][first].astype(np.float32)
 
 
-def roc_auc(labels: np.ndarray, probs: np.ndarray) -> float:
-    """``sklearn.metrics.roc_auc_score`` of 0/1 ``labels`` [n] (rounded) and ``probs`` [n]; NaN if one class only."""
-    from sklearn.metrics import roc_auc_score
-
-    y = (np.asarray(labels) >= 0.5).astype(int)
-    return float(roc_auc_score(y, probs)) if len(np.unique(y)) == 2 else float("nan")
-
-
 def _tokenize(tokenizer, texts: list[str], max_len: int):
     enc = tokenizer(texts, padding="max_length", truncation=True, max_length=max_len, return_tensors="pt")
     return enc["input_ids"], enc["attention_mask"]
@@ -308,25 +304,34 @@ def _mp_fn(replica, job: TrainJob) -> None:
         net = DDP(model, device_ids=device_ids, gradient_as_bucket_view=not replica.threaded, broadcast_buffers=False)
     optimizer = recipes.make_optimizer(model, recipe, job.lr, job.weight_decay)
     scheduler = recipes.make_scheduler(optimizer, recipe, len(loader) * job.epochs)
+    stateful = {"optimizer": optimizer, **({"scheduler": scheduler} if scheduler is not None else {})}
     pos_weight = recipes.positive_weight(train_df[job.label_col].to_numpy(), recipe)
     pos_weight = None if pos_weight is None else torch.tensor(pos_weight, dtype=torch.float32, device=replica.device)
+    # Resuming (kitlib.checkpoint): starting from a kit-trained folder continues its run. Restore after every
+    # stateful training object exists, and pass each (scheduler=..., scaler=... when the run has them), here
+    # and in save_checkpoint's training_state below.
+    resumed = resume_point(job.checkpoint)
+    restored = restore_training_state(job.checkpoint, **stateful)[1] if resumed else []
 
     history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
                "pattern": job.pattern, "ddp_wrapped": ddp, "precision": replica.precision(job.precision),
                "config": asdict(job), "recipe": recipes.describe(recipe, job.lr),
                "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
                "epochs": [], "step_loss": [], "compile_counts": [] if xla else None}
+    continue_history(history, resumed)
+    if master and resumed:
+        tqdm.write(f"resumed from {job.checkpoint} after epoch {resumed.epochs_done}; restored: {', '.join(restored) or 'nothing'}")
 
     def log_loss(step: int, loss) -> None:
         value = float(loss.item())
         history["step_loss"].append([step, value])
         tqdm.write(f"step {step}: loss {value:.4f}")
 
-    global_step, done_loss = 0, 0.0
+    global_step, done_loss = resumed.steps_done if resumed else 0, 0.0
     # One running total for the whole run: a fresh zero tensor per epoch would be a new little
     # XLA graph at the next epoch's first step.
     loss_total = torch.zeros((), device=replica.device)
-    for epoch in range(job.epochs):
+    for epoch in range(resumed.epochs_done if resumed else 0, job.epochs):
         sampler.set_epoch(epoch)
         t0 = time.perf_counter()
         for batch in tqdm(replica.loader(loader), total=len(loader), desc=f"epoch {epoch + 1} (master)", disable=not master):
@@ -364,14 +369,15 @@ def _mp_fn(replica, job: TrainJob) -> None:
         probs = merge_gathered(gathered.cpu().numpy(), len(valid_df), world, job.batch_size)
         p = np.clip(probs, 1e-7, 1 - 1e-7)
         valid_loss = float(-np.mean(valid_labels * np.log(p) + (1 - valid_labels) * np.log(1 - p)))
+        auc, auc_shown = auc_text(valid_labels, probs, slice_name(job.valid_csv, job.valid_limit), job.label_col)
         record = {"epoch": epoch + 1, "train_loss": train_loss, "valid_loss": valid_loss,
-                  "valid_auc": roc_auc(valid_labels, probs), "train_seconds": train_seconds,
+                  "valid_auc": auc, "train_seconds": train_seconds,
                   "valid_seconds": time.perf_counter() - t0, "steps": len(loader),
                   "compile_count": compat.xla_compile_count() if xla else None}
         history["epochs"].append(record)
         if master:
             tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "
-                       f"valid ROC AUC {record['valid_auc']:.4f}, {train_seconds:.1f} s training")
+                       f"valid ROC AUC {auc_shown}, {train_seconds:.1f} s training")
 
     if job.rank_states_dir:
         Path(job.rank_states_dir).mkdir(parents=True, exist_ok=True)
@@ -379,24 +385,29 @@ def _mp_fn(replica, job: TrainJob) -> None:
         torch.save(state, Path(job.rank_states_dir) / f"rank-{rank}.pt")
     with replica.together("saving the checkpoint"):  # every rank learns whether the master's save worked
         if master:
-            save_checkpoint(model, tokenizer, job.out_dir, history, valid_df["id"].tolist(), probs, job.label_col)
+            save_checkpoint(model, tokenizer, job.out_dir, history, valid_df["id"].tolist(), probs, job.label_col,
+                            training_state=dict(global_step=global_step, **stateful))
     if ddp and xla and dist.is_initialized():
         dist.destroy_process_group()
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
-                    valid_probs: np.ndarray, label_col: str) -> Path:
+                    valid_probs: np.ndarray, label_col: str, training_state: dict | None = None) -> Path:
     """Write the trained checkpoint folder atomically (master only) and return its path.
 
     The folder holds ``save_pretrained`` of ``model`` (moved to CPU) and ``tokenizer``,
-    ``train_history.json`` (``history``) and ``valid_predictions.csv`` (``id`` and ``label_col``:
-    the in-memory model's last-epoch validation probabilities). It is built under a temporary
-    name beside ``out_dir`` and renamed into place, replacing an older one.
+    ``train_history.json`` (``history``), ``valid_predictions.csv`` (``id`` and ``label_col``:
+    the in-memory model's last-epoch validation probabilities) and, given ``training_state``
+    (the keyword arguments of :func:`kitlib.checkpoint.save_training_state`: ``global_step``,
+    ``optimizer``, ...), ``training_state.pt``, from which a later run resumes. It is built under
+    a temporary name beside ``out_dir`` and renamed into place, replacing an older one.
     """
     import pandas as pd
 
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:
+        if training_state is not None:  # before the model moves: the optimizer state is taken as it is
+            save_training_state(tmp, **training_state)
         model.to("cpu").save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / HISTORY_FILE).write_text(json.dumps(history, indent=1))
@@ -458,6 +469,39 @@ def checkpoint_report(checkpoint: str | os.PathLike) -> dict | None:
             "heldout": json.loads(scores.read_text()) if scores.is_file() else None}
 
 
+def _label_values(path: str, label_col: str, limit: int | None) -> np.ndarray | None:
+    """The ``label_col`` values of the first ``limit`` rows of ``path``, or None when they cannot be
+    read as numbers (a missing file or column, a bad value: the replicas' read names it)."""
+    import pandas as pd
+
+    try:
+        raw = pd.read_csv(path, usecols=[label_col], dtype=str, keep_default_na=False, nrows=limit)[label_col]
+    except (OSError, ValueError):
+        return None
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
+    return None if np.isnan(values).any() else values
+
+
+def check_labels(job: TrainJob) -> None:
+    """Before any replica starts: refuse training labels of one class; say so of validation labels.
+
+    The rows read are those the replicas will read (``train_limit``, ``valid_limit``); the rule
+    and its wording are :mod:`kitlib.metrics`'. A validation set of one class is allowed (the
+    loss is still measured) and printed as a note: its ROC AUC will be undefined, and why.
+
+    Raises:
+        ValueError: every training label is one class; names the file (and slice) and the class missing.
+    """
+    train_labels = _label_values(job.train_csv, job.label_col, job.train_limit)
+    if train_labels is not None:
+        check_two_classes(train_labels, slice_name(job.train_csv, job.train_limit), job.label_col)
+    valid_labels = _label_values(job.valid_csv, job.label_col, job.valid_limit)
+    if valid_labels is not None:
+        reason = one_class_reason(valid_labels, slice_name(job.valid_csv, job.valid_limit), job.label_col)
+        if reason:
+            print(f"note: {reason}: its ROC AUC will be undefined (the validation loss is still reported)")
+
+
 def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None:
     """Launch :func:`_mp_fn` on every replica of ``rt`` and return the master's training history.
 
@@ -469,14 +513,24 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
         rt: from :func:`kitlib.runtime.detect_runtime`.
         start_method: ``"fork"`` or ``"spawn"``.
 
+    Starting from a folder an earlier run wrote resumes that run (:mod:`kitlib.checkpoint` states
+    the rule) and prints so.
+
     Raises:
-        ValueError: ``max_len`` is above the model's position table, ``rt``'s launch mode has
-            no collectives for more than one replica (``xla-cpu-processes``), or the recipe is
-            unknown (:func:`kitlib.recipe.resolve`).
+        ValueError: ``max_len`` is above the model's position table; ``rt``'s launch mode has
+            no collectives for more than one replica (``xla-cpu-processes``); the training labels
+            hold one class (:func:`check_labels`); a resumed run has no epoch left to train; the
+            recipe is unknown (:func:`kitlib.recipe.resolve`).
         kitlib.runtime.ReplicaError: a replica failed; names its rank and the original error.
     """
     check_max_len(job.checkpoint, job.max_len)
     job = recipes.resolve(job)
+    check_labels(job)
+    resumed = resume_point(job.checkpoint)
+    if resumed:
+        print(resume_message(resumed, job.epochs, asdict(job)))
+    elif note := replacing_message(job.out_dir, job.checkpoint):
+        print(note)
     if rt.launch_mode.collectives is None and (rt.world_size or 2) > 1:
         raise ValueError(f"launch mode {rt.mode!r} has no collectives ({rt.launch_mode.summary}); "
                          "train with accelerator='cpu' (gloo) or 'xla-cpu'")

@@ -9,7 +9,7 @@
 # %% [markdown]
 # # XLM-RoBERTa toxicity classifier with Keras 3: TPU (JAX), 2x T4 and CPU (TensorFlow)
 #
-# One notebook for every runtime. `kitlib.keras_runtime` picks the Keras backend and the data
+# One notebook for every runtime. `kitlib.keras.runtime` picks the Keras backend and the data
 # parallelism before Keras is imported:
 #
 # * Kaggle TPU v5e-8: the image ships `jax[tpu]` and `tensorflow-cpu`, so TensorFlow cannot see
@@ -52,7 +52,7 @@ if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
     sys.path.insert(0, str(Path("..").resolve()))
 
 from kitlib import compat
-from kitlib.keras_runtime import keras_runtime
+from kitlib.keras.runtime import keras_runtime
 
 print(compat.version_report(compat.KERAS_PACKAGES))  # the versions found; a warning line for each untested one
 rt = keras_runtime(backend, batch_per_replica, mixed_precision=mixed_precision, virtual_replicas=virtual_replicas)
@@ -66,12 +66,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 from kitlib import paths
 from kitlib.data import read_csv_checked
-from kitlib.keras_data import make_dataset, predict_probabilities, write_submission
-from kitlib.keras_model import (
+from kitlib.compat import keras_guarded
+from kitlib.metrics import auc_text, check_two_classes, one_class_reason, slice_name
+from kitlib.keras.data import make_dataset, predict_probabilities, write_submission
+from kitlib.keras.model import (
     KerasModelConfig,
     build_classifier,
     compile_classifier,
@@ -79,7 +80,7 @@ from kitlib.keras_model import (
     epoch_timer,
     save_classifier,
 )
-from kitlib.keras_runtime import count_compiles, guarded
+from kitlib.keras.runtime import count_compiles
 
 root = paths.project_root()
 data = Path(data_dir) if data_dir else paths.default_data_dir(root)
@@ -90,14 +91,18 @@ print(f"keras {keras.__version__} on {keras.backend.backend()}; data {data}; out
 
 # %% [markdown]
 # ## Data
-# `train.csv` (the sample) or `jigsaw-toxic-comment-train.csv` (the competition), `validation.csv`,
-# `test.csv`, `sample_submission.csv`. Ids stay exact strings.
+# The training file (`kitlib.paths.train_file`: the competition's `jigsaw-toxic-comment-train.csv`,
+# else the sample's `train.csv`), `validation.csv`, `test.csv`, `sample_submission.csv`. Ids stay
+# exact strings.
 
 # %%
-train_file = next((data / n for n in ("train.csv", "jigsaw-toxic-comment-train.csv") if (data / n).is_file()), data / "train.csv")
+train_file = paths.train_file(data)
 train = read_csv_checked(train_file, label_cols=("toxic",), limit=train_limit or None)
 valid = read_csv_checked(data / "validation.csv", label_cols=("toxic",), limit=valid_limit or None)
 test = read_csv_checked(data / "test.csv")
+check_two_classes(train.toxic, slice_name(train_file, train_limit or None))  # one class trains a constant: refused
+if one_class := one_class_reason(valid.toxic, slice_name(data / "validation.csv", valid_limit or None)):
+    print(f"note: {one_class}: its ROC AUC is undefined (the val_auc Keras logs for it means nothing)")
 print(f"train {len(train)} rows ({train.toxic.mean():.1%} toxic), validation {len(valid)} ({valid.toxic.mean():.1%}), test {len(test)}")
 
 # %% [markdown]
@@ -115,14 +120,14 @@ print(f"{preset}: {model.count_params():,} parameters, learning rate {lr}")
 # %% [markdown]
 # ## Train
 # Fixed shapes: every training and validation batch is `[global_batch, max_len]` (the remainder
-# is dropped). Under JAX a failed `fit` restores the model's state (`guarded`).
+# is dropped). Under JAX a failed `fit` restores the model's state (`kitlib.compat.keras_guarded`).
 
 # %%
 train_ds = make_dataset(train.text, train.toxic, preprocessor, rt.global_batch, shuffle=True, seed=seed)
 valid_fit = make_dataset(valid.text, valid.toxic, preprocessor, rt.global_batch) if len(valid) >= rt.global_batch else None
 timer = epoch_timer()
 with count_compiles(model) as fit_compiles:
-    history = guarded(model, "fit", train_ds, validation_data=valid_fit, epochs=epochs, callbacks=[timer], verbose=2)
+    history = keras_guarded(model, "fit", train_ds, validation_data=valid_fit, epochs=epochs, callbacks=[timer], verbose=2)
 save_classifier(model, preprocessor, model_path)
 (model_path.parent / "config.json").write_text(config_json(cfg))
 print(f"epoch times (s): {[round(t, 1) for t in timer.times]}; fit compilations: {fit_compiles.count}; saved {model_path}")
@@ -135,8 +140,8 @@ print(f"epoch times (s): {[round(t, 1) for t in timer.times]}; fit compilations:
 with count_compiles(model) as valid_compiles:
     valid_prob = predict_probabilities(model, valid.text, preprocessor, rt.global_batch, checkpoint=model_path)
 assert len(valid_prob) == len(valid)
-auc = roc_auc_score(valid.toxic, valid_prob) if valid.toxic.nunique() == 2 else float("nan")
-print(f"validation ROC AUC {auc:.4f} on {len(valid)} rows")
+auc, auc_shown = auc_text(valid.toxic, valid_prob, slice_name(data / "validation.csv", valid_limit or None))
+print(f"validation ROC AUC {auc_shown} on {len(valid)} rows")
 
 hist = history.history
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
@@ -172,11 +177,13 @@ print(f"{len(test_prob)} test predictions; predict compilations: validation {val
 # %%
 sample = data / "sample_submission.csv"
 result = write_submission(
-    test.id, test_prob, work / submission, sample_submission=sample if sample.is_file() else None, test=data / "test.csv"
+    test.id, test_prob, work / submission, sample_submission=sample if sample.is_file() else None, test=data / "test.csv",
+    source=f"model {model_path}",
 )
 metrics = {
     "backend": rt.backend,
-    "kind": rt.kind,
+    "accelerator": rt.accelerator,
+    "virtual_replicas": rt.virtual_replicas,
     "replicas": rt.num_replicas,
     "global_batch": rt.global_batch,
     "epoch_seconds": timer.times,

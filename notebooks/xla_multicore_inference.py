@@ -26,7 +26,7 @@
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
-model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input); off Kaggle else "tiny-random". Or a folder, or a hub name
+model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input); else "tiny-random" on the bundled sample only. Or a folder, or a hub name
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv
@@ -91,8 +91,9 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 
 # %% [markdown]
 # ## Model
-# Resolved once, here, to a local folder; every replica then loads that folder. On the real
-# competition data `"auto"` never falls back to a random model: it refuses and says what to attach.
+# Resolved once, here, to a local folder; every replica then loads that folder. `"auto"` falls
+# back to a random model only on the bundled sample (recognised by content); on any other data it
+# refuses and says what to attach or pass.
 
 # %%
 checkpoint = resolve_checkpoint(
@@ -102,6 +103,7 @@ checkpoint = resolve_checkpoint(
     trained_dir=work / paths.TRAINED_CHECKPOINT,
     search_dir=paths.kaggle_input_dir(),
     real_data=paths.is_competition_data(data),
+    data_files=[test_path],
 )
 print(f"model {model!r} -> {checkpoint}")
 trained = checkpoint_report(checkpoint)

@@ -10,19 +10,21 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import papermill as pm
 import pytest
 
 from conftest import ROOT, SAMPLE
 from kitlib import paths
-from kitlib.model import TRAINED_MARKER, resolve_checkpoint
+from kitlib.checkpoint import HISTORY_FILE
+from kitlib.model import resolve_checkpoint
 
 
 def _checkpoint(folder: Path, trained: bool) -> Path:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "xlm-roberta"}))
     if trained:
-        (folder / TRAINED_MARKER).write_text("{}")
+        (folder / HISTORY_FILE).write_text("{}")
     return folder
 
 
@@ -97,3 +99,57 @@ def test_inference_notebook_pushed_as_is_refuses_on_competition_data(kaggle_inpu
         pm.execute_notebook(str(ROOT / "notebooks" / "xla_multicore_inference.ipynb"), str(tmp_path / "out.ipynb"),
                             cwd=str(ROOT / "notebooks"), kernel_name="python3", progress_bar=False)
     assert not (work / "submission.csv").exists()
+
+
+# --- issue 21.11: "auto" uses the random model only on the bundled sample, recognised by content ---
+
+
+def test_sample_fingerprints_are_the_bundled_files():
+    from kitlib import sample
+
+    source = (SAMPLE / "SOURCE.md").read_text()
+    for name, (size, digest) in sample.FINGERPRINTS.items():
+        assert sample.fingerprint(SAMPLE / name) == (size, digest), name
+        assert f"| {name} |" in source and f"| {size:,} | {digest} |" in source  # SOURCE.md's table says the same
+    assert sample.not_sample(sample.data_files(SAMPLE)) == []
+
+
+def test_auto_refuses_a_random_model_off_kaggle_on_data_that_is_not_the_sample(tmp_path, monkeypatch):
+    """Colab, or the competition files in a folder of one's own: no Kaggle mount, "auto" finds no
+    checkpoint. The sample with a few rows changed is not the sample: refused, naming the file and
+    what to pass, and no random model is built."""
+    monkeypatch.setenv(paths.INPUT_ENV, str(tmp_path / "no-input"))
+    data = tmp_path / "my-data"
+    shutil.copytree(SAMPLE, data)
+    test = pd.read_csv(data / "test.csv", dtype=str, keep_default_na=False)
+    test.loc[3, "content"] = "a comment of the user's own data"  # one row changed
+    test.to_csv(data / "test.csv", index=False)
+    assert not paths.is_competition_data(data)
+    for purpose in ("inference", "training"):
+        with pytest.raises(FileNotFoundError, match=rf"model='auto' found no checkpoint for {purpose} on data that is not "
+                                                    rf"the bundled sample \(.*my-data/test.csv is not one of its files\).*"
+                                                    r"Pass model=.*model='tiny-random'"):
+            resolve_checkpoint("auto", data_dir=data, cache_dir=tmp_path / "cache", trained_dir=tmp_path / "none",
+                               search_dir=tmp_path / "no-input", purpose=purpose)
+    # the bundled sample's folder, but a test file from elsewhere (the notebook's test_csv): refused too
+    with pytest.raises(FileNotFoundError, match=r"my-data/test.csv is not one of its files"):
+        resolve_checkpoint("auto", data_dir=SAMPLE, cache_dir=tmp_path / "cache", search_dir=tmp_path / "no-input",
+                           data_files=[data / "test.csv"])
+    assert not (tmp_path / "cache").exists()  # no random model was built
+
+
+def test_a_copy_of_the_sample_anywhere_is_the_sample(tmp_path, monkeypatch, tiny_checkpoint):
+    """Recognised by content, not by path: a copy (also with CRLF line ends) gets the offline model."""
+    from kitlib import sample
+
+    monkeypatch.setenv(paths.INPUT_ENV, str(tmp_path / "no-input"))
+    copy = tmp_path / "colab" / "jigsaw"
+    shutil.copytree(SAMPLE, copy)
+    crlf = tmp_path / "crlf-test.csv"
+    crlf.write_bytes((SAMPLE / "test.csv").read_bytes().replace(b"\n", b"\r\n"))
+    assert sample.sample_file_name(crlf) == "test.csv"
+    got = resolve_checkpoint("auto", data_dir=copy, cache_dir=tiny_checkpoint.parent, search_dir=tmp_path / "no-input",
+                             data_files=[copy / "test.csv"])
+    assert got == tiny_checkpoint  # the same offline model the bundled sample gives
+    (copy / "submission.csv").write_text("id,toxic\n")  # a file the run does not read changes nothing
+    assert resolve_checkpoint("auto", data_dir=copy, cache_dir=tiny_checkpoint.parent, search_dir=tmp_path / "no-input") == got

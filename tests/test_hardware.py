@@ -1,7 +1,9 @@
 """The one probe of the machine that the torch runtime and the TF/Keras detectors share."""
 from __future__ import annotations
 
-from kitlib import hardware, keras_runtime, strategy
+from kitlib import hardware
+from kitlib.keras import runtime as keras_runtime
+from kitlib.keras import strategy
 
 
 def test_tpu_evidence_reads_environment_and_device_files(monkeypatch):

@@ -14,7 +14,6 @@ from conftest import write_slice
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.runtime import ReplicaError, detect_runtime
 
-pytestmark = pytest.mark.slow
 
 
 def run(checkpoint, test_csv, out_dir, devices, accelerator="cpu", start_method="fork", **job):
@@ -59,6 +58,7 @@ def test_eager_cpu_is_the_default_and_matches_plain_torch(sharp_checkpoint, slic
     np.testing.assert_allclose(sub["toxic"].to_numpy(), eager, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_eager_replicas_and_buckets_agree(sharp_checkpoint, slice_103, reference, tmp_path):
     sub, stats, result = run(sharp_checkpoint, slice_103, tmp_path, 3, num_buckets=3)
     assert sorted(s["rank"] for s in stats) == [0, 1, 2] and {s["world_size"] for s in stats} == {3}
@@ -68,6 +68,7 @@ def test_eager_replicas_and_buckets_agree(sharp_checkpoint, slice_103, reference
     np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_xla_cpu_threads_match_eager_and_compile_once_per_shape(sharp_checkpoint, slice_103, reference, tmp_path):
     sub, stats, _ = run(sharp_checkpoint, slice_103, tmp_path / "a", 4, accelerator="xla-cpu")
     assert [s["world_size"] for s in stats] == [4] * 4 and [s["rows"] for s in stats] == [26] * 4
@@ -83,6 +84,7 @@ def test_xla_cpu_threads_match_eager_and_compile_once_per_shape(sharp_checkpoint
     assert small_stats[0]["xla_compiles"] == big_stats[0]["xla_compiles"] == 1
 
 
+@pytest.mark.slow
 def test_xla_cpu_processes_with_spawn_and_buckets(sharp_checkpoint, slice_103, reference, tmp_path):
     """One process per PJRT CPU device, ranked by the launcher; each counts its own compilations."""
     sub, stats, _ = run(sharp_checkpoint, slice_103, tmp_path, 2, accelerator="xla-cpu-processes",
@@ -92,6 +94,7 @@ def test_xla_cpu_processes_with_spawn_and_buckets(sharp_checkpoint, slice_103, r
     np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_max_len_beyond_the_position_table_is_refused(tiny_checkpoint, slice_103, tmp_path):
     """XLM-R has 514 position slots, 512 usable: max_len=600 used to give a wrong value on XLA, exit 0."""
     with pytest.raises(ValueError, match=r"max_len=600 .* holds 512 tokens per row\. Set max_len <= 512"):
@@ -100,6 +103,7 @@ def test_max_len_beyond_the_position_table_is_refused(tiny_checkpoint, slice_103
     run(tiny_checkpoint, slice_103, tmp_path, 1, max_len=512)  # the limit itself is fine
 
 
+@pytest.mark.slow
 def test_a_failing_replica_names_its_rank_and_leaves_no_submission(sharp_checkpoint, slice_103, tmp_path):
     """Rank 1 cannot write its shard (a folder sits at its shard's name): no merge, no submission."""
     (tmp_path / "shards" / "shard-00001-of-00002.parquet").mkdir(parents=True)
@@ -110,6 +114,7 @@ def test_a_failing_replica_names_its_rank_and_leaves_no_submission(sharp_checkpo
     assert (tmp_path / "sub.csv").read_text() == "id,toxic\nold,0.5\n"
 
 
+@pytest.mark.slow
 def test_bf16_autocast_keeps_float32_probabilities(sharp_checkpoint, tmp_path):
     """Under autocast the head runs in float32: logits leave the model as float32, 256 rows keep
     ~256 distinct probabilities."""

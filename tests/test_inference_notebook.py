@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import re
 
+import numpy as np
 import pandas as pd
 import papermill as pm
 import pytest
 
 from conftest import ROOT, write_slice
+from kitlib.keras.data import write_submission
 
 pytestmark = pytest.mark.slow
 
@@ -15,6 +18,10 @@ pytestmark = pytest.mark.slow
 def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
     test_csv, sample_csv = write_slice(tmp_path / "data", 45, start=500)
     out_csv = tmp_path / "submission.csv"
+    # the Keras notebook's submission was there first (issue 21.10: replacing it is said)
+    ids = pd.read_csv(sample_csv, dtype={"id": str}, keep_default_na=False)["id"]
+    write_submission(ids, np.full(len(ids), 0.25), out_csv, sample_submission=sample_csv, test=None,
+                     source="model artifacts/keras-xlmr/model.keras")
     pm.execute_notebook(
         str(ROOT / "notebooks" / "xla_multicore_inference.ipynb"),
         str(tmp_path / "executed.ipynb"),
@@ -43,5 +50,7 @@ def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
     )
     assert "runtime: cpu, 2 replica(s)" in text and "45 rows from 2 shard(s)" in text
     assert "1 padding duplicate(s) dropped" in text
+    assert re.search(r"replaced .*submission.csv \(written by kitlib.keras write_submission \(the Keras notebook.*"
+                     r"model artifacts/keras-xlmr/model.keras at .*, 45 rows\) with the output of kitlib.infer.predict", text)
     assert "Defaulting to PJRT_DEVICE" not in text and "can conflict with" not in text
     assert any("image/png" in o.get("data", {}) for c in executed["cells"] for o in c.get("outputs", []))

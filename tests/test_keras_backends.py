@@ -1,7 +1,7 @@
 """Real training and prediction on 2 emulated replicas, one backend per subprocess (tests/support/keras_worker.py).
 
 JAX: ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` set before JAX is imported (by
-``kitlib.keras_runtime.select_backend`` in the worker), ``keras.distribution.DataParallel`` over
+``kitlib.keras.runtime.select_backend`` in the worker), ``keras.distribution.DataParallel`` over
 the 2 CPU devices. TF: 2 logical CPUs under ``MirroredStrategy``. The TF run also reloads the
 ``.keras`` file the JAX run saved and must give the same predictions.
 """
@@ -44,7 +44,7 @@ def tf_run(tmp_path_factory, jax_run):
 
 
 def _check_training(res, backend):
-    assert (res["backend"], res["replicas"], res["global_batch"], res["kind"]) == (backend, 2, 16, "virtual-cpu")
+    assert (res["backend"], res["replicas"], res["global_batch"], res["accelerator"], res["virtual_replicas"]) == (backend, 2, 16, "cpu", 2)
     assert res["steps_per_epoch"] == 6  # 96 rows // 16, the remainder dropped
     assert len(res["epoch_seconds"]) == 2 and len(res["loss"]) == 2
     assert all(np.isfinite(res["loss"])) and res["loss"][1] < res["loss"][0]  # training lowers the loss

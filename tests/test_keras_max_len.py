@@ -15,9 +15,9 @@ def test_max_len_beyond_the_position_table_is_refused(tmp_path):
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from kitlib.keras_runtime import select_backend
+        from kitlib.keras.runtime import select_backend
         select_backend("jax")
-        from kitlib.keras_model import KerasModelConfig, build_classifier
+        from kitlib.keras.model import KerasModelConfig, build_classifier
         for n in (512, 600):
             try:
                 build_classifier(KerasModelConfig(max_len=n), data_dir={str(SAMPLE)!r}, cache_dir={str(ROOT / ".cache")!r})

@@ -33,7 +33,7 @@ def test_notebook_end_to_end(backend, tmp_path, monkeypatch):
     )
     art = tmp_path / "artifacts" / "keras-xlmr"
     m = json.loads((art / "metrics.json").read_text())
-    assert (m["backend"], m["kind"], m["replicas"], m["global_batch"]) == (backend, "virtual-cpu", 2, 16)
+    assert (m["backend"], m["accelerator"], m["virtual_replicas"], m["replicas"], m["global_batch"]) == (backend, "cpu", 2, 2, 16)
     assert len(m["epoch_seconds"]) == 2 and len(m["history"]["loss"]) == 2 and "val_auc" in m["history"]
     assert m["train_rows"] == 128 and m["validation_rows"] == 96 and m["test_rows"] == 1000
     assert 0.0 <= m["validation_auc"] <= 1.0

@@ -28,7 +28,7 @@ import keras
 
 keras.mixed_precision.set_global_policy("mixed_bfloat16")
 from kitlib.data import read_csv_checked
-from kitlib.keras_model import KerasModelConfig, build_classifier, load_classifier, save_classifier
+from kitlib.keras.model import KerasModelConfig, build_classifier, load_classifier, save_classifier
 
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 data = root / "data" / "jigsaw-sample"
@@ -47,8 +47,8 @@ res = {
     "reloaded_max_diff": float(np.abs(p2.astype(np.float64) - p).max()),
     "in_unit_interval": bool(((p >= 0) & (p <= 1)).all()),
 }
-from kitlib.keras_data import predict_probabilities
-from kitlib.keras_runtime import hub
+from kitlib.keras.data import predict_probabilities
+from kitlib.compat import keras_hub_xlmr as hub
 
 probs = predict_probabilities(model, texts[:40], pre, 16)
 res["pp_dtype"], res["pp_max_diff"] = str(probs.dtype), float(np.abs(probs - p[:40, 0]).max())

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kitlib.keras_data import pad_to_multiple, write_submission
-from kitlib.keras_runtime import Probes, choose_backend
+from kitlib.keras.data import pad_to_multiple, write_submission
+from kitlib.keras.runtime import Probes, choose_backend
 from kitlib.merge import MergeError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_virtual_replicas_skip_probing():
 def test_select_backend_sets_env_and_xla_flags():
     # a fresh process: jax and keras must not be imported yet
     code = (
-        "import os, sys; from kitlib.keras_runtime import select_backend; "
+        "import os, sys; from kitlib.keras.runtime import select_backend; "
         "select_backend('jax', virtual_replicas=2); "
         "print(os.environ['KERAS_BACKEND'], os.environ['XLA_FLAGS'], 'jax' in sys.modules, 'keras' in sys.modules)"
     )
@@ -167,9 +167,26 @@ def test_write_submission_refuses_non_finite(tmp_path, bad):
 
 def test_tensorflow_cpu_alone_never_tries_the_tpu(monkeypatch):
     # Kaggle's TPU image: tensorflow-cpu only; initialising TPU resolvers there is pointless
-    from kitlib import keras_runtime as kr
-    from kitlib import strategy as st
+    from kitlib.keras import runtime as kr
+    from kitlib.keras import strategy as st
 
     monkeypatch.setattr(st, "installed_tensorflow", lambda: "tensorflow-cpu 2.20.0")
     monkeypatch.setattr(st, "_try_tpu", lambda *a: pytest.fail("TPU resolvers tried with tensorflow-cpu"))
     assert kr._tf_sees_tpu() is False
+
+
+def test_one_accelerator_vocabulary_for_torch_and_keras():
+    """Issue 20: the Keras side names accelerators as the torch side does (kitlib.hardware.ACCELERATOR_KINDS)."""
+    from kitlib import hardware, runtime
+    from kitlib.keras import precision
+
+    assert set(hardware.ACCELERATOR_KINDS) <= set(runtime.ACCELERATORS)
+    assert set(precision.POLICIES) == set(hardware.ACCELERATOR_KINDS)
+    # what TensorFlow, JAX and Keras call the devices, in the kit's words
+    assert [hardware.accelerator_kind(n) for n in ("GPU", "gpu", "cuda:0", "TPU", "tpu:3", "CPU", "cpu:0")] == [
+        "cuda", "cuda", "cuda", "tpu", "tpu", "cpu", "cpu"]
+    with pytest.raises(ValueError, match="'mps'.*tpu, cuda, cpu"):
+        hardware.accelerator_kind("mps")
+    with pytest.raises(ValueError, match="'gpu' is not one of"):
+        precision.mixed_precision_policy("gpu")
+    assert precision.mixed_precision_policy("cuda") == "mixed_float16"

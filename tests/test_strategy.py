@@ -15,7 +15,7 @@ import types
 import pytest
 
 from support.child_process import in_child, run_in_child
-from kitlib import strategy as st
+from kitlib.keras import strategy as st
 
 tf = pytest.importorskip("tensorflow") if in_child(__file__) else None
 
@@ -88,7 +88,7 @@ def detect(**kw):
 def test_no_tpu_no_gpu_gives_the_default_strategy(machine):
     info, line = detect(per_replica_batch=16)
     assert info.strategy is tf.distribute.get_strategy()
-    assert (info.kind, info.num_replicas, info.global_batch) == ("cpu", 1, 16)
+    assert (info.accelerator, info.num_replicas, info.global_batch) == ("cpu", 1, 16)
     assert machine.calls == ["local", None]  # both resolvers tried, in that order
     assert "no TPU or GPU" in line and "x1" in line
 
@@ -97,7 +97,7 @@ def test_tpu_vm_found_by_local_resolver(machine):
     machine.working = {"local"}
     info, line = detect(per_replica_batch=16, mixed_precision=True)
     assert isinstance(info.strategy, FakeTPUStrategy) and info.strategy.name == "tpu=local"
-    assert (info.kind, info.num_replicas, info.per_replica_batch, info.global_batch) == ("tpu", 8, 16, 128)
+    assert (info.accelerator, info.num_replicas, info.per_replica_batch, info.global_batch) == ("tpu", 8, 16, 128)
     assert machine.calls == ["local"]
     assert info.precision_policy == "mixed_bfloat16" and machine.policy == ["mixed_bfloat16"]
     assert "tpu='local'" in line and "128 = 16 x 8" in line
@@ -115,7 +115,7 @@ def test_tpu_init_not_found_without_tpu_evidence_falls_back(machine):
     machine.working = {"local", None}
     machine.init_error = "NotFoundError"
     info, _ = detect(per_replica_batch=8)
-    assert (info.kind, info.num_replicas, info.global_batch) == ("cpu", 1, 8)
+    assert (info.accelerator, info.num_replicas, info.global_batch) == ("cpu", 1, 8)
 
 
 def test_tpu_present_but_unusable_by_tf_is_loud(machine):
@@ -128,17 +128,17 @@ def test_tpu_present_but_unusable_by_tf_is_loud(machine):
     assert "v5litepod-8" in msg and "JAX" in msg and "tensorflow-cpu" in msg and "NotFoundError" in msg
     with pytest.warns(RuntimeWarning, match="TensorFlow cannot use it"):
         info, _ = detect(per_replica_batch=8, on_unusable_tpu="warn")
-    assert info.kind == "cpu"
+    assert info.accelerator == "cpu"
 
 
 @pytest.mark.parametrize(
     "gpus, kind, cls, replicas, policy",
-    [(0, "cpu", None, 1, None), (1, "gpu", None, 1, "mixed_float16"), (2, "gpu", FakeMirroredStrategy, 2, "mixed_float16")],
+    [(0, "cpu", None, 1, None), (1, "cuda", None, 1, "mixed_float16"), (2, "cuda", FakeMirroredStrategy, 2, "mixed_float16")],
 )
 def test_gpu_counts(machine, gpus, kind, cls, replicas, policy):
     machine.gpus = gpus
     info, line = detect(per_replica_batch=16, mixed_precision=True)
-    assert info.kind == kind
+    assert info.accelerator == kind
     if cls is None:
         assert info.strategy is tf.distribute.get_strategy()
     else:

@@ -117,6 +117,21 @@ def one_process_run(tiny_checkpoint, tmp_path_factory):
     return history, _states(tmp / "states", 1)[0]
 
 
+def test_one_eager_replica_trains_and_the_loss_falls(tiny_checkpoint, tmp_path):
+    """The fast tier's training run (~6 s of CPU): one eager CPU replica in this process, 2 epochs
+    of 4 steps on 32 rows of the sample; the loss falls and the saved weights moved."""
+    from safetensors.torch import load_file
+
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), batch_size=GLOBAL_BATCH,
+                   **{**SMALL, "train_limit": 32, "valid_limit": 16})
+    history = train(job, detect_runtime(1, "cpu"))
+    assert (history["mode"], history["world_size"], history["steps_per_epoch"]) == ("cpu", 1, 4)
+    first, last = (e["train_loss"] for e in (history["epochs"][0], history["epochs"][-1]))
+    assert last < first, history["epochs"]
+    init, saved = load_file(str(tiny_checkpoint / "model.safetensors")), load_file(str(tmp_path / "ckpt" / "model.safetensors"))
+    assert max((saved[k] - init[k]).abs().max().item() for k in init) > 1e-3  # training changed the weights
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_two_processes_stay_identical_and_match_one_process(pattern, one_process_run, tiny_checkpoint, tmp_path):
@@ -280,3 +295,122 @@ def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
     assert "Defaulting to PJRT_DEVICE" not in text and "can conflict with" not in text
     assert "checkpoint ready for the inference notebook" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+# --- issue 21.6: labels of one class ---
+
+
+def _rows(src: Path, out: Path, n: int, toxic: int | None = None) -> Path:
+    df = pd.read_csv(src, dtype=str, keep_default_na=False)
+    if toxic is not None:
+        df = df[df["toxic"].astype(float).round() == toxic]
+    df.iloc[:n].to_csv(out, index=False)
+    return out
+
+
+def test_one_class_rule_names_the_set_and_the_missing_class():
+    from kitlib.metrics import auc_text, check_two_classes, one_class_reason
+
+    assert one_class_reason(np.array([0.0, 1.0, 0.0]), "train.csv") is None
+    assert one_class_reason(np.array([0.2, 0.0, 0.4]), "v.csv (first 3 rows)") == \
+        "v.csv (first 3 rows): all 3 rows have toxic = 0; no row has toxic = 1"  # soft labels below 0.5 are class 0
+    with pytest.raises(ValueError, match=r"t.csv: all 2 rows have toxic = 1; no row has toxic = 0\. .*both classes"):
+        check_two_classes(np.ones(2), "t.csv")
+    auc, shown = auc_text(np.zeros(4), np.arange(4.0), "validation.csv (first 4 rows)")
+    assert np.isnan(auc) and shown == "undefined (validation.csv (first 4 rows): all 4 rows have toxic = 0; no row has toxic = 1)"
+    assert auc_text(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]), "v")[1] == "0.7500"
+
+
+def test_training_labels_of_one_class_are_refused_before_any_replica_starts(tiny_checkpoint, tmp_path):
+    only_clean = _rows(SAMPLE / "train.csv", tmp_path / "clean.csv", 200, toxic=0)
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), batch_size=8,
+                   **{**SMALL, "train_csv": str(only_clean), "train_limit": 64})
+    with pytest.raises(ValueError, match=r"clean.csv \(first 64 rows\): all 64 rows have toxic = 0; no row has toxic = 1"):
+        train(job, detect_runtime(1, "cpu"))
+    assert not (tmp_path / "ckpt").exists()  # nothing written
+
+
+def test_validation_of_one_class_says_why_its_auc_is_undefined(tiny_checkpoint, tmp_path, capsys):
+    clean_valid = _rows(SAMPLE / "validation.csv", tmp_path / "clean-valid.csv", 16, toxic=0)
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), batch_size=8,
+                   **{**SMALL, "valid_csv": str(clean_valid), "valid_limit": None, "epochs": 1, "train_limit": 32})
+    history = train(job, detect_runtime(1, "cpu"))
+    out = capsys.readouterr().out
+    reason = f"{clean_valid}: all 16 rows have toxic = 0; no row has toxic = 1"
+    assert f"note: {reason}: its ROC AUC will be undefined" in out  # before training
+    assert f"valid ROC AUC undefined ({reason})" in out  # after the epoch, instead of a bare "nan"
+    assert np.isnan(history["epochs"][0]["valid_auc"]) and np.isfinite(history["epochs"][0]["valid_loss"])
+
+
+# --- issue 21.12: resuming a run ---
+
+
+def test_training_state_round_trip_keeps_the_new_jobs_learning_rate(tmp_path):
+    from kitlib.checkpoint import TRAINING_STATE_FILE, restore_training_state, save_training_state
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 1)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    for _ in range(3):
+        opt.zero_grad()
+        net(torch.randn(4, 3)).pow(2).mean().backward()
+        opt.step()
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    save_training_state(tmp_path, 3, optimizer=opt, scaler=scaler)
+    assert (tmp_path / TRAINING_STATE_FILE).is_file()
+    fresh = torch.optim.AdamW(net.parameters(), lr=5e-4)
+    fresh_scaler = torch.amp.GradScaler("cpu")
+    step, restored = restore_training_state(tmp_path, optimizer=fresh, scaler=fresh_scaler, scheduler=None)
+    assert (step, restored) == (3, ["optimizer", "scaler"])
+    old, new = opt.state_dict()["state"], fresh.state_dict()["state"]
+    assert float(new[0]["step"]) == 3.0 and torch.equal(new[0]["exp_avg_sq"], old[0]["exp_avg_sq"])
+    assert fresh.param_groups[0]["lr"] == 5e-4  # the resumed job's learning rate, not the saved one
+    assert fresh_scaler.get_scale() == 1024.0
+    assert restore_training_state(tmp_path / "none", optimizer=fresh) == (0, [])
+
+
+def test_a_fresh_run_into_an_earlier_runs_folder_says_it_replaces_it(tmp_path):
+    from kitlib.checkpoint import replacing_message, resume_message, resume_point
+
+    earlier = tmp_path / "xlmr-toxic"
+    earlier.mkdir()
+    (earlier / HISTORY_FILE).write_text(json.dumps({"epochs": [{"epoch": 1, "steps": 16}, {"epoch": 2, "steps": 16}],
+                                                    "config": {"lr": 1e-3, "batch_size": 8}}))
+    assert replacing_message(earlier, tmp_path / "tiny") == (
+        f"note: {earlier} holds a run of 2 epoch(s); this run starts afresh from {tmp_path / 'tiny'} and replaces it "
+        f"when it finishes. To continue that run instead, start from it (model={earlier})")
+    assert replacing_message(earlier, earlier) is None and replacing_message(tmp_path / "none", earlier) is None
+    point = resume_point(earlier)
+    assert (point.epochs_done, point.steps_done, point.has_state) == (2, 32, False)
+    msg = resume_message(point, 3, {"lr": 1e-4, "batch_size": 8, "epochs": 3})
+    assert "training epoch(s) 3-3; no training_state.pt there (written by an older kit): the optimizer starts fresh" in msg
+    assert msg.endswith("changed since: lr 0.001 -> 0.0001")
+
+
+@pytest.mark.slow
+def test_resuming_continues_the_epochs_history_and_optimizer(one_process_run, tiny_checkpoint, tmp_path, capsys):
+    """1 epoch, then the same job from its output folder with epochs=2: the result is the
+    uninterrupted 2-epoch run's (same weights, so AdamW's moments and step count were restored)."""
+    from kitlib.checkpoint import TRAINING_STATE_FILE
+
+    ckpt = tmp_path / "ckpt"
+    first = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(ckpt), batch_size=GLOBAL_BATCH, **{**SMALL, "epochs": 1})
+    train(first, detect_runtime(1, "cpu"))
+    assert json.loads((ckpt / HISTORY_FILE).read_text())["epochs"][0]["epoch"] == 1
+    capsys.readouterr()
+    again = TrainJob(checkpoint=str(ckpt), out_dir=str(ckpt), batch_size=GLOBAL_BATCH,
+                     rank_states_dir=str(tmp_path / "states"), **SMALL)
+    history = train(again, detect_runtime(1, "cpu"))
+    out = capsys.readouterr().out
+    assert f"resuming the run in {ckpt}: epoch(s) 1-1 done, training epoch(s) 2-2; optimizer state restored" in out
+    assert "resumed from" in out and "restored: optimizer" in out
+    assert [e["epoch"] for e in history["epochs"]] == [1, 2]
+    assert [s for s, _ in history["step_loss"]] == list(range(4, 33, 4))  # step numbers continue
+    assert history["resumed"][0]["epochs_done"] == 1 and history["resumed"][0]["from"] == str(ckpt)
+    state = torch.load(ckpt / TRAINING_STATE_FILE, weights_only=True)
+    assert float(state["optimizer"]["state"][0]["step"]) == 32 == state["global_step"]  # 16 + 16: the count continued
+    ref_history, ref = one_process_run
+    assert _max_diff(_states(tmp_path / "states", 1)[0], ref) < 1e-5
+    assert history["epochs"][1]["train_loss"] == pytest.approx(ref_history["epochs"][1]["train_loss"], abs=1e-5)
+    with pytest.raises(ValueError, match=r"already trained 2 epoch\(s\), and epochs=2 counts the whole run; set epochs above 2"):
+        train(again, detect_runtime(1, "cpu"))

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kitlib.keras_runtime import keras_runtime  # noqa: E402
+from kitlib.keras.runtime import keras_runtime  # noqa: E402
 
 backend, out = sys.argv[1], Path(sys.argv[2])
 out.mkdir(parents=True, exist_ok=True)
@@ -22,8 +22,8 @@ rt = keras_runtime(backend, 8, virtual_replicas=2)
 import numpy as np  # noqa: E402
 
 from kitlib.data import read_csv_checked  # noqa: E402
-from kitlib.keras_data import make_dataset, predict_probabilities  # noqa: E402
-from kitlib.keras_model import (  # noqa: E402
+from kitlib.keras.data import make_dataset, predict_probabilities  # noqa: E402
+from kitlib.keras.model import (  # noqa: E402
     KerasModelConfig,
     build_classifier,
     compile_classifier,
@@ -31,14 +31,15 @@ from kitlib.keras_model import (  # noqa: E402
     load_classifier,
     save_classifier,
 )
-from kitlib.keras_runtime import count_compiles, guarded  # noqa: E402
+from kitlib.compat import keras_guarded as guarded  # noqa: E402
+from kitlib.keras.runtime import count_compiles  # noqa: E402
 
 DATA = ROOT / "data" / "jigsaw-sample"
 CACHE = ROOT / ".cache"
 train = read_csv_checked(DATA / "train.csv", label_cols=("toxic",))
 valid = read_csv_checked(DATA / "validation.csv", label_cols=("toxic",))
 probe = valid.text.tolist()[:50]
-res: dict = {"backend": rt.backend, "replicas": rt.num_replicas, "global_batch": rt.global_batch, "kind": rt.kind}
+res: dict = {"backend": rt.backend, "replicas": rt.num_replicas, "global_batch": rt.global_batch, "accelerator": rt.accelerator, "virtual_replicas": rt.virtual_replicas}
 
 if backend == "tensorflow" and len(sys.argv) > 3:
     # the .keras file saved under 2 JAX devices, reloaded under TF

@@ -6,13 +6,13 @@
 * any other ``preset`` (e.g. ``"xlm_roberta_base_multi"``) loads keras-hub's preset (on Kaggle,
   attach the Keras model; elsewhere it needs internet).
 
-The classifier is built with ``preprocessor=None``: the pipelines in :mod:`kitlib.keras_data`
+The classifier is built with ``preprocessor=None``: the pipelines in :mod:`kitlib.keras.data`
 run the preprocessor themselves. One output unit with a sigmoid, both in float32 under any dtype
 policy (:func:`_float32_head`): ``P(toxic)``.
 
 Pass the runtime's ``scope`` factory to build, compile and load: models go inside it (TF: the
 strategy's scope; under JAX the global ``DataParallel`` distribution is already set by
-:func:`kitlib.keras_runtime.keras_runtime`), preprocessors outside it.
+:func:`kitlib.keras.runtime.keras_runtime`), preprocessors outside it.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, ContextManager
 
-from .atomic import atomic_dir
-from .tokenizer import SPM_FILE, train_sentencepiece
+from ..atomic import atomic_dir, atomic_write
+from ..tokenizer import SPM_FILE, TOKENIZER_TEXT_FILES, tokenizer_training_texts, train_sentencepiece
 
 PREPROCESSOR_DIR = "preprocessor"  # next to model.keras: the tokenizer proto and the sequence length
 PREPROCESSOR_JSON = "preprocessor.json"
@@ -56,36 +56,23 @@ class KerasModelConfig:
     seed: int = 0
 
 
-def sample_texts(data_dir: str | os.PathLike) -> list[str]:
-    """Text of ``train.csv``, ``validation.csv`` and ``test.csv`` in ``data_dir`` (the tokenizer's training text)."""
-    from .data import read_csv_checked
-
-    texts: list[str] = []
-    for name in ("train.csv", "validation.csv", "test.csv"):
-        p = Path(data_dir) / name
-        if p.is_file():
-            texts += read_csv_checked(p)["text"].tolist()
-    if not texts:
-        raise FileNotFoundError(f"{data_dir}: no train.csv, validation.csv or test.csv to train a tokenizer on")
-    return texts
-
-
 def tiny_tokenizer_proto(data_dir: str | os.PathLike, cache_dir: str | os.PathLike, vocab_size: int = 8000) -> Path:
     """The cached SentencePiece proto for ``preset="tiny"``, trained on first use (about 10 s on the sample).
 
-    Cached under ``cache_dir`` by a hash of the vocabulary size and the CSV bytes, so a changed
-    data folder gets its own proto.
+    Trained on :func:`kitlib.tokenizer.tokenizer_training_texts` of ``data_dir``; cached under
+    ``cache_dir`` by a hash of the vocabulary size and those CSVs' bytes, so a changed data folder
+    gets its own proto. Written atomically (:func:`kitlib.atomic.atomic_write`).
     """
     h = hashlib.sha256(f"keras-tiny-spm:{vocab_size}".encode())
-    for name in ("train.csv", "validation.csv", "test.csv"):
+    for name in TOKENIZER_TEXT_FILES:
         p = Path(data_dir) / name
         if p.is_file():
             h.update(p.read_bytes())
     out = Path(cache_dir) / f"keras-tiny-spm-{h.hexdigest()[:12]}" / SPM_FILE
     if not out.is_file():
-        tmp = out.with_name(f".{SPM_FILE}.{os.getpid()}.tmp")
-        train_sentencepiece(sample_texts(data_dir), tmp, vocab_size=vocab_size)
-        os.replace(tmp, out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        texts = tokenizer_training_texts(data_dir)
+        atomic_write(out, lambda tmp: train_sentencepiece(texts, tmp, vocab_size=vocab_size))
     return out
 
 
@@ -106,7 +93,7 @@ def build_classifier(
         cfg: the model configuration.
         data_dir: the CSV folder (tokenizer training text for ``preset="tiny"``).
         cache_dir: where the tiny tokenizer proto is cached.
-        scope: the runtime's scope factory (:attr:`kitlib.keras_runtime.KerasRuntime.scope`).
+        scope: the runtime's scope factory (:attr:`kitlib.keras.runtime.KerasRuntime.scope`).
 
     Returns:
         ``classifier``: a functional ``keras.Model`` made of keras-hub's
@@ -119,11 +106,11 @@ def build_classifier(
     Raises:
         FileNotFoundError: ``preset="tiny"`` and ``data_dir`` has no CSV to train the tokenizer on.
     """
-    from .keras_runtime import hub
-
     import keras
 
-    h = hub()
+    from ..compat import keras_hub_xlmr
+
+    h = keras_hub_xlmr()
     # Seed first: under TF, keras.utils.set_random_seed -> tf.random.set_seed clears the eager
     # kernel cache, which frees a tf-text SentencePiece resource made before it ("NOT_FOUND:
     # Resource .../SentencepieceOp ... does not exist" at the first tokenization, TF 2.21).
@@ -220,13 +207,7 @@ def save_classifier(model, preprocessor, path: str | os.PathLike) -> Path:
     if path.suffix != ".keras":
         raise ValueError(f"{path}: Keras model files end in .keras")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.keras")
-    try:
-        model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(path, model.save, suffix=".keras")  # Keras names the format by the file's suffix
     with atomic_dir(path.parent / PREPROCESSOR_DIR) as tmp_dir:  # the old folder or the new one, never neither
         proto = preprocessor.tokenizer.proto
         (tmp_dir / SPM_FILE).write_bytes(proto if isinstance(proto, bytes) else Path(proto).read_bytes())
@@ -249,14 +230,14 @@ def load_classifier(path: str | os.PathLike, *, scope: Callable[[], ContextManag
     """
     import keras
 
-    from .keras_runtime import hub
+    from ..compat import keras_hub_xlmr
 
     path = Path(path)
     pre_dir = path.parent / PREPROCESSOR_DIR
     for p in (path, pre_dir):
         if not p.exists():
-            raise FileNotFoundError(f"{p}: not found (written by kitlib.keras_model.save_classifier)")
-    h = hub()
+            raise FileNotFoundError(f"{p}: not found (written by kitlib.keras.model.save_classifier)")
+    h = keras_hub_xlmr()
     with scope():
         model = keras.saving.load_model(path)
     seq_len = json.loads((pre_dir / PREPROCESSOR_JSON).read_text())["sequence_length"]

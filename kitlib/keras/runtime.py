@@ -6,7 +6,7 @@ One entry point, :func:`keras_runtime`, gives a notebook the same things whateve
 backend      distribution                                         ``scope()``
 ===========  ===================================================  ==============================
 tensorflow   a ``tf.distribute`` strategy from                    ``strategy.scope()`` (a fresh
-             :func:`kitlib.strategy.detect_strategy`              one per call)
+             :func:`kitlib.keras.strategy.detect_strategy`        one per call)
 jax          ``keras.distribution.DataParallel(devices=           a no-op context; the
              list_devices())`` set globally before any model is   distribution is global
              built or loaded (only with 2 or more devices)
@@ -19,9 +19,9 @@ CPU mean TensorFlow (when installed). Keras reads ``KERAS_BACKEND`` once, at its
 and a process holds one backend: call :func:`keras_runtime` (or :func:`select_backend`) before
 anything imports ``keras`` or ``keras_hub``.
 
-Keras / keras-hub version drift is handled here and nowhere else: :func:`hub` (keras-hub, or
-keras-nlp's older names on images that only ship that), :func:`sync_jax_state`,
-:func:`make_data_parallel`.
+The accelerator is named as everywhere in the kit (:data:`kitlib.hardware.ACCELERATOR_KINDS`:
+``"tpu"``, ``"cuda"``, ``"cpu"``). Keras / keras-hub version drift lives in :mod:`kitlib.compat`
+(the keras-hub class names, the JAX trainer's state after a failed call).
 """
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, ContextManager
 
+from ..hardware import ACCELERATOR_KINDS, accelerator_kind
 from . import strategy as tf_strategy
+from .precision import mixed_precision_policy
 
 BACKENDS = ("auto", "tensorflow", "jax")
 XLA_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -69,7 +71,7 @@ def _jax_sees_tpu() -> bool:
 
 def _gpu_count() -> int:
     """NVIDIA GPUs, counted without initialising any framework (:func:`kitlib.hardware.cuda_device_count`)."""
-    from .hardware import cuda_device_count
+    from ..hardware import cuda_device_count
 
     return cuda_device_count()
 
@@ -155,7 +157,7 @@ def select_backend(backend: str, *, virtual_replicas: int = 0) -> None:
         backend: ``"tensorflow"`` or ``"jax"``.
         virtual_replicas: N > 0 under JAX appends ``--xla_force_host_platform_device_count=N`` to
             ``XLA_FLAGS``, which JAX reads at import (XLA CPU client option). Under TensorFlow
-            the CPU split happens later, in :func:`kitlib.strategy.set_virtual_cpu_replicas`.
+            the CPU split happens later, in :func:`kitlib.keras.strategy.set_virtual_cpu_replicas`.
 
     Raises:
         RuntimeError: Keras is already imported with another backend, or JAX is already
@@ -193,7 +195,7 @@ class KerasRuntime:
 
     Attributes:
         backend: ``"tensorflow"`` or ``"jax"``.
-        kind: device kind: ``"tpu"``, ``"gpu"``, ``"cpu"`` or ``"virtual-cpu"``.
+        accelerator: ``"tpu"``, ``"cuda"`` or ``"cpu"`` (:data:`kitlib.hardware.ACCELERATOR_KINDS`).
         num_replicas: data-parallel replicas (TF: ``num_replicas_in_sync``; JAX: devices).
         per_replica_batch: examples per replica per step.
         global_batch: ``per_replica_batch * num_replicas``: the batch size every pipeline uses.
@@ -207,10 +209,11 @@ class KerasRuntime:
         reason: why this backend and distribution (one line).
         strategy: the ``tf.distribute.Strategy`` (TF only).
         distribution: the ``keras.distribution.DataParallel`` (JAX with 2+ devices only).
+        virtual_replicas: N > 0 when the replicas are N emulated CPU devices (the test hook).
     """
 
     backend: str
-    kind: str
+    accelerator: str
     num_replicas: int
     per_replica_batch: int
     global_batch: int
@@ -220,6 +223,11 @@ class KerasRuntime:
     reason: str
     strategy: Any = None
     distribution: Any = None
+    virtual_replicas: int = 0
+
+    def __post_init__(self):
+        if self.accelerator not in ACCELERATOR_KINDS:
+            raise ValueError(f"accelerator {self.accelerator!r} is not one of {ACCELERATOR_KINDS}")
 
     def describe(self) -> str:
         """One line: backend, distribution, replicas, batch, reason."""
@@ -227,17 +235,11 @@ class KerasRuntime:
             "DataParallel" if self.distribution is not None else "single device"
         )
         pol = f", policy {self.precision_policy}" if self.precision_policy else ""
+        where = f"{self.accelerator}, virtual" if self.virtual_replicas else self.accelerator
         return (
-            f"keras runtime: {self.backend} / {how} x{self.num_replicas} ({self.kind}), global batch "
+            f"keras runtime: {self.backend} / {how} x{self.num_replicas} ({where}), global batch "
             f"{self.global_batch} = {self.per_replica_batch} x {self.num_replicas}{pol}: {self.reason}"
         )
-
-
-def make_data_parallel(devices: list[str]):
-    """``keras.distribution.DataParallel`` over ``devices`` (Keras >= 3.0 takes ``devices=``)."""
-    import keras
-
-    return keras.distribution.DataParallel(devices=devices)
 
 
 def keras_runtime(
@@ -254,7 +256,7 @@ def keras_runtime(
     Args:
         backend: ``"auto"``, ``"tensorflow"`` or ``"jax"`` (see :func:`choose_backend`).
         per_replica_batch: examples per replica (per device) per step.
-        mixed_precision: ``mixed_bfloat16`` on TPU, ``mixed_float16`` on GPU; CPU stays float32.
+        mixed_precision: set the policy :func:`kitlib.keras.precision.mixed_precision_policy` gives.
         virtual_replicas: N > 0 emulates N CPU replicas (TF: logical CPUs under
             ``MirroredStrategy``; JAX: ``--xla_force_host_platform_device_count=N``). Tests only.
         probes: machine probes for :func:`choose_backend` (tests).
@@ -268,7 +270,7 @@ def keras_runtime(
         ValueError: bad backend name or batch size.
         RuntimeError: see :func:`select_backend`, :func:`choose_backend`; under JAX, fewer
             devices than ``virtual_replicas``.
-        kitlib.strategy.TPUUnusableError: TensorFlow was requested on a TPU it cannot use.
+        kitlib.keras.strategy.TPUUnusableError: TensorFlow was requested on a TPU it cannot use.
     """
     if per_replica_batch < 1:
         raise ValueError(f"per_replica_batch must be >= 1, not {per_replica_batch}")
@@ -279,9 +281,9 @@ def keras_runtime(
             per_replica_batch, mixed_precision=mixed_precision, virtual_cpu_replicas=virtual_replicas, log=None
         )
         rt = KerasRuntime(
-            "tensorflow", info.kind, info.num_replicas, info.per_replica_batch, info.global_batch, info.scope,
-            False if info.kind == "virtual-cpu" else "auto", info.precision_policy,
-            f"{choice.reason}; {info.reason}", strategy=info.strategy,
+            "tensorflow", info.accelerator, info.num_replicas, info.per_replica_batch, info.global_batch, info.scope,
+            False if info.virtual_replicas else "auto", info.precision_policy,
+            f"{choice.reason}; {info.reason}", strategy=info.strategy, virtual_replicas=info.virtual_replicas,
         )
     else:
         import keras
@@ -291,139 +293,23 @@ def keras_runtime(
             raise RuntimeError(f"JAX sees {len(devices)} device(s), {virtual_replicas} asked for")
         if virtual_replicas:
             devices = devices[:virtual_replicas]
-        kind = devices[0].split(":")[0].lower()
-        kind = {"cuda": "gpu"}.get(kind, kind)
-        if virtual_replicas and kind == "cpu":
-            kind = "virtual-cpu"
+        accelerator = accelerator_kind(devices[0])  # "cpu:0", "tpu:0", "cuda:0" (Keras's device strings)
         dist = None
         if len(devices) > 1:
-            dist = make_data_parallel(devices)
+            dist = keras.distribution.DataParallel(devices=devices)
             keras.distribution.set_distribution(dist)
-        policy = None
-        if mixed_precision and kind in ("tpu", "gpu"):
-            policy = "mixed_bfloat16" if kind == "tpu" else "mixed_float16"
+        policy = mixed_precision_policy(accelerator) if mixed_precision else None
+        if policy:
             keras.mixed_precision.set_global_policy(policy)
         n = len(devices)
         rt = KerasRuntime(
-            "jax", kind, n, per_replica_batch, per_replica_batch * n, contextlib.nullcontext, "auto", policy,
-            f"{choice.reason}; {n} JAX {kind} device(s)", distribution=dist,
+            "jax", accelerator, n, per_replica_batch, per_replica_batch * n, contextlib.nullcontext, "auto", policy,
+            f"{choice.reason}; {n} JAX {accelerator} device(s)", distribution=dist,
+            virtual_replicas=virtual_replicas if accelerator == "cpu" else 0,
         )
     if log is not None:
         log(rt.describe())
     return rt
-
-
-# ----------------------------------------------------------------------------- version drift
-
-def hub() -> SimpleNamespace:
-    """The XLM-R classes under their current names, from keras-hub or (older images) keras-nlp.
-
-    keras-hub 0.18+ names them ``XLMRobertaTextClassifier`` / ``XLMRobertaTextClassifierPreprocessor``;
-    keras-nlp 0.x called them ``XLMRobertaClassifier`` / ``XLMRobertaPreprocessor``.
-
-    Returns:
-        A namespace with ``Backbone``, ``Tokenizer``, ``Classifier``, ``Preprocessor`` and ``module``.
-    """
-    try:
-        import keras_hub as m
-    except ImportError:  # pragma: no cover - images with keras-nlp only
-        import keras_nlp as m
-    models = m.models
-    return SimpleNamespace(
-        module=m,
-        Backbone=models.XLMRobertaBackbone,
-        Tokenizer=models.XLMRobertaTokenizer,
-        Classifier=getattr(models, "XLMRobertaTextClassifier", None) or models.XLMRobertaClassifier,
-        Preprocessor=getattr(models, "XLMRobertaTextClassifierPreprocessor", None) or models.XLMRobertaPreprocessor,
-    )
-
-
-def sync_jax_state(model) -> bool:
-    """After a failed ``fit``/``predict`` under JAX, copy the trainer's state back into the variables.
-
-    Keras's JAX trainer keeps the variables in a detached state while ``fit``/``predict`` run
-    and writes them back at the end; an exception in between (e.g. ``IndivisibleError`` from an
-    uneven batch) leaves the model's weights detached until ``model.jax_state_sync()`` runs.
-
-    Returns:
-        True when the state was synced, False when this Keras has no ``jax_state_sync``.
-    """
-    fn = getattr(model, "jax_state_sync", None)
-    if fn is None:
-        return False
-    fn()
-    return True
-
-
-def _jax_model_variables(model) -> list:
-    """Every variable Keras's JAX trainer detaches during fit/predict (trainable, non-trainable, optimizer, metrics)."""
-    seen, out = set(), []
-    opt = getattr(model, "optimizer", None)
-    for v in [*model.trainable_variables, *model.non_trainable_variables,
-              *(opt.variables if opt is not None else []), *getattr(model, "metrics_variables", [])]:
-        if id(v) not in seen:
-            seen.add(id(v))
-            out.append(v)
-    return out
-
-
-def guarded(model, method: str, *args, checkpoint: str | os.PathLike | None = None, **kwargs):
-    """``getattr(model, method)(*args, **kwargs)``; under JAX, reattach the model's state if it raises.
-
-    Keras's JAX trainer detaches ("purges") the model's variables when ``fit``/``evaluate``/
-    ``predict`` start and writes the state back at the end (``jax_state_sync``). An exception in
-    between (``IndivisibleError`` from an uneven batch, a bad input, an interrupt) leaves the
-    variables empty: the next call fails with ``'NoneType' object is not callable``. Here, after a
-    failure: the state of the last completed step is written back with ``model.jax_state_sync()``;
-    a failure before the first step (no such state) gets the values the variables held before
-    the call (JAX arrays are immutable and are donated only when a step runs). Relies on the
-    trainer's ``_jax_state``/``_value`` attributes (Keras 3.x JAX trainer), handled only here.
-
-    Args:
-        model: a Keras model.
-        method: ``"fit"``, ``"predict"`` or ``"evaluate"``.
-        checkpoint: the last saved ``.keras`` file, named in the error if the state is lost.
-
-    Raises:
-        Whatever the call raises, unchanged, with a note that the state was restored; or
-        RuntimeError chained to it when some state could not be restored (its buffers were
-        donated to a step that failed), saying to reload ``checkpoint`` with ``keras.saving.load_model``.
-    """
-    import keras
-
-    if keras.backend.backend() != "jax":
-        return getattr(model, method)(*args, **kwargs)
-    variables = _jax_model_variables(model)
-    before = {id(v): getattr(v, "_value", None) for v in variables}
-    if hasattr(model, "_jax_state"):
-        model._jax_state = None  # so a stale state from an earlier failed call is never written back
-    try:
-        return getattr(model, method)(*args, **kwargs)
-    except Exception as e:
-        lost = []
-        try:
-            if getattr(model, "_jax_state", None) is not None:
-                sync_jax_state(model)
-            for v in _jax_model_variables(model):
-                if getattr(v, "_value", 1) is None:
-                    old = before.get(id(v))
-                    if old is None or (hasattr(old, "is_deleted") and old.is_deleted()):
-                        lost.append(v.path)
-                    else:
-                        v._value = old
-            model._jax_state, model._jax_state_synced = None, True
-        except Exception as sync_error:  # noqa: BLE001 - reported below with the original error
-            lost.append(f"({type(sync_error).__name__}: {sync_error})")
-        if lost:
-            where = f" from {checkpoint}" if checkpoint else ""
-            raise RuntimeError(
-                f"model.{method} failed ({type(e).__name__}: {e}) and the model's JAX state could not be "
-                f"restored ({len(lost)} variable(s), e.g. {lost[0]}): reload the last checkpoint{where} with "
-                "keras.saving.load_model"
-            ) from e
-        if hasattr(e, "add_note"):
-            e.add_note(f"kitlib: the model's state was restored (jax_state_sync) after the failed {method}")
-        raise
 
 
 class _CompileCounter(logging.Handler):

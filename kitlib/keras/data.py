@@ -9,10 +9,12 @@ Every batch has the shape ``[global_batch, sequence_length]``:
   and slices the first ``n`` rows: exactly one output row per input row, in input order, with
   one compiled shape.
 
-The pipeline is ``tf.data`` under the TensorFlow backend (text tokenized once by the
-preprocessor's TF path, :func:`tokenize_tf`, then sliced, shuffled and batched) and ``grain``
+The pipeline is ``tf.data`` under the TensorFlow backend (text tokenized once, by the
+preprocessor's TF path, :func:`tokenize_tf`, or by a Hugging Face tokenizer,
+:class:`kitlib.keras.pretrained.HFPreprocessor`; then sliced, shuffled and batched) and ``grain``
 under JAX (the preprocessor runs its pure-Python path per batch, so no TensorFlow is needed).
-Both yield ``({"token_ids": int32 [B, L], "padding_mask": int32 [B, L]}, labels float32 [B])``:
+Both yield ``({"token_ids": int32 [B, L], "padding_mask": int32 [B, L]}, labels float32 [B])``
+(plus per-row weights float32 [B] when ``sample_weight`` is given):
 the boolean ``padding_mask`` keras-hub makes is cast to int32, because boolean inputs fail under
 ``MirroredStrategy`` (measured on TF 2.21).
 """
@@ -47,6 +49,7 @@ def make_dataset(
     shuffle: bool = False,
     seed: int = 0,
     drop_remainder: bool = True,
+    sample_weight: Sequence[float] | np.ndarray | None = None,
 ):
     """A batched, preprocessed dataset for ``model.fit``/``evaluate``/``predict``.
 
@@ -59,13 +62,17 @@ def make_dataset(
         shuffle: shuffle rows (TF: reshuffled every epoch; grain: one fixed permutation per ``seed``).
         seed: the shuffle seed.
         drop_remainder: drop the last partial batch (must be True for training under JAX).
+        sample_weight: ``[N]`` per-row loss weights (e.g. ``pos_weight`` on the positive rows,
+            :func:`row_weights`), or None.
 
     Returns:
-        ``tf.data.Dataset`` (TF backend) or ``grain.MapDataset`` (JAX backend) of ``(x, y)``
-        (or ``x`` when ``labels`` is None); ``x`` as in the module docstring.
+        ``tf.data.Dataset`` (TF backend) or ``grain.MapDataset`` (JAX backend) of ``(x, y)``,
+        ``(x, y, w)`` with ``sample_weight``, or ``x`` when ``labels`` is None; ``x`` as in the
+        module docstring.
 
     Raises:
-        ValueError: ``texts`` and ``labels`` differ in length, or ``drop_remainder`` leaves no batch.
+        ValueError: ``texts`` and ``labels`` (or ``sample_weight``) differ in length, weights
+            without labels, or ``drop_remainder`` leaves no batch.
         ImportError: JAX backend without grain.
     """
     texts = [str(t) for t in texts]
@@ -74,6 +81,13 @@ def make_dataset(
         labels = np.asarray(labels, dtype=np.float32)
         if len(labels) != n:
             raise ValueError(f"{n} texts but {len(labels)} labels")
+    if sample_weight is not None:
+        if labels is None:
+            raise ValueError("sample_weight given without labels")
+        sample_weight = np.asarray(sample_weight, dtype=np.float32)
+        if len(sample_weight) != n:
+            raise ValueError(f"{n} texts but {len(sample_weight)} sample weights")
+    targets = None if labels is None else (labels,) if sample_weight is None else (labels, sample_weight)
     if global_batch < 1:
         raise ValueError(f"global_batch must be >= 1, not {global_batch}")
     if drop_remainder and n < global_batch:
@@ -81,17 +95,23 @@ def make_dataset(
     if _backend() == "tensorflow":
         import tensorflow as tf
 
-        enc = tokenize_tf(texts, preprocessor)
-        ds = tf.data.Dataset.from_tensor_slices(enc if labels is None else (enc, labels))
+        enc = tokenize_tf(texts, preprocessor) if _is_keras_layer(preprocessor) else _to_int32(dict(preprocessor(texts)))
+        ds = tf.data.Dataset.from_tensor_slices(enc if targets is None else (enc, *targets))
         if shuffle:
             ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
         return ds.batch(global_batch, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
     text_arr = np.asarray(texts, dtype=object)
+    # A Hugging Face tokenizer tokenizes everything once, here: its Rust object is not safe to call
+    # from grain's reader threads at once ("Already borrowed"); keras-hub's preprocessor runs per batch.
+    pre_tokenized = None if _is_keras_layer(preprocessor) else _to_int32(dict(preprocessor(texts)))
 
     def prep_rows(idx):
         idx = np.asarray(idx)
-        out = _to_int32(dict(preprocessor(list(text_arr[idx]))))
-        return out if labels is None else (out, labels[idx])
+        if pre_tokenized is None:
+            out = _to_int32(dict(preprocessor(list(text_arr[idx]))))
+        else:
+            out = {k: v[idx] for k, v in pre_tokenized.items()}
+        return out if targets is None else (out, *(t[idx] for t in targets))
 
     try:
         import grain
@@ -103,11 +123,28 @@ def make_dataset(
     # Build the preprocessor's layers here, in one thread: Keras builds a layer on its first call,
     # and grain's reader threads calling an unbuilt preprocessor at once race in that build
     # ("You cannot add new elements of state ... to a layer that is already built").
-    preprocessor(texts[:1])
+    if pre_tokenized is None:
+        preprocessor(texts[:1])
     ds = grain.MapDataset.range(n)
     if shuffle:
         ds = ds.shuffle(seed=seed)
     return ds.batch(global_batch, drop_remainder=drop_remainder).map(prep_rows)
+
+
+def _is_keras_layer(preprocessor) -> bool:
+    import keras
+
+    return isinstance(preprocessor, keras.layers.Layer)
+
+
+def row_weights(labels, pos_weight: float) -> np.ndarray:
+    """float32 ``[N]``: ``pos_weight`` for rows labelled >= 0.5, 1 for the others (Keras's ``sample_weight``).
+
+    Keras averages the weighted binary cross-entropy over the batch's rows (``sum(w * loss) / B``),
+    which is torch's ``BCEWithLogitsLoss(pos_weight=pos_weight)`` on the same batch.
+    """
+    y = np.asarray(labels, dtype=np.float32)
+    return np.where(y >= 0.5, np.float32(pos_weight), np.float32(1.0)).astype(np.float32)
 
 
 def tokenize_tf(texts: Sequence[str], preprocessor, chunk: int = 1024) -> dict[str, np.ndarray]:
@@ -168,15 +205,15 @@ def predict_probabilities(model, texts: Sequence[str], preprocessor, global_batc
         ValueError: no texts; the model gives another output width or row count, or
             probabilities narrower than float32 (a bfloat16/float16 output layer).
     """
-    from .keras_runtime import guarded
+    from ..compat import keras_guarded
 
     padded, n = pad_to_multiple(texts, global_batch)
     ds = make_dataset(padded, None, preprocessor, global_batch, drop_remainder=True)
-    raw = np.asarray(guarded(model, "predict", ds, verbose=0, checkpoint=checkpoint))
+    raw = np.asarray(keras_guarded(model, "predict", ds, verbose=0, checkpoint=checkpoint))
     if raw.dtype.itemsize < 4:  # bfloat16 / float16: 8 or 11 significant bits, ties in the ranking
         raise ValueError(
             f"the model returns {raw.dtype} probabilities (too coarse: ROC AUC sees ties); build it with "
-            "kitlib.keras_model.build_classifier, whose output layer is float32 under any dtype policy"
+            "kitlib.keras.model.build_classifier, whose output layer is float32 under any dtype policy"
         )
     out = raw.astype(np.float32)
     if out.shape[0] != len(padded):
@@ -198,6 +235,7 @@ def write_submission(
     sample_submission: str | os.PathLike | None,
     test: str | os.PathLike | None,
     column: str = "toxic",
+    source: str = "",
 ) -> "kitlib.merge.MergeResult":  # noqa: F821
     """Write ``id,<column>`` rows with the main job's rules (one world-size-1 shard through :mod:`kitlib.merge`).
 
@@ -212,6 +250,8 @@ def write_submission(
         output: the submission CSV.
         sample_submission, test: Kaggle's ``sample_submission.csv`` and ``test.csv`` (either may be None).
         column: the prediction column name.
+        source: what predicted (e.g. ``"model artifacts/keras-xlmr/model.keras"``), recorded beside
+            ``output``; replacing another writer's submission is said (:mod:`kitlib.provenance`).
 
     Raises:
         ValueError: ``ids`` and ``probabilities`` differ in length, or ``probabilities`` is not ``[N]``.
@@ -220,8 +260,9 @@ def write_submission(
             message names the file). Nothing is written then, and an existing ``output`` is
             left as it was.
     """
-    from .merge import MergeError, merge_shards
-    from .shards import write_shard
+    from .. import provenance
+    from ..merge import MergeError, merge_shards
+    from ..shards import write_shard
 
     probabilities = np.asarray(probabilities, dtype=np.float32)
     ids = [str(i) for i in ids]
@@ -235,7 +276,7 @@ def write_submission(
         raise MergeError(
             f"{len(bad)} non-finite {column!r} probabilit(ies) (nan or inf) for id(s) {shown}; nothing written to "
             f"{output}. A NaN is what float16/bfloat16 inference gives when a logit overflows: predict with the "
-            "float32 head of kitlib.keras_model.build_classifier, or in float32"
+            "float32 head of kitlib.keras.model.build_classifier, or in float32"
         )
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -244,4 +285,5 @@ def write_submission(
             tmp, rank=0, world_size=1, num_rows=len(ids), rows=np.arange(len(ids)), ids=ids,
             predictions={column: probabilities}, run_id="keras",
         )
-        return merge_shards([tmp], output, sample_submission=sample_submission, test=test)
+        return merge_shards([tmp], output, sample_submission=sample_submission, test=test,
+                            writer=provenance.KERAS, source=source)

@@ -17,7 +17,7 @@ A resolver without a TPU raises ``ValueError``; TPU initialisation can raise
 ``tf.errors.NotFoundError``: both mean "try the next one". Where a TPU is evidently present
 (``TPU_*`` variables, ``/dev/accel*``) but TensorFlow cannot use it, as on Kaggle's TPU image,
 which ships ``tensorflow-cpu``, the detector raises :class:`TPUUnusableError` (or warns, if asked)
-instead of silently training on the CPU: use the JAX backend there (:mod:`kitlib.keras_runtime`).
+instead of silently training on the CPU: use the JAX backend there (:mod:`kitlib.keras.runtime`).
 
 TensorFlow is imported inside the functions, never at ``import kitlib``.
 """
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 # One probe of the machine for torch and TensorFlow alike (kitlib.hardware): TPU variables and /dev files.
-from .hardware import TPU_ENV_VARS, tpu_evidence  # noqa: E402,F401  (tests replace strategy.tpu_evidence)
+from ..hardware import TPU_ENV_VARS, tpu_evidence  # noqa: E402,F401  (tests replace strategy.tpu_evidence)
+from .precision import mixed_precision_policy
 
 
 class TPUUnusableError(RuntimeError):
@@ -44,7 +45,7 @@ class StrategyInfo:
 
     Attributes:
         strategy: the ``tf.distribute.Strategy``; build and compile models inside ``strategy.scope()``.
-        kind: ``"tpu"``, ``"gpu"``, ``"cpu"`` or ``"virtual-cpu"``.
+        accelerator: ``"tpu"``, ``"cuda"`` or ``"cpu"`` (:data:`kitlib.hardware.ACCELERATOR_KINDS`).
         num_replicas: ``strategy.num_replicas_in_sync``.
         per_replica_batch: examples per replica per step.
         global_batch: examples per step, ``per_replica_batch * num_replicas`` (the batch size the
@@ -52,15 +53,17 @@ class StrategyInfo:
         precision_policy: the Keras mixed-precision policy set (``"mixed_bfloat16"``,
             ``"mixed_float16"``), or None when left alone.
         reason: one line saying what was found.
+        virtual_replicas: N > 0 when the replicas are N logical CPUs (the test hook), else 0.
     """
 
     strategy: Any
-    kind: str
+    accelerator: str
     num_replicas: int
     per_replica_batch: int
     global_batch: int
     precision_policy: str | None
     reason: str
+    virtual_replicas: int = 0
 
     def scope(self):
         """A fresh ``strategy.scope()`` context (a factory: the default strategy's scope is single-use)."""
@@ -69,8 +72,9 @@ class StrategyInfo:
     def describe(self) -> str:
         """One line: ``strategy: TPUStrategy x8 (tpu), global batch 128 = 16 x 8, ...: reason``."""
         pol = f", policy {self.precision_policy}" if self.precision_policy else ""
+        where = f"{self.accelerator}, virtual" if self.virtual_replicas else self.accelerator
         return (
-            f"strategy: {type(self.strategy).__name__} x{self.num_replicas} ({self.kind}), global batch "
+            f"strategy: {type(self.strategy).__name__} x{self.num_replicas} ({where}), global batch "
             f"{self.global_batch} = {self.per_replica_batch} x {self.num_replicas}{pol}: {self.reason}"
         )
 
@@ -156,9 +160,8 @@ def detect_strategy(
     Args:
         per_replica_batch: examples per replica per step (ignored when ``global_batch`` is given).
         global_batch: examples per step instead; must divide evenly by the replica count.
-        mixed_precision: set the Keras policy ``mixed_bfloat16`` on TPU or ``mixed_float16`` on
-            GPU (Keras "Mixed precision" guide: bfloat16 is native on TPU, float16 on T4 tensor
-            cores); CPU runs stay float32.
+        mixed_precision: set the Keras policy :func:`kitlib.keras.precision.mixed_precision_policy`
+            gives the accelerator found (CPU runs stay float32).
         virtual_cpu_replicas: N > 0 splits the CPU into N logical devices under
             ``MirroredStrategy`` (a test hook; must run before TF initialises; skips TPU and GPU).
         tpu_address: a specific TPU name/address instead of trying ``'local'`` then the default.
@@ -189,11 +192,11 @@ def detect_strategy(
         set_virtual_cpu_replicas(virtual_cpu_replicas)
         devices = [d.name for d in tf.config.list_logical_devices("CPU")][:virtual_cpu_replicas]
         strategy = tf.distribute.MirroredStrategy(devices=devices)
-        kind, reason = "virtual-cpu", f"{virtual_cpu_replicas} virtual CPU replica(s) (test hook)"
+        accelerator, reason = "cpu", f"{virtual_cpu_replicas} virtual CPU replica(s) (test hook)"
     if strategy is None and try_tpu:
         strategy, how = _try_tpu(tf, tpu_address)
         if strategy is not None:
-            kind, reason = "tpu", f"TPU found by {how}"
+            accelerator, reason = "tpu", f"TPU found by {how}"
         else:
             evidence = tpu_evidence()
             if evidence:
@@ -201,7 +204,7 @@ def detect_strategy(
                     f"A TPU is present ({evidence}) but TensorFlow cannot use it "
                     f"(installed: {installed_tensorflow()}; {'; '.join(how)}). Kaggle's TPU image ships "
                     "tensorflow-cpu: train with the JAX backend instead (notebook parameter backend='jax' "
-                    "or 'auto', or KERAS_BACKEND=jax; see kitlib.keras_runtime). Do not pip install the "
+                    "or 'auto', or KERAS_BACKEND=jax; see kitlib.keras.runtime). Do not pip install the "
                     "full tensorflow wheel over the image's tensorflow-cpu."
                 )
                 if on_unusable_tpu == "raise":
@@ -212,10 +215,10 @@ def detect_strategy(
         gpus = tf.config.list_physical_devices("GPU")
         if len(gpus) >= 2:
             strategy = tf.distribute.MirroredStrategy()
-            kind, reason = "gpu", f"{len(gpus)} GPUs"
+            accelerator, reason = "cuda", f"{len(gpus)} GPUs"
         else:
             strategy = tf.distribute.get_strategy()
-            kind = "gpu" if gpus else "cpu"
+            accelerator = "cuda" if gpus else "cpu"
             reason = "1 GPU" if gpus else "no TPU or GPU"
     n = int(strategy.num_replicas_in_sync)
     if global_batch is not None:
@@ -226,13 +229,13 @@ def detect_strategy(
                 f"use {lo or n} or {hi}, or give per_replica_batch instead"
             )
         per_replica_batch = global_batch // n
-    policy = None
-    if mixed_precision and kind in ("tpu", "gpu"):
+    policy = mixed_precision_policy(accelerator) if mixed_precision else None
+    if policy:
         import keras
 
-        policy = "mixed_bfloat16" if kind == "tpu" else "mixed_float16"
         keras.mixed_precision.set_global_policy(policy)
-    info = StrategyInfo(strategy, kind, n, per_replica_batch, per_replica_batch * n, policy, reason)
+    info = StrategyInfo(strategy, accelerator, n, per_replica_batch, per_replica_batch * n, policy, reason,
+                        virtual_cpu_replicas)
     if log is not None:
         log(info.describe())
     return info

@@ -1,0 +1,15 @@
+"""The Keras side of the kit (TensorFlow or JAX backend), one module per concept:
+
+* :mod:`kitlib.keras.runtime`: the Keras backend choice and the data-parallel runtime a notebook
+  builds its models in (``keras_runtime()``), and compile counting.
+* :mod:`kitlib.keras.strategy`: the TensorFlow ``tf.distribute`` strategy detector.
+* :mod:`kitlib.keras.precision`: the mixed-precision policy per accelerator.
+* :mod:`kitlib.keras.data`: fixed-shape input pipelines, padded prediction, the submission file.
+* :mod:`kitlib.keras.model`: the classifier (keras-hub): build, compile, save, load.
+
+Shared with the torch side: the machine probe and the accelerator names
+(:mod:`kitlib.hardware`: ``"tpu"``, ``"cuda"``, ``"cpu"``), the CSV rules (:mod:`kitlib.data`),
+the paths (:mod:`kitlib.paths`), the submission merger (:mod:`kitlib.merge`) and version drift
+(:mod:`kitlib.compat`). Importing this package imports neither Keras nor a backend: a process
+holds one backend, chosen by :func:`kitlib.keras.runtime.keras_runtime` before Keras is imported.
+"""
