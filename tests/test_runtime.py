@@ -139,6 +139,7 @@ def _child(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a child imports torch_xla and launches (~90-110 s under contention)
 def test_touching_the_device_before_launch_is_a_clear_error():
     """A notebook that ran torch_xla.device() in the parent gets told what to do."""
     r = _child("""
@@ -173,6 +174,7 @@ def test_tensorflow_before_torch_xla_is_refused_not_aborted():
     assert "REFUSED: TensorFlow is imported in this process and torch_xla is not" in r.stdout
 
 
+@pytest.mark.slow  # a child imports torch_xla and launches 2 replicas (~90-110 s under contention)
 def test_xla_replicas_start_without_warnings_that_say_nothing():
     """No "Defaulting to PJRT_DEVICE=CPU" and no TF/torch_xla conflict warning (TF is never imported)."""
     r = _child("""
