@@ -82,10 +82,15 @@ def _blend(args) -> int:
     from .blend import blend  # BlendError is a ValueError: refused input, exit 2 (run_command)
 
     try:
-        r = blend(args.inputs, args.output, weights=args.weights, rank=args.rank, sample_submission=args.sample_submission)
+        with warnings.catch_warnings():  # a replaced submission is printed below, as a note
+            warnings.simplefilter("ignore", provenance.SubmissionReplaced)
+            r = blend(args.inputs, args.output, weights=args.weights, rank=args.rank,
+                      sample_submission=args.sample_submission)
     except OSError as e:  # the inputs were read by then: writing failed (the old output is kept)
         print(f"error: {e if isinstance(e, CannotWrite) else CannotWrite(args.output, e)}", file=sys.stderr)
         return EXIT_IO
+    if r.replaced:
+        print(f"note: {r.replaced}", file=sys.stderr)
     how = "ranks" if r.rank else "predictions"
     print(f"wrote {r.output}: {r.num_rows} rows, the weighted mean of {len(args.inputs)} files' {how} "
           f"(weights {', '.join(f'{w:.3g}' for w in r.weights)}), columns id,{','.join(r.columns)}")

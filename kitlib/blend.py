@@ -13,8 +13,9 @@ The guarantees are the merger's (:mod:`kitlib.merge`): ids are compared as the e
 the files (``"007"`` is not ``"7"``); every input holds exactly the same ids, each once, and
 the same prediction columns; every value is a finite number; rows come in the sample
 submission's order (without one, the first file's); anything else is refused, naming the file,
-the column and the id(s), and nothing is written. The output is written atomically
-(:func:`kitlib.atomic.atomic_write`): an existing file is replaced only by a complete one.
+the column and the id(s), and nothing is written. The output is written atomically and its
+writer recorded (:func:`kitlib.provenance.write_recorded`): an existing file is replaced only by a
+complete one, and replacing another writer's submission is said.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class BlendResult:
     columns: tuple[str, ...]
     weights: tuple[float, ...]
     rank: bool
+    replaced: str | None = None  # what the write replaced, when another writer's file (kitlib.provenance)
 
 
 def _preview(values, total: int | None = None) -> str:
@@ -117,7 +119,7 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
     import numpy as np
     import pandas as pd
 
-    from .atomic import atomic_write
+    from . import provenance
 
     paths = [Path(p) for p in inputs]
     if len(paths) < 2:
@@ -154,5 +156,7 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
             total[c] += weight * v
     out = pd.DataFrame({"id": ref_ids.to_numpy(), **total})
     output = Path(output)
-    atomic_write(output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"))
-    return BlendResult(output, len(out), columns, w, rank)
+    replaced = provenance.write_recorded(output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"),
+                                         writer=provenance.BLEND, source=f"blend of {', '.join(map(str, paths))}",
+                                         rows=len(out))
+    return BlendResult(output, len(out), columns, w, rank, replaced)

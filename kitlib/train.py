@@ -7,8 +7,10 @@
     history = train(job, rt)                               # launch(_mp_fn, job, rt), then the history
 
 One replica per device runs :func:`_mp_fn` with its :class:`kitlib.replica.Replica`; the launch
-mode (:data:`kitlib.runtime.MODES`) decides the collectives: ``xla`` on a TPU (and ``xla-cpu``),
-``nccl`` on CUDA GPUs, ``gloo`` for eager CPU replicas. The replica program never branches on it.
+mode's backend (:data:`kitlib.runtime.MODES`, :mod:`kitlib.backends`) decides the collectives
+(``xla`` on a TPU and ``xla-cpu``, ``nccl`` on CUDA GPUs, ``gloo`` for eager CPU replicas), how a
+step is taken (``replica.optimizer_step``) and the precision (:mod:`kitlib.backends.precision`:
+fp16 always through a ``GradScaler``). The replica program never branches on it.
 
 Patterns (``TrainJob.pattern``):
 
@@ -47,7 +49,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import compat
 from . import recipe as recipes
 from .atomic import atomic_dir
 from .checkpoint import (HISTORY_FILE, continue_history, replacing_message, restore_training_state, resume_message,
@@ -55,6 +56,8 @@ from .checkpoint import (HISTORY_FILE, continue_history, replacing_message, rest
 from .data import plan_batches, read_csv_checked
 from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities, with_text_prefix
+from .backends.distributed import average_gradients  # noqa: F401  (was defined here)
+from .backends.precision import check as check_precision
 from .runtime import Runtime, holds_global_rank0, launch
 
 PATTERNS = ("optimizer_step", "ddp")
@@ -94,8 +97,8 @@ class TrainJob:
             None: no persistent cache.
         rank_states_dir: if set, every replica saves its final ``state_dict`` (CPU tensors) to
             ``<dir>/rank-<r>.pt`` (to check that replicas hold identical parameters).
-        precision: ``"auto"`` (bf16 autocast on a TPU, fp32 elsewhere), ``"fp32"`` or ``"bf16"``;
-            the head and the loss stay float32.
+        precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"`` (with a ``GradScaler``): the rule,
+            and what ``"auto"`` is on each device, is :mod:`kitlib.backends.precision`'s.
     """
 
     checkpoint: str
@@ -125,8 +128,7 @@ class TrainJob:
             raise ValueError(f"pattern must be one of {PATTERNS}, not {self.pattern!r}")
         if self.recipe != recipes.AUTO and self.recipe not in recipes.RECIPES:
             raise ValueError(f"recipe must be {recipes.AUTO!r} or one of {', '.join(recipes.RECIPES)}, not {self.recipe!r}")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"precision must be auto, fp32 or bf16 for training, not {self.precision!r}")
+        check_precision(self.precision, "TrainJob.precision")
         for name in ("epochs", "batch_size", "max_len", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
@@ -203,20 +205,6 @@ def _tokenize(tokenizer, texts: list[str], max_len: int):
     return enc["input_ids"], enc["attention_mask"]
 
 
-def average_gradients(model, replica) -> None:
-    """All-reduce every parameter gradient over the replicas and divide by the world size.
-
-    What ``xm.optimizer_step`` does before stepping, for nccl/gloo. Parameters without a
-    gradient are skipped (every replica must have the same ones).
-    """
-    if replica.world_size == 1:
-        return
-    for p in model.parameters():
-        if p.grad is not None:
-            replica.all_reduce_sum(p.grad)
-            p.grad.div_(replica.world_size)
-
-
 def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, job: TrainJob, replica):
     """Probabilities for the validation rows of one replica, left on the device.
 
@@ -254,19 +242,17 @@ def _mp_fn(replica, job: TrainJob) -> None:
             :func:`kitlib.data.read_csv_checked`.
     """
     import torch
-    import torch.distributed as dist
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
     from tqdm.auto import tqdm
 
-    rank, world, master, xla = replica.rank, replica.world_size, replica.is_master, replica.xla
-    if xla and job.compile_cache_dir and not replica.threaded:
-        compat.xla_initialize_cache(str(Path(job.compile_cache_dir) / f"proc-{replica.local_rank}"))
+    rank, world, master = replica.rank, replica.world_size, replica.is_master
+    replica.use_compile_cache(job.compile_cache_dir)
     labels = (job.label_col,)
     with replica.together("reading the data and loading the model"):
         train_df = read_csv_checked(job.train_csv, text_col=job.text_col, label_cols=labels, limit=job.train_limit)
         valid_df = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=labels, limit=job.valid_limit)
         torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
-        tokenizer, model = load_classifier(job.checkpoint, xla=xla, head_for_training=True)
+        tokenizer, model = load_classifier(job.checkpoint, xla=replica.xla, head_for_training=True)
     job = recipes.resolve(job)  # (train() has already; _mp_fn may also be launched directly)
     recipe = recipes.RECIPES[job.recipe]
     recipes.prepare_model(model, recipe)
@@ -290,21 +276,11 @@ def _mp_fn(replica, job: TrainJob) -> None:
     valid_rows = validation_rows(len(valid_df), world, rank, job.batch_size)
     valid_labels = valid_df[job.label_col].to_numpy(np.float32)
 
-    net, ddp = model, job.pattern == "ddp" and (xla or world > 1)
-    if ddp:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        if xla:
-            replica.init_xla_process_group()
-        device_ids = [replica.device.index] if replica.mode.device == "cuda" else None
-        # broadcast_buffers=False: the models' buffers (position / token type ids) are constants, the
-        # same on every replica; broadcasting them would add a collective to every step.
-        # Gradients as bucket views are never averaged when the replicas are threads of one process
-        # (xla-cpu; pytorch/xla#8841): there each gradient keeps its own copy.
-        net = DDP(model, device_ids=device_ids, gradient_as_bucket_view=not replica.threaded, broadcast_buffers=False)
+    net = replica.wrap_model(model, job.pattern)  # DDP, where the pattern and the backend call for it
     optimizer = recipes.make_optimizer(model, recipe, job.lr, job.weight_decay)
+    take_step = replica.optimizer_step(optimizer, model, net, job.precision)  # backward, exchange, step
     scheduler = recipes.make_scheduler(optimizer, recipe, len(loader) * job.epochs)
-    stateful = {"optimizer": optimizer, **({"scheduler": scheduler} if scheduler is not None else {})}
+    stateful = {"optimizer": optimizer, "scaler": take_step.scaler, **({"scheduler": scheduler} if scheduler else {})}
     pos_weight = recipes.positive_weight(train_df[job.label_col].to_numpy(), recipe)
     pos_weight = None if pos_weight is None else torch.tensor(pos_weight, dtype=torch.float32, device=replica.device)
     # Resuming (kitlib.checkpoint): starting from a kit-trained folder continues its run. Restore after every
@@ -314,10 +290,11 @@ def _mp_fn(replica, job: TrainJob) -> None:
     restored = restore_training_state(job.checkpoint, **stateful)[1] if resumed else []
 
     history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
-               "pattern": job.pattern, "ddp_wrapped": ddp, "precision": replica.precision(job.precision),
-               "config": asdict(job), "recipe": recipes.describe(recipe, job.lr),
-               "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
-               "epochs": [], "step_loss": [], "compile_counts": [] if xla else None}
+               "pattern": job.pattern, "ddp_wrapped": net is not model, "precision": replica.precision(job.precision),
+               "grad_scaler": take_step.scaler is not None,
+               "config": asdict(job), "recipe": recipes.describe(recipe, job.lr), "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
+               "epochs": [], "step_loss": [],
+               "compile_counts": None if replica.compile_count() is None else []}
     continue_history(history, resumed)
     if master and resumed:
         tqdm.write(f"resumed from {job.checkpoint} after epoch {resumed.epochs_done}; restored: {', '.join(restored) or 'nothing'}")
@@ -341,25 +318,15 @@ def _mp_fn(replica, job: TrainJob) -> None:
                 with replica.autocast(job.precision):
                     logits = net(input_ids=ids, attention_mask=mask).logits
                 loss = classification_loss(logits, y, pos_weight)
-                loss.backward()
-                if ddp:
-                    optimizer.step()  # DDP's backward already averaged the gradients
-                elif xla:
-                    compat.xla_optimizer_step(optimizer)
-                else:
-                    average_gradients(model, replica)
-                    optimizer.step()
+                take_step(loss)
                 if scheduler is not None:
                     scheduler.step()
                 loss_total += loss.detach()
                 global_step += 1
                 if master and global_step % job.log_every == 0:
-                    if xla:
-                        compat.xla_add_step_closure(log_loss, (global_step, loss))
-                    else:
-                        log_loss(global_step, loss)
-            if xla and master:
-                history["compile_counts"].append(compat.xla_compile_count())
+                    replica.after_step(log_loss, (global_step, loss))
+            if master and history["compile_counts"] is not None:
+                history["compile_counts"].append(replica.compile_count())
         run_loss = replica.all_reduce_sum(loss_total.clone()).item()  # sum over replicas and steps so far
         train_loss, done_loss = (run_loss - done_loss) / (len(loader) * world), run_loss
         train_seconds = time.perf_counter() - t0
@@ -373,7 +340,7 @@ def _mp_fn(replica, job: TrainJob) -> None:
         record = {"epoch": epoch + 1, "train_loss": train_loss, "valid_loss": valid_loss,
                   "valid_auc": auc, "train_seconds": train_seconds,
                   "valid_seconds": time.perf_counter() - t0, "steps": len(loader),
-                  "compile_count": compat.xla_compile_count() if xla else None}
+                  "compile_count": replica.compile_count()}
         history["epochs"].append(record)
         if master:
             tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "
@@ -387,8 +354,6 @@ def _mp_fn(replica, job: TrainJob) -> None:
         if master:
             save_checkpoint(model, tokenizer, job.out_dir, history, valid_df["id"].tolist(), probs, job.label_col,
                             training_state=dict(global_step=global_step, **stateful))
-    if ddp and xla and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
@@ -418,7 +383,8 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
 def read_history(out_dir: str | os.PathLike) -> dict:
     """The ``train_history.json`` of a trained checkpoint folder (see :func:`_mp_fn`).
 
-    Keys: ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``, ``config``, ``steps_per_epoch``,
+    Keys: ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``,
+    ``grad_scaler`` (True: fp16 steps went through a ``GradScaler``), ``config``, ``steps_per_epoch``,
     ``global_batch``, ``epochs`` (one dict per epoch: ``train_loss``, ``valid_loss``,
     ``valid_auc``, ``train_seconds``, ``valid_seconds``, ``steps``, ``compile_count``),
     ``step_loss`` (``[step, loss]`` pairs logged by the master), ``compile_counts`` (XLA: the
@@ -518,7 +484,8 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
 
     Raises:
         ValueError: ``max_len`` is above the model's position table; ``rt``'s launch mode has
-            no collectives for more than one replica (``xla-cpu-processes``); the training labels
+            no collectives for more than one replica (``xla-cpu-processes``); the precision cannot
+            train there (fp16 on XLA: :mod:`kitlib.backends.precision`); the training labels
             hold one class (:func:`check_labels`); a resumed run has no epoch left to train; the
             recipe is unknown (:func:`kitlib.recipe.resolve`).
         kitlib.runtime.ReplicaError: a replica failed; names its rank and the original error.
@@ -531,8 +498,6 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
         print(resume_message(resumed, job.epochs, asdict(job)))
     elif note := replacing_message(job.out_dir, job.checkpoint):
         print(note)
-    if rt.launch_mode.collectives is None and (rt.world_size or 2) > 1:
-        raise ValueError(f"launch mode {rt.mode!r} has no collectives ({rt.launch_mode.summary}); "
-                         "train with accelerator='cpu' (gloo) or 'xla-cpu'")
+    rt.backend.check_training(rt, job.precision)
     launch(_mp_fn, job, rt, start_method)
     return read_history(job.out_dir) if holds_global_rank0(rt) else None

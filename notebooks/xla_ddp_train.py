@@ -55,7 +55,7 @@ train_limit = 0  # 0: every training row; else the first N rows
 valid_limit = 0  # 0: every row of the per-epoch validation set; else the first N rows
 seed = 0
 log_every = 10  # the master logs the step loss every N steps
-precision = "auto"  # "auto": bf16 autocast on TPU, fp32 elsewhere; or "fp32", "bf16" (head and loss stay float32)
+precision = "auto"  # "auto", "fp32", "bf16" or "fp16": the rule is kitlib/backends/precision.py's
 
 
 # %%

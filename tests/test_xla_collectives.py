@@ -2,7 +2,7 @@
 
 The multi-replica TPU path (``xm.optimizer_step``'s all-reduce, DDP over ``xla://``,
 ``all_gather``, ``together``) runs here for real: thread replicas launch their graphs in rank
-order through :class:`kitlib.replica._Turnstile`, without which the first all-reduce aborts the
+order through :class:`kitlib.backends.xla_threads._Turnstile`, without which the first all-reduce aborts the
 process (two compiled modules, two XLA rendezvous: "op_id=0" vs "op_id=1").
 
 * the turnstile itself, on plain threads: rank order, waiting for every rank, stopping when a
@@ -31,8 +31,9 @@ import torch
 
 from conftest import ROOT, SAMPLE
 from support.rank_states import max_diff, rank_states
-from kitlib import replica as replica_mod
-from kitlib.replica import PeerFailed, _Turnstile
+from kitlib.backends import xla_threads
+from kitlib.backends.xla_threads import _Turnstile
+from kitlib.replica import PeerFailed
 from kitlib.runtime import detect_runtime
 from kitlib.train import PATTERNS, TrainJob, read_history, train
 
@@ -130,7 +131,7 @@ def test_turnstile_stops_the_others_when_a_rank_leaves_or_fails():
 
 
 def test_turnstile_names_the_missing_rank_when_the_ranks_disagree(monkeypatch):
-    monkeypatch.setattr(replica_mod, "TURN_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(xla_threads, "TURN_TIMEOUT_S", 0.3)
     turnstile = _Turnstile(2)
     expected = r"replica rank 0 waited \d+ s to launch graph 1 \(all_gather\) for rank\(s\) \[1\]: thread replicas must"
     with pytest.raises(RuntimeError, match=expected):
