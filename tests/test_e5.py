@@ -156,14 +156,9 @@ def test_resolve_checkpoint_knows_the_name(e5_folder):
 
 
 def test_pushed_notebook_naming_the_packaged_model_gets_advice_not_a_hub_name():
-    import sys
-
     import jupytext
 
-    from conftest import ROOT
-
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from kaggle_kernels.offline import internet_needs
+    from kaggle_kit.offline import internet_needs
 
     nb = jupytext.reads('# %% tags=["parameters"]\nmodel = "multilingual-e5-small"\n\n# %%\nimport kitlib\n', fmt="py:percent")
     (need,) = internet_needs(nb)
