@@ -176,7 +176,8 @@ class RecipeSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """``peak * factors[step]``: the recipe's rate at every optimizer step, from :func:`kitlib.recipe.lr_factor`.
 
     The factors are computed once by the torch side's function (one home for the warm-up and
-    decay rule) and looked up here; past the last step the last factor holds.
+    decay rule) and looked up here, for steps ``0 .. total_steps`` (the last entry, the rate
+    after the run's last step, holds for any later step).
     """
 
     def __init__(self, peak: float, factors):
@@ -192,7 +193,7 @@ class RecipeSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
         if total_steps < 1:
             raise ValueError(f"total_steps must be >= 1, not {total_steps}")
-        return cls(peak, [lr_factor(s, recipe, total_steps) for s in range(total_steps)])
+        return cls(peak, [lr_factor(s, recipe, total_steps) for s in range(total_steps + 1)])
 
     def __call__(self, step):
         table = keras.ops.convert_to_tensor(np.asarray(self.factors, dtype=np.float32))
