@@ -25,7 +25,7 @@ KAGGLE_TESTS := tests/test_kaggle_image.py tests/test_versions.py tests/test_not
 	tests/test_keras_runtime.py tests/test_keras_backends.py tests/test_data.py tests/test_merge.py
 KAGGLE_DESELECT := not tensorflow_before_torch_xla and not test_tf_ and not reloads_under_tf
 
-.PHONY: setup setup-torch submission test test-kaggle-image benchmark clean
+.PHONY: setup setup-torch submission test test-fast test-kaggle-image benchmark clean
 
 setup: $(STAMP)
 setup-torch: $(TORCH_STAMP)
@@ -60,6 +60,10 @@ submission: $(TORCH_STAMP)
 test: $(STAMP)
 	$(PY) scripts/check_pairs.py
 	$(PY) -m pytest -q
+
+# The fast tier (README "Tests"): every module, without the notebooks and multi-replica jobs.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 $(KAGGLE_STAMP): requirements/kaggle-tpu.txt pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: make test-kaggle-image needs Python 3.12 (Kaggle's TPU image runs 3.12):" \

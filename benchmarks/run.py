@@ -1,7 +1,7 @@
-"""Benchmarks: merge speed, XLA compilations, padding waste, the kit against plain eager torch.
+"""Benchmarks: merge speed, XLA compilations, padding waste, the kit against plain eager torch, memory.
 
-    .venv/bin/python benchmarks/run.py            # all four (about 8 minutes on 2 cores)
-    .venv/bin/python benchmarks/run.py merge      # one of: merge compile padding eager
+    .venv/bin/python benchmarks/run.py            # all five (about 10 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py merge      # one of: merge compile padding eager memory
 
 Every figure is a ratio of two things measured in the same run on the same machine, and the
 machine is printed first. Each measured job runs in a fresh subprocess, so peak memory
@@ -309,7 +309,92 @@ def bench_eager(tmp: Path) -> None:
           f"({one[0] / two[0]:.2f}x; no target: replicas on the same cores only share them)")
 
 
-PARTS = {"merge": bench_merge, "compile": bench_compile, "padding": bench_padding, "eager": bench_eager}
+# ---------------------------------------------------------------- 5. memory in the notebook's process
+MEMORY_JOB = """\
+import json, sys, time
+def vm(key):
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(key)) / 1024
+import kitlib, transformers
+from kitlib import infer
+from kitlib.infer import InferJob, predict
+from kitlib.merge import merge_shards
+from kitlib.runtime import detect_runtime
+part, checkpoint, test_csv, work = sys.argv[1:5]
+transformers.AutoTokenizer.from_pretrained(checkpoint)  # the tokenizer's own memory is not the test set's
+start, t = vm("VmRSS:"), time.perf_counter()
+if part == "parent":  # predict's work in the notebook's process before the replicas: read, check, tokenize, plan
+    infer.launch = lambda fn, plan, rt, start_method="fork": None
+    predict(InferJob(checkpoint=checkpoint, test_csv=test_csv, shard_dir=work + "/run", batch_size=32, max_len=128),
+            detect_runtime(1, "cpu"))
+else:  # and after them: predict's merge without a sample submission (ordered and checked by the test file)
+    merge_shards([work + "/shards"], work + "/sub.csv", test=test_csv)
+print(json.dumps({"start_mib": start, "peak_mib": vm("VmHWM:"), "seconds": time.perf_counter() - t,
+                  "kitlib": kitlib.__file__}))
+"""
+
+
+def bench_memory(tmp: Path) -> None:
+    """Peak memory (VmHWM) of the notebook's process at 1k, 8k and 32k rows, against the packed ids.
+
+    Rows are the sample's texts repeated (ids suffixed). Measured: predict's own work before the
+    replicas start (reading, checking and tokenizing the test set, choosing the bucket lengths;
+    the replicas are not started) and its merge afterwards (8 shards written by
+    :func:`kitlib.shards.write_shard`). Each job runs in a fresh process that imports kitlib from
+    ``$PYTHONPATH`` (default: this checkout), so ``PYTHONPATH=/other/checkout`` measures another
+    version with the same script and inputs.
+    """
+    import numpy as np
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    from kitlib.data import token_lengths
+    from kitlib.shards import write_shard
+
+    ck = tiny_checkpoint()
+    kit = os.environ.get("PYTHONPATH") or str(ROOT)
+    print("\n## 5. Memory in the notebook's process (VmHWM), tiny model's tokenizer, max_len 128, the sample's texts repeated")
+    (tmp / "memory.py").write_text(MEMORY_JOB)
+    test = pd.read_csv(SAMPLE / "test.csv", dtype=str, keep_default_na=False)
+    per_copy = int(token_lengths(AutoTokenizer.from_pretrained(ck), test["content"].tolist(), 128).sum())
+    rows_list, res = (1000, 8000, 32000), {}
+    for rows in rows_list:
+        big = pd.concat([test.assign(id=test["id"] + f"-{k}") for k in range(-(-rows // len(test)))]).iloc[:rows]
+        work = tmp / f"memory-{rows}"
+        work.mkdir()
+        big.to_csv(work / "test.csv", index=False)
+        for rank in range(8):
+            r = np.arange(rank, rows, 8)
+            write_shard(work / "shards", rank=rank, world_size=8, num_rows=rows, rows=r, ids=big["id"].to_numpy(object)[r],
+                        predictions={"toxic": (r % 97 / 97).astype(np.float32)}, run_id="bench")
+        packed = 4 * per_copy * rows / len(test) / 2**20  # int32 ids, MiB
+        for part in ("parent", "merge"):
+            out = subprocess.run([sys.executable, str(tmp / "memory.py"), part, str(ck), str(work / "test.csv"), str(work)],
+                                 capture_output=True, text=True, cwd=tmp, env={**os.environ, "PYTHONPATH": kit, "HF_HUB_OFFLINE": "1"})
+            if out.returncode:  # an older kitlib may refuse a file (its merge read CSVs over 1 MB by other rules)
+                res[part, rows] = {"failed": out.stderr.strip().splitlines()[-1][:150]}
+                continue
+            res[part, rows] = {**json.loads(out.stdout.strip().splitlines()[-1]), "packed": packed}
+
+        def show(r: dict, what: str) -> str:
+            if "failed" in r:
+                return f"{what} FAILED ({r['failed']})"
+            return f"{what} {r['peak_mib']:6,.0f} MiB peak ({r['peak_mib'] - r['start_mib']:+6,.0f} over its start, {r['seconds']:4.1f} s)"
+
+        print(f"  {rows:6,d} rows ({(work / 'test.csv').stat().st_size / 2**20:5.1f} MiB CSV, packed ids {packed:5.1f} MiB): "
+              f"{show(res['parent', rows], 'before the replicas')}; {show(res['merge', rows], 'merge')}", flush=True)
+    for lo, hi in ((1000, 32000), (8000, 32000)):
+        for part in ("parent", "merge"):
+            if "failed" in res[part, hi] or "failed" in res[part, lo]:
+                continue
+            dpacked = res[part, hi]["packed"] - res[part, lo]["packed"]
+            grow = res[part, hi]["peak_mib"] - res[part, lo]["peak_mib"]
+            print(f"  {part:6s} {lo:6,d} -> {hi:,} rows: peak {grow:+7,.1f} MiB, packed ids {dpacked:+5.1f} MiB: "
+                  f"{grow / dpacked:5.2f}x (target <= 1.0: no faster than the packed ids)")
+    print(f"  kitlib measured: {Path(res['parent', 1000]['kitlib']).parent if 'kitlib' in res['parent', 1000] else kit}")
+
+
+PARTS = {"merge": bench_merge, "compile": bench_compile, "padding": bench_padding, "eager": bench_eager,
+         "memory": bench_memory}
 
 
 def main() -> None:

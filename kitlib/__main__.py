@@ -1,9 +1,18 @@
 """Command line: ``python -m kitlib merge SHARDS... -o submission.csv [--sample-submission FILE]``.
 
-Exit status 0 on success (``note: ...`` lines on stderr name columns dropped or ignored, and a
-submission of another writer replaced: :mod:`kitlib.provenance`); 2 with
-``error: ...`` on stderr, and no output file (an existing one is left as it was), when the shards
-cannot give a correct submission (see :func:`kitlib.merge.merge_shards`).
+Exit status (every command):
+
+====  =====================================================================================
+0     success (``note: ...`` lines on stderr name columns dropped or ignored, and a
+      submission of another writer replaced: :mod:`kitlib.provenance`)
+1     an I/O failure: one line ``error: cannot write <output>: <reason>`` (a full disk, a file
+      too large, no permission, a read-only folder: ENOSPC, EFBIG, EACCES, EROFS) or
+      ``error: cannot read <file>: <reason>``
+2     refused input: one line ``error: ...`` naming the file, rank, row or id (the shards cannot
+      give a correct submission: see :func:`kitlib.merge.merge_shards`); also argparse's usage errors
+====  =====================================================================================
+
+Whatever the failure, no output file is written and an existing one is left as it was.
 """
 from __future__ import annotations
 
@@ -13,6 +22,39 @@ import warnings
 
 from . import provenance
 from .merge import MergeError, merge_shards
+from .storage import CannotWrite
+
+EXIT_OK, EXIT_IO, EXIT_REFUSED = 0, 1, 2
+
+
+def _merge(args) -> int:
+    with warnings.catch_warnings():  # a replaced submission is printed below, as a note
+        warnings.simplefilter("ignore", provenance.SubmissionReplaced)
+        r = merge_shards(args.shards, args.output, sample_submission=args.sample_submission, test=args.test,
+                         writer=provenance.CLI)
+    for note in r.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(
+        f"wrote {r.output}: {r.num_rows} rows from {r.num_shards} shard(s), "
+        f"{r.num_padding_duplicates} padding duplicate(s) dropped, columns id,{','.join(r.prediction_columns)}"
+    )
+    return EXIT_OK
+
+
+def run_command(command, args) -> int:
+    """``command(args)`` with its failures as one ``error:`` line on stderr and the exit status above."""
+    try:
+        return command(args)
+    except (MergeError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    except CannotWrite as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_IO
+    except OSError as e:  # a read (a file written above as CannotWrite)
+        what = e.filename if e.filename is not None else "a file"
+        print(f"error: cannot read {what}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_IO
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,22 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("-o", "--output", required=True, help="submission CSV to write")
     m.add_argument("--sample-submission", help="write rows in this file's order; its ids must all be predicted")
     m.add_argument("--test", help="test CSV: the order for shards without a row index; checked against kit shards")
+    m.set_defaults(run=_merge)
     args = parser.parse_args(argv)
-    try:
-        with warnings.catch_warnings():  # a replaced submission is printed below, as a note
-            warnings.simplefilter("ignore", provenance.SubmissionReplaced)
-            r = merge_shards(args.shards, args.output, sample_submission=args.sample_submission, test=args.test,
-                             writer=provenance.CLI)
-    except MergeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for note in r.notes:
-        print(f"note: {note}", file=sys.stderr)
-    print(
-        f"wrote {r.output}: {r.num_rows} rows from {r.num_shards} shard(s), "
-        f"{r.num_padding_duplicates} padding duplicate(s) dropped, columns id,{','.join(r.prediction_columns)}"
-    )
-    return 0
+    return run_command(args.run, args)
 
 
 if __name__ == "__main__":

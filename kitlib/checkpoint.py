@@ -99,6 +99,19 @@ def resume_message(point: ResumePoint, epochs: int, config: dict | None = None) 
     return msg
 
 
+def replacing_message(out_dir: str | os.PathLike, checkpoint: str | os.PathLike) -> str | None:
+    """A note when a fresh run (from ``checkpoint``) will replace an earlier run's folder ``out_dir``; else None.
+
+    None when ``out_dir`` holds no kit-trained run, or when the run starts from ``out_dir`` itself
+    (that resumes it).
+    """
+    point = resume_point(out_dir)
+    if point is None or Path(out_dir).resolve() == Path(checkpoint).resolve():
+        return None
+    return (f"note: {out_dir} holds a run of {point.epochs_done} epoch(s); this run starts afresh from {checkpoint} "
+            f"and replaces it when it finishes. To continue that run instead, start from it (model={out_dir})")
+
+
 def continue_history(history: dict, point: ResumePoint | None) -> dict:
     """Carry an earlier run's epochs, step losses and compile counts into a new ``history`` (in place).
 

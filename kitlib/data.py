@@ -8,14 +8,161 @@ input shape, so a ragged tail or per-batch dynamic padding would recompile (torc
 """
 from __future__ import annotations
 
+import itertools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
 TEXT_COLUMNS = ("content", "comment_text")  # test.csv / train.csv + validation.csv
+# Rows read and tokenized at a time: transformers keeps a Python list per row of a call (measured on
+# 63,812 long comments at max_len 512: 9.9 GB in one call, 1.1 GB in chunks of 2,048, same tokens).
+CHUNK_ROWS = 2048
+
+
+def csv_columns(path: str | os.PathLike) -> list[str]:
+    """The header of a CSV, read by the kit's CSV rules (:func:`read_csv_strings`).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: not a readable UTF-8 CSV (the file named).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    return list(read_csv_strings(path, nrows=0).columns)
+
+
+def read_csv_strings(path: str | os.PathLike, *, usecols: list[str] | None = None, nrows: int | None = None,
+                     chunk_rows: int | None = None):
+    """Read a CSV by the kit's one set of CSV rules, whatever the file's size.
+
+    The rules: pandas' C parser (RFC 4180 quoting: a quoted field may hold commas, quotes written
+    twice and newlines), UTF-8, every field kept as its exact string (``dtype=str``, no NA
+    parsing: ``"NA"``, ``"007"`` and ``""`` stay as written), blank lines skipped. Every CSV of the
+    competition (test, train, validation, sample submission) is read through here, by
+    :func:`read_csv_checked`, by :func:`tokenize_csv`, by the replicas, and by the merge
+    (:mod:`kitlib.merge`), so a file one of them accepts is never unreadable to another.
+
+    Args:
+        path: the CSV.
+        usecols: only these columns (the others are parsed, then dropped).
+        nrows: only the first ``nrows`` data rows.
+        chunk_rows: None: one DataFrame; else an iterator of DataFrames of at most this many rows
+            (the index counts data rows from 0 over the whole file).
+
+    Raises:
+        ValueError: not a readable UTF-8 CSV, naming the file (with ``chunk_rows``, raised while
+            iterating).
+    """
+    kw = dict(dtype=str, keep_default_na=False, encoding="utf-8", usecols=usecols, nrows=nrows)
+    if chunk_rows is None:
+        try:
+            return pd.read_csv(path, **kw)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a readable UTF-8 CSV ({e})") from None
+    return _csv_chunks(path, kw, chunk_rows)
+
+
+def _csv_chunks(path, kw: dict, chunk_rows: int) -> Iterator[pd.DataFrame]:
+    try:
+        with pd.read_csv(path, chunksize=chunk_rows, **kw) as reader:
+            yield from reader
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a readable UTF-8 CSV ({e})") from None
+
+
+def read_ids(path: str | os.PathLike, id_col: str = "id") -> np.ndarray:
+    """object ``[num_rows]``: the id column as exact strings, in file order, by the kit's CSV rules.
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: unreadable, or no ``id_col`` column (file named).
+    """
+    columns = csv_columns(path)
+    if id_col not in columns:
+        raise ValueError(f"{path}: missing column {id_col!r} (found {', '.join(columns)})")
+    return read_csv_strings(path, usecols=[id_col])[id_col].to_numpy(object)
+
+
+def check_unique_ids(ids, path, id_col: str = "id") -> None:
+    """Refuse a repeated id, naming the first one (in file order) and every data row (1-based) holding it.
+
+    Args:
+        ids: the whole id column, as strings (a sequence, ``pandas.Series`` or pyarrow array).
+
+    Raises:
+        ValueError: ``{path}: id '7' repeated at data rows [1, 3]``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = ids if isinstance(ids, (pa.Array, pa.ChunkedArray)) else pa.array(list(ids), pa.string())
+    if len(ids) == 0 or pc.count_distinct(ids).as_py() == len(ids):
+        return
+    counts = pc.value_counts(ids)
+    repeated = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+    first = ids.filter(pc.is_in(ids, value_set=repeated))[0].as_py()
+    rows = (np.flatnonzero(pc.equal(ids, first).to_numpy(zero_copy_only=False)) + 1).tolist()
+    raise ValueError(f"{path}: id {first!r} repeated at data rows {rows}")
+
+
+def iter_csv_checked(
+    path: str | os.PathLike,
+    *,
+    id_col: str = "id",
+    text_col: str | None = None,
+    label_cols: tuple[str, ...] = (),
+    limit: int | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+) -> Iterator[pd.DataFrame]:
+    """:func:`read_csv_checked`, chunk by chunk: the same checks, the same columns.
+
+    Memory holds one chunk's fields plus the ids seen so far (packed as one pyarrow string
+    array), never the whole file's texts. Each chunk's index counts data rows from 0 over the
+    whole file. The repeated-id check needs every id: it runs after the last chunk, so take every
+    chunk before trusting any.
+
+    Raises:
+        as :func:`read_csv_checked`; a bad chunk stops the iteration with the row named.
+    """
+    import pyarrow as pa
+
+    path = Path(path)
+    columns = csv_columns(path)
+    if text_col is None:
+        text_col = next((c for c in TEXT_COLUMNS if c in columns), None)
+        if text_col is None:
+            raise ValueError(f"{path}: no text column (looked for {', '.join(TEXT_COLUMNS)}; found {', '.join(columns)})")
+    for col in (id_col, text_col, *label_cols):
+        if col not in columns:
+            raise ValueError(f"{path}: missing column {col!r} (found {', '.join(columns)})")
+    seen, total = [], 0
+    for df in read_csv_strings(path, usecols=list(dict.fromkeys([id_col, text_col, *label_cols])), nrows=limit,
+                               chunk_rows=chunk_rows):
+        ids = df[id_col]
+        blank = ids.str.strip() == ""
+        if blank.any():
+            rows = (np.flatnonzero(blank.to_numpy()) + total + 1).tolist()[:5]
+            raise ValueError(f"{path}: blank {id_col!r} at data row(s) {rows}")
+        out = pd.DataFrame({"id": ids, "text": df[text_col]})
+        for col in label_cols:
+            vals = pd.to_numeric(df[col], errors="coerce")
+            bad = vals.isna() | (vals < 0) | (vals > 1)
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raise ValueError(f"{path}: column {col!r} at data row {total + i + 1} is {df[col].iloc[i]!r}, "
+                                 "not a number in [0, 1]")
+            out[col] = vals.astype(np.float32)
+        seen.append(pa.array(ids.to_numpy(object), pa.string()))
+        total += len(df)
+        yield out
+    if total == 0:
+        raise ValueError(f"{path}: no data rows")
+    check_unique_ids(pa.chunked_array(seen, pa.string()), path, id_col)
 
 
 def read_csv_checked(
@@ -27,6 +174,9 @@ def read_csv_checked(
     limit: int | None = None,
 ) -> pd.DataFrame:
     """Read a competition CSV and check the fields the kit relies on.
+
+    Parsed by the kit's CSV rules (:func:`read_csv_strings`); :func:`iter_csv_checked` gives the
+    same frames chunk by chunk.
 
     Args:
         path: the CSV (UTF-8; quoted fields may span lines).
@@ -41,45 +191,12 @@ def read_csv_checked(
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: a column is missing, an id is blank or repeated, or a label is not a number
-            in [0, 1]; the message names the file, the column and the data row (1-based, header
-            not counted).
+        ValueError: not a readable UTF-8 CSV, a column is missing, an id is blank or repeated, or a
+            label is not a number in [0, 1]; the message names the file, the column and the data
+            row (1-based, header not counted).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, nrows=limit)
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a readable UTF-8 CSV ({e})") from None
-    if text_col is None:
-        text_col = next((c for c in TEXT_COLUMNS if c in df.columns), None)
-        if text_col is None:
-            raise ValueError(f"{path}: no text column (looked for {', '.join(TEXT_COLUMNS)}; found {', '.join(df.columns)})")
-    for col in (id_col, text_col, *label_cols):
-        if col not in df.columns:
-            raise ValueError(f"{path}: missing column {col!r} (found {', '.join(df.columns)})")
-    ids = df[id_col]
-    blank = ids.str.strip() == ""
-    if blank.any():
-        rows = (np.flatnonzero(blank.to_numpy()) + 1).tolist()[:5]
-        raise ValueError(f"{path}: blank {id_col!r} at data row(s) {rows}")
-    dup = ids.duplicated(keep=False)
-    if dup.any():
-        first = ids[dup].iloc[0]
-        rows = (np.flatnonzero((ids == first).to_numpy()) + 1).tolist()
-        raise ValueError(f"{path}: id {first!r} repeated at data rows {rows}")
-    out = pd.DataFrame({"id": ids, "text": df[text_col]})
-    for col in label_cols:
-        vals = pd.to_numeric(df[col], errors="coerce")
-        bad = vals.isna() | (vals < 0) | (vals > 1)
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ValueError(f"{path}: column {col!r} at data row {i + 1} is {df[col].iloc[i]!r}, not a number in [0, 1]")
-        out[col] = vals.astype(np.float32)
-    if out.empty:
-        raise ValueError(f"{path}: no data rows")
-    return out.reset_index(drop=True)
+    chunks = list(iter_csv_checked(path, id_col=id_col, text_col=text_col, label_cols=label_cols, limit=limit))
+    return pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0].reset_index(drop=True)
 
 
 @dataclass(frozen=True)
@@ -173,10 +290,22 @@ def plan_batches(rows: np.ndarray, batch_size: int, seq_len: int, lengths: np.nd
     return plans
 
 
-def token_lengths(tokenizer, texts: list[str], max_len: int) -> np.ndarray:
+def token_lengths(tokenizer, texts: list[str], max_len: int, chunk_rows: int = CHUNK_ROWS) -> np.ndarray:
     """int64 ``[len(texts)]``: tokens per text after truncation to ``max_len``, special tokens included."""
-    enc = tokenizer(texts, truncation=True, max_length=max_len)
-    return np.fromiter((len(ids) for ids in enc["input_ids"]), dtype=np.int64, count=len(texts))
+    return np.concatenate([_encode(tokenizer, texts[s : s + chunk_rows], max_len)[0]
+                           for s in range(0, len(texts), chunk_rows)] or [np.zeros(0, np.int64)])
+
+
+def _encode(tokenizer, texts: list[str], max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """One tokenizer call: (int64 ``[len(texts)]`` lengths, int32 ``[sum(lengths)]`` packed ids).
+
+    transformers' per-row encodings live only inside this call, for at most a chunk of rows.
+    """
+    enc = tokenizer(list(texts), truncation=True, max_length=max_len, return_attention_mask=False,
+                    return_token_type_ids=False)["input_ids"]
+    lengths = np.fromiter((len(x) for x in enc), dtype=np.int64, count=len(enc))
+    ids = np.fromiter(itertools.chain.from_iterable(enc), dtype=np.int32, count=int(lengths.sum()))
+    return lengths, ids
 
 
 @dataclass(frozen=True)
@@ -184,7 +313,8 @@ class Tokens:
     """Every row of a text column tokenized once (truncated to ``max_len``, not padded), packed flat.
 
     Attributes:
-        ids: int32 ``[total_tokens]``: the rows' token ids one after another.
+        ids: int32 ``[total_tokens]``: the rows' token ids one after another (4 bytes a token; a
+            read-only memory map when loaded from a folder, shared by every replica that loads it).
         offsets: int64 ``[num_rows + 1]``: row ``i`` is ``ids[offsets[i]:offsets[i + 1]]``.
         pad_id: the tokenizer's padding id.
         filler: int32 ``[k]``: the ids of an empty text (``<s></s>``), for filler slots of a last batch.
@@ -195,40 +325,91 @@ class Tokens:
     pad_id: int
     filler: np.ndarray
 
+    IDS, OFFSETS, META = "ids.int32", "offsets.npy", "meta.json"  # the files of a saved folder
+
     @property
     def lengths(self) -> np.ndarray:
         """int64 ``[num_rows]``: tokens per row."""
         return np.diff(self.offsets)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write to ``path`` (``.npy`` arrays in an uncompressed ``.npz``), atomically."""
-        from .atomic import atomic_write
+    @property
+    def num_rows(self) -> int:
+        return len(self.offsets) - 1
 
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                np.savez(f, ids=self.ids, offsets=self.offsets, pad_id=np.int64(self.pad_id), filler=self.filler)
-
-        atomic_write(path, write)
+    def save(self, folder: str | os.PathLike) -> None:
+        """Write to ``folder`` (created): ``ids.int32`` (raw little-endian int32), ``offsets.npy``, ``meta.json``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        np.asarray(self.ids, dtype="<i4").tofile(folder / self.IDS)
+        _save_index(folder, self.offsets, self.pad_id, self.filler)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Tokens":
-        """Read what :meth:`save` wrote."""
-        with np.load(path) as z:
-            return cls(z["ids"], z["offsets"], int(z["pad_id"]), z["filler"])
+    def load(cls, folder: str | os.PathLike) -> "Tokens":
+        """Read what :meth:`save` or :func:`tokenize_csv` wrote; ``ids`` is memory-mapped (read-only)."""
+        folder = Path(folder)
+        meta = json.loads((folder / cls.META).read_text())
+        offsets = np.load(folder / cls.OFFSETS)
+        n = int(offsets[-1])
+        ids = np.memmap(folder / cls.IDS, dtype="<i4", mode="r", shape=(n,)) if n else np.zeros(0, np.int32)
+        return cls(ids, offsets, int(meta["pad_id"]), np.asarray(meta["filler"], dtype=np.int32))
 
 
-def tokenize(tokenizer, texts: list[str], max_len: int) -> Tokens:
+def _save_index(folder: Path, offsets: np.ndarray, pad_id: int, filler: np.ndarray) -> None:
+    np.save(folder / Tokens.OFFSETS, np.asarray(offsets, dtype=np.int64))
+    (folder / Tokens.META).write_text(json.dumps({"pad_id": int(pad_id), "filler": [int(t) for t in filler]}))
+
+
+def _filler(tokenizer, max_len: int) -> np.ndarray:
+    return np.asarray(tokenizer("", truncation=True, max_length=max_len)["input_ids"], dtype=np.int32)
+
+
+def _offsets(lengths: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.concatenate(lengths or [np.zeros(0, np.int64)]))]).astype(np.int64)
+
+
+def tokenize(tokenizer, texts: list[str], max_len: int, chunk_rows: int = CHUNK_ROWS) -> Tokens:
     """Tokenize ``texts`` once, truncated to ``max_len`` (special tokens included), for every replica.
 
     The same ids as ``tokenizer(text, truncation=True, max_length=L, padding="max_length")`` gives
-    for any padded length ``L`` that holds the row (right padding with ``pad_token_id``).
+    for any padded length ``L`` that holds the row (right padding with ``pad_token_id``). Works
+    ``chunk_rows`` rows at a time (:data:`CHUNK_ROWS`), keeping only the packed ids: the same
+    tokens as one call over every row, without transformers' per-row lists for the whole set.
     """
-    enc = tokenizer(texts, truncation=True, max_length=max_len)["input_ids"]
-    lengths = np.fromiter((len(x) for x in enc), dtype=np.int64, count=len(enc))
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    ids = np.fromiter((t for row in enc for t in row), dtype=np.int32, count=int(offsets[-1]))
-    filler = np.asarray(tokenizer("", truncation=True, max_length=max_len)["input_ids"], dtype=np.int32)
-    return Tokens(ids, offsets, int(tokenizer.pad_token_id), filler)
+    parts = [_encode(tokenizer, texts[s : s + chunk_rows], max_len) for s in range(0, len(texts), chunk_rows)]
+    ids = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int32)
+    return Tokens(ids, _offsets([p[0] for p in parts]), int(tokenizer.pad_token_id), _filler(tokenizer, max_len))
+
+
+def tokenize_csv(tokenizer, path: str | os.PathLike, folder: str | os.PathLike, max_len: int, *,
+                 text_col: str | None = None, chunk_rows: int = CHUNK_ROWS) -> Tokens:
+    """Read ``path`` (:func:`iter_csv_checked`) and tokenize it chunk by chunk into ``folder``.
+
+    What :func:`tokenize` gives for the file's text column, written as :meth:`Tokens.save` writes it,
+    with bounded memory: at any time one chunk's texts and encodings, the row lengths (8 bytes a
+    row) and the ids being checked; the packed ids go to ``folder`` as they come.
+
+    Returns:
+        ``Tokens.load(folder)`` (ids memory-mapped, not read back into memory).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_csv_checked` (file, row and field named);
+            nothing is left in ``folder`` then.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lengths = []
+    try:
+        with open(folder / Tokens.IDS, "wb") as f:
+            for chunk in iter_csv_checked(path, text_col=text_col, chunk_rows=chunk_rows):
+                n, ids = _encode(tokenizer, chunk["text"].tolist(), max_len)
+                ids.astype("<i4", copy=False).tofile(f)
+                lengths.append(n)
+        _save_index(folder, _offsets(lengths), int(tokenizer.pad_token_id), _filler(tokenizer, max_len))
+    except BaseException:
+        for name in (Tokens.IDS, Tokens.OFFSETS, Tokens.META):
+            (folder / name).unlink(missing_ok=True)
+        raise
+    return Tokens.load(folder)
 
 
 def padding_waste(plans: list[BatchPlan], lengths: np.ndarray) -> float:

@@ -7,14 +7,18 @@
                    sample_submission="sample_submission.csv")
     result = predict(job, rt)                            # a kitlib.merge.MergeResult
 
-In the calling process ``predict`` checks ``max_len`` against the model, reads the test CSV,
-tokenizes every row once, and chooses the padded lengths (:func:`kitlib.data.choose_bucket_lengths`)
-from the whole test set, so every replica compiles the same few shapes. Then one replica per
+In the calling process ``predict`` refuses a ``shard_dir`` the replicas cannot share
+(:func:`kitlib.storage.check_shared`), checks ``max_len`` against the model, reads and tokenizes
+the test CSV once, in chunks, into a temporary folder the replicas map
+(:func:`kitlib.data.tokenize_csv`: this process keeps no text or token of the whole set), and
+chooses the padded lengths (:func:`kitlib.data.choose_bucket_lengths`) from the whole test set, so
+every replica compiles the same few shapes. Then one replica per
 device (:func:`kitlib.runtime.launch`) runs :func:`_mp_fn`: it takes its rows with
 ``DistributedSampler(shuffle=False, drop_last=False)`` (which pads every rank to
 ``ceil(N / world_size)`` rows by repeating the first rows), sorts them by length, runs fixed-shape
 ``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.shards`), marking the
-sampler's padding rows. Last, the shards are merged into the submission (:mod:`kitlib.merge`).
+sampler's padding rows. Last, the shards of this run alone are merged into the submission
+(:func:`merge_run`: a shard of another run in the folder is refused, never merged).
 
 A replica that fails raises :class:`kitlib.runtime.ReplicaError` naming its rank: nothing is merged
 and an existing submission is left as it was.
@@ -40,14 +44,14 @@ from pathlib import Path
 import numpy as np
 
 from . import provenance, storage
-from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_csv_checked, tokenize
+from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .merge import MergeResult, merge_shards
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities
 from .replica import PeerFailed
 from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
 
-TOKENS_FILE = "tokens.npz"  # in a local temporary folder of the calling process
+TOKENS_DIR = "tokens"  # kitlib.data.Tokens, in a local temporary folder of the calling process
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,8 @@ class InferJob:
             (from :func:`kitlib.model.resolve_checkpoint`).
         test_csv: the CSV to predict (``id`` plus a text column).
         shard_dir: folder the per-rank shards are written to (cleared of older shards first);
-            a local path or a URL (``gs://``, ``s3://``, ``file://``; :mod:`kitlib.storage`).
+            a local path or a URL (``gs://``, ``s3://``, ``file://``; :mod:`kitlib.storage`), one run
+            at a time: the merge refuses another run's shards there.
         output_csv: the merged submission (a path or a URL); None: write the shards only.
         sample_submission: Kaggle's ``sample_submission.csv``: the submission's row order and
             columns; None: the test set's order.
@@ -118,29 +123,48 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
         global rank 0's (:func:`kitlib.runtime.holds_global_rank0`).
 
     Raises:
-        ValueError: ``max_len`` above the model's limit, or a bad test CSV (file, row, field named).
+        ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), ``max_len`` above the
+            model's limit, or a bad test CSV (file, row, field named); nothing started then.
         kitlib.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
-        kitlib.merge.MergeError: the shards cannot give a correct submission; nothing written.
+        kitlib.merge.MergeError: the shards cannot give a correct submission, or another run's
+            shards are in ``shard_dir``; nothing written.
+        kitlib.storage.CannotWrite: the submission cannot be written (full disk, no permission).
+    """
+    storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
+    check_max_len(job.checkpoint, job.max_len)
+    with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
+        tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR)
+        plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
+                     choose_bucket_lengths(tokens.lengths, job.max_len, job.num_buckets),
+                     multi_host=rt.num_hosts > 1 or rt.started_by != "kit")
+        del tokens  # the replicas map the folder; this process keeps no token of the test set
+        if not plan.multi_host:
+            shard_dir = storage.as_path(job.shard_dir)
+            shard_dir.mkdir(parents=True, exist_ok=True)
+            clear_shards(shard_dir)
+        launch(_mp_fn, plan, rt, start_method)
+    if job.output_csv is None or not holds_global_rank0(rt):
+        return None
+    return merge_run(job, plan.run_id, rt.world_size)
+
+
+def tokenize_test_set(job: InferJob, folder: Path) -> Tokens:
+    """``job.test_csv`` checked and tokenized into ``folder`` (:func:`kitlib.data.tokenize_csv`).
+
+    Memory in the calling process stays bounded: chunks of :data:`kitlib.data.CHUNK_ROWS` rows,
+    the packed ids written to ``folder`` as they come (the replicas map them).
     """
     from transformers import AutoTokenizer
 
-    check_max_len(job.checkpoint, job.max_len)
-    texts = read_csv_checked(job.test_csv, text_col=job.text_col)["text"].tolist()
-    tokens = tokenize(AutoTokenizer.from_pretrained(job.checkpoint), texts, job.max_len)
-    buckets = choose_bucket_lengths(tokens.lengths, job.max_len, job.num_buckets)
-    multi_host = rt.num_hosts > 1 or rt.started_by != "kit"
-    if not multi_host:
-        shard_dir = storage.as_path(job.shard_dir)
-        shard_dir.mkdir(parents=True, exist_ok=True)
-        clear_shards(shard_dir)
-    with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
-        tokens_file = Path(tmp) / TOKENS_FILE
-        tokens.save(tokens_file)
-        launch(_mp_fn, _Plan(job, str(tokens_file), len(texts), buckets, multi_host=multi_host), rt, start_method)
-    if job.output_csv is None or not holds_global_rank0(rt):
-        return None
+    return tokenize_csv(AutoTokenizer.from_pretrained(job.checkpoint), job.test_csv, folder, job.max_len,
+                        text_col=job.text_col)
+
+
+def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult:
+    """Merge this run's shards only: every shard in ``job.shard_dir`` must carry ``run_id`` (and
+    ``world_size``, when known), else :class:`kitlib.merge.MergeError` (two runs share the folder)."""
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
-                        test=None if job.sample_submission else job.test_csv,
+                        test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size,
                         writer=provenance.INFER, source=f"model {job.checkpoint}")
 
 
@@ -181,7 +205,6 @@ def _mp_fn(replica, plan: _Plan) -> None:
         replica: the :class:`kitlib.replica.Replica` the launcher built.
         plan: the :class:`_Plan` from :func:`predict`.
     """
-    import pandas as pd
     from torch.utils.data import DistributedSampler
 
     job = plan.job
@@ -205,7 +228,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
              "seconds": round(time.perf_counter() - start, 3), "device": _device_name(replica),
              "precision": replica.precision(job.precision), **replica.compile_stats()}
-    ids = pd.read_csv(job.test_csv, dtype=str, keep_default_na=False, usecols=["id"])["id"].to_numpy()
+    ids = read_ids(job.test_csv)
     done = rows[positions]
 
     def write() -> None:

@@ -42,6 +42,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from . import provenance, storage
+from .data import csv_columns, read_ids
 from .shards import SHARD_FORMAT, SHARD_RE, ShardInfo, read_shard_info, shard_name
 
 # Duplicates without a padding mark are the same text predicted twice: equal up to float noise.
@@ -142,10 +143,16 @@ def expand_shard_paths(inputs: list[str | os.PathLike], exclude: Path | None = N
 
 
 def _read_csv(path: Path, string_columns: tuple[str, ...] = ("id",)) -> pa.Table:
-    """Read a CSV keeping ``string_columns`` as exact strings ("007", "NA" and "" stay as written)."""
+    """Read a seed-pattern CSV shard keeping ``string_columns`` as exact strings ("007", "NA" and "" stay).
+
+    Quoted newlines are allowed whatever the file's size: by default pyarrow splits a file over
+    1 MB into blocks at raw newlines and refuses a quoted one (a smaller file is one block and
+    reads), so the rules would depend on the size.
+    """
     try:
         return pacsv.read_csv(
             storage.readable(path),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
                 column_types={c: pa.string() for c in string_columns},
                 strings_can_be_null=False,
@@ -270,6 +277,19 @@ def _check_blank_ids(ids: pa.ChunkedArray | pa.Array, where: str, unit: str = "d
         raise MergeError(f"{where}: blank id at {unit}(s) {_preview(bad + 1)}")
 
 
+def _check_run(read: list, run_id: str, world_size: int | None) -> None:
+    """Refuse any shard that is not of the run ``run_id`` (of ``world_size`` replicas, when known)."""
+    for p, _, info, _ in read:
+        if info is None:
+            raise MergeError(f"{p} is not a shard of this run ({run_id}): not a kit shard")
+        if info.run_id != run_id or (world_size is not None and info.world_size != world_size):
+            raise MergeError(
+                f"{p} is a shard of another run (run_id={info.run_id!r}, world size {info.world_size}), "
+                f"not of this run (run_id={run_id!r}, world size {world_size or 'any'}): two runs share the shard "
+                f"folder {p.parent}. Give each run its own shard_dir, and run this one again"
+            )
+
+
 def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.ChunkedArray, dict[str, np.ndarray], int]:
     """Kit shards -> (ids [N] in row order, predictions, number of padding duplicates dropped)."""
     p0, _, i0 = shards[0]
@@ -382,17 +402,29 @@ def _merge_seed(shards: list[tuple[Path, pa.Table]], targets: tuple[str, ...] | 
     return ids, {c: g.column(f"{c}_min").to_numpy() for c in cols}, table.num_rows - g.num_rows
 
 
-def _reference_ids(path: Path, what: str) -> tuple[pa.Array, pa.Table]:
-    table = _read_csv(path)
-    if "id" not in table.column_names:
-        raise MergeError(f"{path}: {what} has no 'id' column")
-    ids = table.column("id").combine_chunks()
+def _reference_ids(path: Path, what: str) -> tuple[pa.Array, list[str]]:
+    """The ids (exact strings) and the column names of a sample submission or test file.
+
+    Read by the kit's CSV rules (:func:`kitlib.data.read_csv_strings`, as
+    :func:`kitlib.data.read_csv_checked` reads it), only the ``id`` column kept in memory.
+    """
+    try:
+        columns = csv_columns(path)
+        if "id" not in columns:
+            raise MergeError(f"{path}: {what} has no 'id' column")
+        ids = pa.array(read_ids(path), pa.string())
+    except FileNotFoundError:
+        raise MergeError(f"{path}: no such file ({what})") from None
+    except MergeError:
+        raise
+    except ValueError as e:
+        raise MergeError(str(e)) from None
     _check_blank_ids(ids, str(path))
     if pc.count_distinct(ids).as_py() != len(ids):
         vc = pc.value_counts(ids)
         dups = vc.field("values").filter(pc.greater(vc.field("counts"), 1))
         raise MergeError(f"{path}: duplicate id(s) {_preview(dups.to_pylist())}")
-    return ids, table
+    return ids, columns
 
 
 def _align(ids: pa.Array, ref: pa.Array, ref_path: Path, src: str) -> np.ndarray:
@@ -435,6 +467,8 @@ def merge_shards(
     *,
     sample_submission: str | os.PathLike | None = None,
     test: str | os.PathLike | None = None,
+    run_id: str | None = None,
+    world_size: int | None = None,
     writer: str = "kitlib.merge.merge_shards",
     source: str = "",
 ) -> MergeResult:
@@ -449,6 +483,11 @@ def merge_shards(
             prediction columns (a seed shard's other columns are ignored, with a note).
         test: the test CSV (column ``id``); gives the order for seed shards and, for kit shards,
             is checked row by row against the shards' ids.
+        run_id: merge only the shards of this run (what :func:`kitlib.infer.predict` hands over):
+            a shard of any other run, or any file that is not a kit shard, is refused, naming it
+            (two runs that share a shard folder fail, they never exchange predictions).
+            None: every kit shard found must be of one run, whichever.
+        world_size: with ``run_id``, the run's world size (None: read from the shards).
         writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
             submission another writer recorded is said (:mod:`kitlib.provenance` holds the rule).
 
@@ -459,17 +498,19 @@ def merge_shards(
         MergeError: a shard is missing, unreadable or truncated; shards of different runs are
             mixed; an input row has no prediction; duplicates disagree; a prediction is NaN or
             infinite; a column is not a prediction and nothing names the prediction columns;
-            an id is blank, missing or extra against the sample submission. No output file is
-            written then, and an existing one is left as it was.
+            an id is blank, missing or extra against the sample submission; a shard is not of
+            ``run_id``. No output file is written then, and an existing one is left as it was.
+        kitlib.storage.CannotWrite: the output cannot be written (a full disk, no permission);
+            an existing output is left as it was.
     """
     output = storage.as_path(output)
     notes = _Notes()
     targets: tuple[str, ...] | None = None
     if sample_submission is not None:
         ss_path = Path(sample_submission)
-        ss_ids, ss = _reference_ids(ss_path, "the sample submission")
+        ss_ids, ss_columns = _reference_ids(ss_path, "the sample submission")
         kept = []
-        for c in ss.column_names:
+        for c in ss_columns:
             if c != "id" and INDEX_COLUMN_RE.match(c):
                 notes.add(f"dropped column {c!r} of the sample submission: a row index, not a prediction", ss_path)
             elif c != "id":
@@ -487,6 +528,8 @@ def merge_shards(
     if kit and len(kit) != len(read):
         other = next(p for p, _, i, _ in read if i is None)
         raise MergeError(f"{other} is not a kit shard but {kit[0][0]} is; merge one kind at a time")
+    if run_id is not None:
+        _check_run(read, run_id, world_size)
     if kit:
         ids, preds, dups = _merge_kit(kit)
         _check_blank_ids(ids, f"shards in {paths[0].parent}", unit="input row")
@@ -520,10 +563,8 @@ def merge_shards(
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
-    replaced = provenance.replaced_note(output, writer)
-    storage.atomic_write(output, lambda tmp: _write_csv(table, tmp))
-    provenance.record_writer(output, writer, source=source or src, rows=table.num_rows)
+    replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
+                                         source=source or src, rows=table.num_rows)
     if replaced:
         notes.add(replaced)
-        provenance.say_replaced(replaced)
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines())

@@ -9,8 +9,9 @@ replaced, written by whom, with what and when. It warns (:class:`SubmissionRepla
 ``UserWarning``, shown in a notebook's output) and adds the same line to the merge's notes (the
 CLI prints them). A writer replacing its own last output says nothing: that is a rerun.
 
-Writers (each passes its name to :func:`kitlib.merge.merge_shards`, which calls this module):
-:data:`INFER`, :data:`KERAS`, :data:`CLI`; a blend or any other writer passes its own.
+Writers (each passes its name to :func:`kitlib.merge.merge_shards`, which writes through
+:func:`write_recorded`): :data:`INFER`, :data:`KERAS`, :data:`CLI`; a blend or any other writer
+calls :func:`write_recorded` with its own name.
 Works for local paths and fsspec URLs (:mod:`kitlib.storage`).
 """
 from __future__ import annotations
@@ -116,4 +117,29 @@ def say_replaced(note: str | None, stacklevel: int = 3) -> None:
     """Warn with ``note`` (:class:`SubmissionReplaced`) when there is one."""
     if note:
         warnings.warn(note, SubmissionReplaced, stacklevel=stacklevel)
+
+
+def write_recorded(output, write, *, writer: str, source: str = "", rows: int | None = None) -> str | None:
+    """Write a submission as ``writer`` the kit's way: atomically, recorded, a replacement said.
+
+    :func:`replaced_note`, then :func:`kitlib.storage.atomic_write` ``(output, write)``, then
+    :func:`record_writer`, then :func:`say_replaced`. Every submission writer calls this (the
+    merge does, for the notebooks and the CLI).
+
+    Args:
+        output: the submission (a Path, a str or a storage URL).
+        write: ``write(tmp_path)`` writes the whole file to a local temporary path.
+        writer, source, rows: as for :func:`record_writer`.
+
+    Returns:
+        The line saying what was replaced (also warned), or None.
+
+    Raises:
+        Whatever ``write`` or the store raises; ``output`` is then as it was and no record is written.
+    """
+    note = replaced_note(output, writer)
+    storage.atomic_write(output, write)
+    record_writer(output, writer, source=source, rows=rows)
+    say_replaced(note, stacklevel=4)
+    return note
 

@@ -55,7 +55,11 @@ def not_sample(files) -> list[Path]:
     return [Path(f) for f in files if sample_file_name(f) is None]
 
 
+# The files a run reads from a data folder: the sample's names, and the competition's training file.
+RUN_FILES = (*FINGERPRINTS, "jigsaw-toxic-comment-train.csv")
+
+
 def data_files(data_dir: str | os.PathLike) -> list[Path]:
-    """The CSVs of ``data_dir`` a run reads (every ``*.csv`` in it, sorted); ``[]`` when it is not a folder."""
+    """The files of :data:`RUN_FILES` that ``data_dir`` holds (other files there are not read by a run)."""
     data_dir = Path(data_dir)
-    return sorted(data_dir.glob("*.csv")) if data_dir.is_dir() else []
+    return [data_dir / n for n in RUN_FILES if (data_dir / n).is_file()]

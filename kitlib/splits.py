@@ -16,6 +16,7 @@ import pandas as pd
 
 from .atomic import atomic_dir
 from .data import read_csv_checked
+from .metrics import hard_labels
 
 TRAIN_FILE = "train-en.csv"
 HOLDOUT_FILE = "holdout-en.csv"
@@ -41,7 +42,8 @@ def english_holdout_split(
     * ``lang_col="lang"`` (say): the rows whose ``lang_col`` equals ``lang``; the column must exist.
 
     The held-out part is ``round(frac * n)`` rows drawn by
-    ``sklearn.model_selection.train_test_split(stratify=label >= 0.5, random_state=seed)``, so both
+    ``sklearn.model_selection.train_test_split(stratify=hard_labels(label), random_state=seed)``
+    (:func:`kitlib.metrics.hard_labels`: class 1 at >= 0.5), so both
     parts keep the file's share of positive rows. Rows keep their file order within each part and
     every column of the file, with the original strings (ids stay exact).
 
@@ -93,7 +95,7 @@ def english_holdout_split(
             raise ValueError(f"{train_csv}: no row has {lang_col} == {lang!r} (values: {langs})")
         rule = f"{lang_col} == {lang!r}"
     idx = np.flatnonzero(keep)
-    y = (checked[label_col].to_numpy()[idx] >= 0.5).astype(int)
+    y = hard_labels(checked[label_col].to_numpy()[idx])
     n_hold = int(round(frac * len(idx)))
     for cls in (0, 1):
         count = int((y == cls).sum())
@@ -112,10 +114,10 @@ def english_holdout_split(
         extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (TRAIN_FILE, HOLDOUT_FILE, SPLIT_FILE))
         if extra:
             raise ValueError(f"{out_dir}: holds other files ({', '.join(extra[:5])}); give the split a folder of its own")
-    labels = checked[label_col].to_numpy()
+    labels = hard_labels(checked[label_col].to_numpy())
     meta = {"source": str(train_csv), "frac": frac, "seed": seed, "language_rule": rule, "label_col": label_col,
-            "train_rows": len(tr), "train_positives": int((labels[tr] >= 0.5).sum()),
-            "holdout_rows": len(ho), "holdout_positives": int((labels[ho] >= 0.5).sum())}
+            "train_rows": len(tr), "train_positives": int(labels[tr].sum()),
+            "holdout_rows": len(ho), "holdout_positives": int(labels[ho].sum())}
     with atomic_dir(out_dir) as tmp:
         raw.iloc[tr].to_csv(tmp / TRAIN_FILE, index=False)
         raw.iloc[ho].to_csv(tmp / HOLDOUT_FILE, index=False)

@@ -5,12 +5,21 @@ next to a TPU pod, S3, or any filesystem fsspec knows). :func:`as_path` turns wh
 gave into something with the few ``pathlib`` methods the kit uses (``name``, ``parent``,
 ``suffix``, ``/``, ``iterdir``, ``is_dir``, ``is_file``, ``unlink``, ``mkdir``):
 
-* a local path or a ``file://`` URL -> :class:`pathlib.Path`, written through
-  :func:`kitlib.atomic.atomic_write` (a temporary file beside the target, then ``os.replace``);
+* a local path or a ``file:`` URL -> :class:`pathlib.Path`, written through
+  :func:`kitlib.atomic.atomic_write` (a temporary file beside the target, then ``os.replace``).
+  A ``file:`` URL is decoded as RFC 8089 says (:func:`file_url_path`): ``file:///tmp/a%20b``
+  names ``/tmp/a b``, as :meth:`pathlib.Path.as_uri` writes it;
 * any other URL -> :class:`URL`, backed by the fsspec filesystem of its protocol (``s3fs`` for
   ``s3://``, ``gcsfs`` for ``gs://``: the ``storage`` extra). Credentials and endpoints come from
   that library's usual sources (``AWS_*`` variables, ``AWS_ENDPOINT_URL_S3``, the machine's
   service account on Google Cloud).
+
+Replicas write the shards and another process merges them, so ``shard_dir`` must be a store
+that processes share: a filesystem that lives inside one process (fsspec's ``memory://``) is
+refused before any replica starts (:func:`check_shared`).
+
+A write that fails (a full disk, a read-only folder, no permission) raises :class:`CannotWrite`
+naming the file (:func:`atomic_write`).
 
 A file appears whole or not at all (:func:`atomic_write`): on an object store the kit writes a
 local temporary file and uploads it with one ``put_file``; the store makes an object visible
@@ -29,35 +38,109 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
+from urllib.parse import unquote_to_bytes, urlsplit
 
 from .atomic import atomic_write as _local_atomic_write
 
 # fsspec protocols whose objects are replaced whole by an upload, and that have no real folders
 OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss")
+# fsspec protocols whose files live in the memory of one process: replica processes cannot share them
+PROCESS_LOCAL = ("memory",)
 _URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_FILE_RE = re.compile(r"^file:", re.IGNORECASE)
+
+
+class CannotWrite(OSError):
+    """A file the kit could not write (``str()``: ``cannot write <path>: <reason>``).
+
+    Keeps the original ``errno`` (ENOSPC, EFBIG, EACCES, EROFS, ...) and chains the original error.
+    Attributes: ``path`` (what was to be written, as given), ``reason`` (the system's words).
+    """
+
+    def __init__(self, path, error: OSError):
+        reason = error.strerror or (os.strerror(error.args[0]) if error.args and isinstance(error.args[0], int) else str(error))
+        code = error.errno if error.errno is not None else (error.args[0] if error.args and isinstance(error.args[0], int) else None)
+        super().__init__(code, reason)
+        self.path, self.reason = str(path), reason
+
+    def __str__(self) -> str:
+        return f"cannot write {self.path}: {self.reason}"
 
 
 def is_url(path: str | os.PathLike) -> bool:
-    """True for ``scheme://...`` strings other than ``file://`` (those are local paths)."""
+    """True for ``scheme://...`` strings other than ``file:`` URLs (those are local paths)."""
     m = _URL_RE.match(str(path)) if isinstance(path, str) else None
     return bool(m) and m.group(1).lower() != "file"
 
 
-def as_path(path: str | os.PathLike | URL) -> Path | URL:
-    """``path`` as a :class:`pathlib.Path` (local or ``file://``) or a :class:`URL` (anything else).
+def file_url_path(url: str) -> Path:
+    """The local path a ``file:`` URL names, decoded as RFC 8089 says.
+
+    ``file:///p``, ``file://localhost/p`` and ``file:/p`` name the absolute path ``/p``; the path's
+    percent-escapes are decoded as bytes and then as the filesystem encoding
+    (:func:`os.fsdecode`), the inverse of :meth:`pathlib.Path.as_uri` (``%20`` -> space,
+    ``%23`` -> ``#``, ``%C3%A9`` -> ``é``).
 
     Raises:
+        ValueError: a host other than ``localhost`` (a remote file: mount it and pass the path), or a
+            query or fragment (an unescaped ``?`` or ``#``, which would cut the path short: write them
+            as ``%3F`` and ``%23``), or no absolute path.
+    """
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise ValueError(f"{url}: a file: URL on host {parts.netloc!r}; the kit reads only this machine's files "
+                         "(write file:///path, or mount the remote folder and pass its path)")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ValueError(f"{url}: a file: URL with an unescaped '?' or '#' names a shorter path than it seems; "
+                         "write them as %3F and %23 (pathlib.Path.as_uri() does)")
+    if not parts.path.startswith("/"):
+        raise ValueError(f"{url}: a file: URL needs an absolute path (file:///path)")
+    return Path(os.fsdecode(unquote_to_bytes(parts.path)))
+
+
+def as_path(path: str | os.PathLike | URL) -> Path | URL:
+    """``path`` as a :class:`pathlib.Path` (local, or a ``file:`` URL) or a :class:`URL` (anything else).
+
+    Raises:
+        ValueError: a ``file:`` URL that names no local path (:func:`file_url_path`).
         ImportError: the URL's fsspec filesystem is not installed (e.g. ``pip install s3fs``),
             raised when the URL is first used.
     """
     if isinstance(path, (Path, URL)):
         return path
     s = os.fspath(path)
-    if s.lower().startswith("file://"):
-        from fsspec.implementations.local import LocalFileSystem
-
-        return Path(LocalFileSystem._strip_protocol(s))
+    if isinstance(s, str) and _FILE_RE.match(s):
+        return file_url_path(s)
     return URL(s) if is_url(s) else Path(s)
+
+
+def check_shared(folder: str | os.PathLike | URL, what: str = "shard_dir") -> None:
+    """Refuse a folder that replica processes cannot share with the process that merges.
+
+    A filesystem that lives in one process's memory (fsspec's ``memory://``: :data:`PROCESS_LOCAL`,
+    or any subclass of fsspec's ``MemoryFileSystem``) gives each replica process its own empty copy:
+    their shards would never reach the merge. Called before any replica starts.
+
+    Raises:
+        ValueError: naming ``what``, the folder and the fix.
+    """
+    p = as_path(folder)
+    if not isinstance(p, URL):
+        return
+    local = p.protocol in PROCESS_LOCAL
+    if not local:
+        from fsspec.implementations.memory import MemoryFileSystem
+
+        try:
+            local = isinstance(p.fs, MemoryFileSystem)
+        except (ImportError, ValueError):  # an unknown or uninstalled protocol fails later, at its first use
+            local = False
+    if local:
+        raise ValueError(
+            f"{what}={p.url}: {p.protocol}:// files live in the memory of one process, so the replica "
+            "processes cannot share them with the process that merges (each would write into its own copy). "
+            "Use a local folder, a folder every host mounts, or an object store (gs://, s3://)"
+        )
 
 
 @dataclass(frozen=True, order=True)
@@ -186,29 +269,44 @@ def atomic_write(final: str | os.PathLike | URL, write: Callable[[str], None]) -
     ``put_file`` upload (an object appears only complete). Other fsspec filesystems: upload to
     a dot-name beside ``final``, then ``mv``. On any error nothing is left at ``final`` and an
     older file there stays as it was.
+
+    Raises:
+        CannotWrite: an ``OSError`` while writing or moving the file (a full disk: ENOSPC; a file
+            too large: EFBIG; no permission: EACCES; a read-only filesystem: EROFS; the store's
+            refusal), naming ``final`` and keeping the ``errno``. Other errors of ``write``
+            propagate as they are.
     """
     final = as_path(final)
     if not isinstance(final, URL):
-        _local_atomic_write(final, write)
+        try:
+            _local_atomic_write(final, write)
+        except CannotWrite:
+            raise
+        except OSError as e:
+            raise CannotWrite(final, e) from e
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp")
+    except OSError as e:  # the local temporary folder (a full or read-only /tmp)
+        raise CannotWrite(final, e) from e
     os.close(fd)
     try:
         write(tmp)
         fs = final.fs
-        try:
-            if final.protocol in OBJECT_STORES:
-                fs.put_file(tmp, final._key)
-            else:
-                staging = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
-                fs.put_file(tmp, staging._key)
-                try:
-                    fs.mv(staging._key, final._key)
-                except BaseException:
-                    staging.unlink(missing_ok=True)
-                    raise
-        except OSError as e:  # the store's message seldom names the object
-            raise type(e)(f"cannot write {final}: {e}") from e
+        if final.protocol in OBJECT_STORES:
+            fs.put_file(tmp, final._key)
+        else:
+            staging = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
+            fs.put_file(tmp, staging._key)
+            try:
+                fs.mv(staging._key, final._key)
+            except BaseException:
+                staging.unlink(missing_ok=True)
+                raise
         fs.invalidate_cache(final.parent._key)
+    except CannotWrite:
+        raise
+    except OSError as e:  # the store's message seldom names the object
+        raise CannotWrite(final, e) from e
     finally:
         os.unlink(tmp)

@@ -49,8 +49,8 @@ import numpy as np
 
 from . import compat
 from .atomic import atomic_dir
-from .checkpoint import (HISTORY_FILE, continue_history, restore_training_state, resume_message, resume_point,
-                         save_training_state)
+from .checkpoint import (HISTORY_FILE, continue_history, replacing_message, restore_training_state, resume_message,
+                         resume_point, save_training_state)
 from .data import plan_batches, read_csv_checked
 from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities
@@ -290,7 +290,10 @@ def _mp_fn(replica, job: TrainJob) -> None:
         # (xla-cpu; pytorch/xla#8841): there each gradient keeps its own copy.
         net = DDP(model, device_ids=device_ids, gradient_as_bucket_view=not replica.threaded, broadcast_buffers=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=job.weight_decay)
-    resumed = resume_point(job.checkpoint)  # kitlib.checkpoint: starting from a kit-trained folder continues its run
+    # Resuming (kitlib.checkpoint): starting from a kit-trained folder continues its run. Restore after every
+    # stateful training object exists, and pass each (scheduler=..., scaler=... when the run has them), here
+    # and in save_checkpoint's training_state below.
+    resumed = resume_point(job.checkpoint)
     restored = restore_training_state(job.checkpoint, optimizer=optimizer)[1] if resumed else []
 
     history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
@@ -468,6 +471,8 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
     resumed = resume_point(job.checkpoint)
     if resumed:
         print(resume_message(resumed, job.epochs, asdict(job)))
+    elif note := replacing_message(job.out_dir, job.checkpoint):
+        print(note)
     if rt.launch_mode.collectives is None and (rt.world_size or 2) > 1:
         raise ValueError(f"launch mode {rt.mode!r} has no collectives ({rt.launch_mode.summary}); "
                          "train with accelerator='cpu' (gloo) or 'xla-cpu'")

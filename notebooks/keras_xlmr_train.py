@@ -72,7 +72,7 @@ import pandas as pd
 from kitlib import paths
 from kitlib.data import read_csv_checked
 from kitlib.compat import keras_guarded
-from kitlib.metrics import auc_text, check_two_classes, slice_name
+from kitlib.metrics import auc_text, check_two_classes, one_class_reason, slice_name
 from kitlib.keras.data import make_dataset, predict_probabilities, row_weights, write_submission
 from kitlib.recipe import positive_weight
 from kitlib.keras.model import (
@@ -114,6 +114,8 @@ train = read_csv_checked(train_file, label_cols=("toxic",), limit=train_limit or
 valid = read_csv_checked(valid_file, label_cols=("toxic",), limit=valid_limit or None)
 test = read_csv_checked(data / "test.csv")
 check_two_classes(train.toxic, slice_name(train_file, train_limit or None))  # one class trains a constant: refused
+if one_class := one_class_reason(valid.toxic, slice_name(valid_file, valid_limit or None)):
+    print(f"note: {one_class}: its ROC AUC is undefined (the val_auc Keras logs for it means nothing)")
 print(f"train {len(train)} rows ({train.toxic.mean():.1%} toxic), validation {len(valid)} ({valid.toxic.mean():.1%}), test {len(test)}")
 
 # %% [markdown]

@@ -57,7 +57,7 @@ if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
 import pandas as pd
 
 from kitlib import compat, paths, storage
-from kitlib.data import read_csv_checked
+from kitlib.data import iter_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.model import resolve_checkpoint
 from kitlib.runtime import detect_runtime
@@ -81,8 +81,8 @@ print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}"
 # column) stop here with the file, row and field named.
 
 # %%
-test = read_csv_checked(test_path)
-print(f"{len(test):,} rows" + (f"; {len(test) / rt.world_size:,.1f} per replica before padding" if rt.world_size else ""))
+test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path))  # checked in chunks: no text is kept here
+print(f"{test_rows:,} rows" + (f"; {test_rows / rt.world_size:,.1f} per replica before padding" if rt.world_size else ""))
 if "lang" in pd.read_csv(test_path, nrows=0).columns:
     langs = pd.read_csv(test_path, dtype=str, keep_default_na=False, usecols=["id", "lang"])
     display(langs["lang"].value_counts().rename("rows").to_frame().T)
@@ -144,7 +144,7 @@ display(pd.DataFrame(replica_stats(shards)).set_index("rank"))
 
 if result is not None:  # the merging host (the only host of a one-host run)
     submission = pd.read_csv(str(out_path), dtype={"id": str}, keep_default_na=False)
-    assert len(submission) == len(test), (len(submission), len(test))
+    assert len(submission) == test_rows, (len(submission), test_rows)
     assert submission["toxic"].between(0, 1).all()
     print(submission["toxic"].describe().to_string())
 

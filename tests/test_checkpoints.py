@@ -151,3 +151,5 @@ def test_a_copy_of_the_sample_anywhere_is_the_sample(tmp_path, monkeypatch, tiny
     got = resolve_checkpoint("auto", data_dir=copy, cache_dir=tiny_checkpoint.parent, search_dir=tmp_path / "no-input",
                              data_files=[copy / "test.csv"])
     assert got == tiny_checkpoint  # the same offline model the bundled sample gives
+    (copy / "submission.csv").write_text("id,toxic\n")  # a file the run does not read changes nothing
+    assert resolve_checkpoint("auto", data_dir=copy, cache_dir=tiny_checkpoint.parent, search_dir=tmp_path / "no-input") == got

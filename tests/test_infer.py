@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import write_slice
+from conftest import SAMPLE, write_slice
 from kitlib.infer import InferJob, predict, replica_stats
+from kitlib.merge import MergeError
 from kitlib.runtime import ReplicaError, detect_runtime
 
-pytestmark = pytest.mark.slow
 
 
 def run(checkpoint, test_csv, out_dir, devices, accelerator="cpu", start_method="fork", **job):
@@ -59,6 +59,7 @@ def test_eager_cpu_is_the_default_and_matches_plain_torch(sharp_checkpoint, slic
     np.testing.assert_allclose(sub["toxic"].to_numpy(), eager, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_eager_replicas_and_buckets_agree(sharp_checkpoint, slice_103, reference, tmp_path):
     sub, stats, result = run(sharp_checkpoint, slice_103, tmp_path, 3, num_buckets=3)
     assert sorted(s["rank"] for s in stats) == [0, 1, 2] and {s["world_size"] for s in stats} == {3}
@@ -68,6 +69,7 @@ def test_eager_replicas_and_buckets_agree(sharp_checkpoint, slice_103, reference
     np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_xla_cpu_threads_match_eager_and_compile_once_per_shape(sharp_checkpoint, slice_103, reference, tmp_path):
     sub, stats, _ = run(sharp_checkpoint, slice_103, tmp_path / "a", 4, accelerator="xla-cpu")
     assert [s["world_size"] for s in stats] == [4] * 4 and [s["rows"] for s in stats] == [26] * 4
@@ -83,6 +85,7 @@ def test_xla_cpu_threads_match_eager_and_compile_once_per_shape(sharp_checkpoint
     assert small_stats[0]["xla_compiles"] == big_stats[0]["xla_compiles"] == 1
 
 
+@pytest.mark.slow
 def test_xla_cpu_processes_with_spawn_and_buckets(sharp_checkpoint, slice_103, reference, tmp_path):
     """One process per PJRT CPU device, ranked by the launcher; each counts its own compilations."""
     sub, stats, _ = run(sharp_checkpoint, slice_103, tmp_path, 2, accelerator="xla-cpu-processes",
@@ -92,6 +95,7 @@ def test_xla_cpu_processes_with_spawn_and_buckets(sharp_checkpoint, slice_103, r
     np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_max_len_beyond_the_position_table_is_refused(tiny_checkpoint, slice_103, tmp_path):
     """XLM-R has 514 position slots, 512 usable: max_len=600 used to give a wrong value on XLA, exit 0."""
     with pytest.raises(ValueError, match=r"max_len=600 .* holds 512 tokens per row\. Set max_len <= 512"):
@@ -100,16 +104,19 @@ def test_max_len_beyond_the_position_table_is_refused(tiny_checkpoint, slice_103
     run(tiny_checkpoint, slice_103, tmp_path, 1, max_len=512)  # the limit itself is fine
 
 
+@pytest.mark.slow
 def test_a_failing_replica_names_its_rank_and_leaves_no_submission(sharp_checkpoint, slice_103, tmp_path):
     """Rank 1 cannot write its shard (a folder sits at its shard's name): no merge, no submission."""
     (tmp_path / "shards" / "shard-00001-of-00002.parquet").mkdir(parents=True)
     (tmp_path / "sub.csv").write_text("id,toxic\nold,0.5\n")  # an earlier submission stays as it was
-    with pytest.raises(ReplicaError, match=r"replica rank 1 failed: IsADirectoryError") as e:
+    with pytest.raises(ReplicaError, match=r"replica rank 1 failed: CannotWrite: cannot write \S*shard-00001-of-00002\.parquet: "
+                                           r"Is a directory") as e:
         run(sharp_checkpoint, slice_103, tmp_path, 2)
     assert e.value.rank == 1
     assert (tmp_path / "sub.csv").read_text() == "id,toxic\nold,0.5\n"
 
 
+@pytest.mark.slow
 def test_bf16_autocast_keeps_float32_probabilities(sharp_checkpoint, tmp_path):
     """Under autocast the head runs in float32: logits leave the model as float32, 256 rows keep
     ~256 distinct probabilities."""
@@ -127,3 +134,86 @@ def test_bf16_autocast_keeps_float32_probabilities(sharp_checkpoint, tmp_path):
     sub, stats, _ = run(sharp_checkpoint, csv, tmp_path, 1, precision="bf16", batch_size=32)
     assert stats[0]["precision"] == "bf16"
     assert sub["toxic"].nunique() >= 250
+
+
+@pytest.mark.slow
+def test_two_runs_sharing_a_shard_folder_never_exchange_predictions(sharp_checkpoint, tiny_checkpoint, slice_103,
+                                                                    reference, tmp_path, monkeypatch):
+    """Run B (another model, 3 replicas) starts in A's shard folder after A's replicas finished and
+    before A merges: B clears the folder and writes its shards. A refuses; B's submission is B's."""
+    from kitlib import infer
+
+    real_launch = infer.launch
+    shared = tmp_path / "shared"
+    job_b = InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(slice_103), shard_dir=str(shared),
+                     output_csv=str(tmp_path / "b.csv"), batch_size=8, max_len=64, num_buckets=1)
+
+    def a_then_b(fn, plan, rt, start_method="fork"):
+        real_launch(fn, plan, rt, start_method)
+        if plan.job.checkpoint == str(sharp_checkpoint):  # A's replicas are done: B runs now
+            monkeypatch.setattr(infer, "launch", real_launch)
+            predict(job_b, detect_runtime(3, "cpu"))
+
+    monkeypatch.setattr(infer, "launch", a_then_b)
+    job_a = InferJob(checkpoint=str(sharp_checkpoint), test_csv=str(slice_103), shard_dir=str(shared),
+                     output_csv=str(tmp_path / "a.csv"), batch_size=8, max_len=64, num_buckets=1)
+    with pytest.raises(MergeError, match=r"shard-00000-of-00003\.parquet is a shard of another run \(run_id='[0-9a-f]{32}', "
+                                         r"world size 3\), not of this run \(run_id='[0-9a-f]{32}', world size 1\): two runs share"):
+        predict(job_a, detect_runtime(1, "cpu"))
+    assert not (tmp_path / "a.csv").exists()
+    b = pd.read_csv(tmp_path / "b.csv", dtype={"id": str}, keep_default_na=False)
+    a = reference[0]  # what A predicts alone
+    assert b["id"].tolist() == a["id"].tolist()
+    assert np.abs(b["toxic"].to_numpy() - a["toxic"].to_numpy()).max() > 0.05  # B's model really differs from A's
+
+
+@pytest.mark.slow
+def test_predict_without_sample_submission_reads_a_big_test_csv_with_quoted_newlines(tiny_checkpoint, tmp_path):
+    """Over 1 MB, comments with newlines: the merge orders by the test file as read_csv_checked reads it."""
+    from kitlib.data import read_csv_checked
+
+    rows = 450
+    text = [f"comment {i}, first line\n\"second\" line\r\n" + "word " * 500 for i in range(rows)]
+    test = tmp_path / "test.csv"
+    pd.DataFrame({"id": [f"{i:04d}" for i in range(rows)], "content": text}).to_csv(test, index=False)
+    assert test.stat().st_size > 1 << 20
+    rt = detect_runtime(2, "cpu")
+    result = predict(InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(test), shard_dir=str(tmp_path / "shards"),
+                              output_csv=str(tmp_path / "sub.csv"), batch_size=32, max_len=16, num_buckets=1), rt)
+    sub = pd.read_csv(tmp_path / "sub.csv", dtype={"id": str}, keep_default_na=False)
+    assert result.num_rows == rows and sub["id"].tolist() == read_csv_checked(test)["id"].tolist()
+
+
+@pytest.mark.slow
+def test_the_parent_tokenizes_in_chunks_and_keeps_no_text(tiny_checkpoint, tmp_path, monkeypatch):
+    """5,000 rows: no tokenizer call in predict's process sees more than CHUNK_ROWS rows (one call
+    over every row kept transformers' per-row lists for the whole set: 9.9 GB on the real test set)."""
+    import transformers
+
+    from kitlib import data, infer
+
+    test = pd.read_csv(SAMPLE / "test.csv", dtype=str, keep_default_na=False)
+    big = pd.concat([test.assign(id=test["id"] + f"-{k}") for k in range(5)])
+    big.to_csv(tmp_path / "test.csv", index=False)
+    calls, real = [], transformers.AutoTokenizer.from_pretrained
+
+    def spying(*args, **kwargs):
+        tok = real(*args, **kwargs)
+        call = tok.__call__
+
+        class Spy(type(tok)):
+            def __call__(self, text, *a, **kw):
+                calls.append(1 if isinstance(text, str) else len(text))
+                return call(text, *a, **kw)
+
+        tok.__class__ = Spy
+        return tok
+
+    seen = {}
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", spying)
+    monkeypatch.setattr(infer, "launch", lambda fn, plan, rt, start_method: seen.update(
+        tokens=data.Tokens.load(plan.tokens_file), rows=plan.num_rows))
+    predict(InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(tmp_path / "test.csv"), shard_dir=str(tmp_path / "s"),
+                     max_len=64), detect_runtime(1, "cpu"))
+    assert sum(calls) >= 5000 and max(calls) <= data.CHUNK_ROWS, calls
+    assert seen["rows"] == 5000 and isinstance(seen["tokens"].ids, np.memmap)  # the replicas map the packed ids

@@ -10,7 +10,7 @@ import papermill as pm
 import pytest
 
 from conftest import ROOT, write_slice
-from kitlib.keras_data import write_submission
+from kitlib.keras.data import write_submission
 
 pytestmark = pytest.mark.slow
 

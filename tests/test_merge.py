@@ -635,3 +635,122 @@ def test_cli_subprocess(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no such shard file or folder" in bad.stderr
     assert not (tmp_path / "t.csv").exists()
+
+
+# ---- a run merges only its own shards (issue 21.1) ----
+
+
+def test_a_run_merges_only_its_own_shards(tmp_path):
+    """Run B's shards land in run A's folder after A's replicas finished: A refuses, naming the file."""
+    d = tmp_path / "shards"
+    write_run(d, 30, 4, run_id="run-a")
+    assert merge_shards([d], tmp_path / "a.csv", run_id="run-a", world_size=4).num_rows == 30
+    # B, same world size: its shards replace A's file by file (one of A's is left)
+    write_run(tmp_path / "b", 30, 4, run_id="run-b")
+    for r in range(3):
+        shutil.copy(tmp_path / "b" / shard_name(r, 4), d / shard_name(r, 4))
+    with pytest.raises(MergeError, match=r"shard-00000-of-00004\.parquet is a shard of another run \(run_id='run-b', "
+                                         r"world size 4\), not of this run \(run_id='run-a'.*two runs share"):
+        merge_shards([d], tmp_path / "out.csv", run_id="run-a", world_size=4)
+    # B cleared the folder and wrote a complete run of its own (world size 3): a consistent set, not A's
+    clear_shards(d)
+    write_run(d, 30, 3, run_id="run-b")
+    assert merge_shards([d], tmp_path / "b.csv").num_rows == 30  # without a run id: B's run merges
+    with pytest.raises(MergeError, match=r"is a shard of another run \(run_id='run-b', world size 3\)"):
+        merge_shards([d], tmp_path / "out.csv", run_id="run-a", world_size=4)
+    # the same run id with another world size is not this run either
+    clear_shards(d)
+    write_run(d, 30, 2, run_id="run-a")
+    with pytest.raises(MergeError, match=r"world size 2\), not of this run \(run_id='run-a', world size 4\)"):
+        merge_shards([d], tmp_path / "out.csv", run_id="run-a", world_size=4)
+    assert not (tmp_path / "out.csv").exists()
+
+
+# ---- CSV rules that do not depend on the file's size (issue 21.7) ----
+
+
+def text_of(n: int) -> list[str]:
+    return ['line one, "quoted"\nline two\r\nline three ' + "x" * (1600 + i % 7) for i in range(n)]
+
+
+def big_test_csv(path, n=700) -> list[str]:
+    """A valid test.csv over 1 MB whose quoted comments hold newlines (and commas, quotes)."""
+    ids = make_ids(n)
+    pd.DataFrame({"id": ids, "content": text_of(n), "lang": "en"}).to_csv(path, index=False)
+    assert path.stat().st_size > 1 << 20
+    return ids
+
+
+def test_merge_reads_a_test_file_over_1mb_with_quoted_newlines(tmp_path, capsys):
+    from kitlib.data import read_csv_checked
+
+    ids = big_test_csv(tmp_path / "test.csv")
+    assert read_csv_checked(tmp_path / "test.csv")["id"].tolist() == ids
+    write_run(tmp_path / "shards", len(ids), 3, ids=ids)
+    out = tmp_path / "sub.csv"
+    assert main(["merge", str(tmp_path / "shards"), "-o", str(out), "--test", str(tmp_path / "test.csv")]) == 0, capsys.readouterr().err
+    assert read_sub(out)["id"].tolist() == ids
+    # seed shards ordered by the same file
+    pd.DataFrame({"id": ids[::-1], "toxic": pred_of(np.arange(len(ids)))[::-1]}).to_csv(tmp_path / "seed.csv", index=False)
+    assert main(["merge", str(tmp_path / "seed.csv"), "-o", str(out), "--test", str(tmp_path / "test.csv")]) == 0
+    np.testing.assert_allclose(read_sub(out)["toxic"].to_numpy(), pred_of(np.arange(len(ids))), atol=1e-7)
+    # a seed CSV shard over 1 MB whose quoted field holds a newline (a note column): read by the same rules
+    seed = pd.DataFrame({"id": ids, "toxic": pred_of(np.arange(len(ids))), "note": text_of(len(ids))})
+    seed.to_csv(tmp_path / "seed.csv", index=False)
+    assert (tmp_path / "seed.csv").stat().st_size > 1 << 20
+    ss = tmp_path / "ss.csv"
+    pd.DataFrame({"id": ids, "toxic": 0.5}).to_csv(ss, index=False)
+    assert main(["merge", str(tmp_path / "seed.csv"), "-o", str(out), "--sample-submission", str(ss)]) == 0, capsys.readouterr().err
+    assert read_sub(out)["id"].tolist() == ids
+
+
+# ---- I/O failures in the CLI: one line, exit status 1, the old file intact (issue 21.9) ----
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EFBIG", "EACCES", "EROFS"])
+def test_cli_write_failure_is_one_line_naming_the_output(tmp_path, capsys, monkeypatch, code):
+    import errno
+    import os
+
+    import pyarrow.csv as pacsv
+
+    write_run(tmp_path / "shards", 30, 4)
+    out = tmp_path / "submission.csv"
+    out.write_text("id,toxic\nold,0.5\n")
+
+    def full(*args, **kwargs):
+        raise OSError(getattr(errno, code))  # what a write() of a full disk, or of a read-only mount, raises
+
+    monkeypatch.setattr(pacsv, "write_csv", full)
+    assert main(["merge", str(tmp_path / "shards"), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: cannot write {out}: {os.strerror(getattr(errno, code))}\n"
+    assert out.read_text() == "id,toxic\nold,0.5\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shards", "submission.csv"]  # no temporary file left
+
+
+def test_cli_output_in_a_read_only_folder(tmp_path, capsys):
+    """Tests run as root, for whom chmod stops nothing: /sys is a folder no process may create files in."""
+    import os
+
+    write_run(tmp_path / "shards", 12, 2)
+    out = "/sys/kitlib-test-submission.csv"
+    if os.path.exists(out):
+        pytest.skip(f"{out} exists")
+    assert main(["merge", str(tmp_path / "shards"), "-o", out]) == 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"error: cannot write {re.escape(out)}: (Permission denied|Read-only file system)\n", err), err
+    assert main(["merge", str(tmp_path / "shards"), "-o", str(tmp_path / "no-such-folder" / "s.csv")]) == 1
+    assert capsys.readouterr().err.endswith("no-such-folder/s.csv: No such file or directory\n")
+
+
+def test_file_url_output_is_the_path_it_names(tmp_path):
+    from pathlib import Path
+
+    write_run(tmp_path / "my shards", 12, 2)
+    folder = tmp_path / "run #1 é"
+    folder.mkdir()
+    out = folder / "sub mission.csv"
+    r = merge_shards([(tmp_path / "my shards").as_uri()], out.as_uri())
+    assert r.num_rows == 12 and out.is_file() and Path(r.output) == out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my shards", "run #1 é"]  # nothing at an encoded name

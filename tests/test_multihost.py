@@ -100,6 +100,51 @@ def test_url_files_appear_whole_or_not_at_all(s3):
     assert not storage.is_url("/tmp/x") and not storage.is_url("file:///tmp/x") and storage.is_url("gs://b/x")
 
 
+@pytest.mark.parametrize("path", ["/tmp/run 1/a b.csv", "/tmp/100%/x#1?.csv", "/tmp/é ü/ß.csv"])
+def test_a_file_url_names_the_path_as_uri_encoded(path):
+    """RFC 8089: the URL pathlib.Path.as_uri() writes decodes back to that path, not to its %-escapes."""
+    assert storage.as_path(Path(path).as_uri()) == Path(path)
+    assert storage.as_path("file://localhost" + Path(path).as_uri()[len("file://"):]) == Path(path)
+    assert storage.as_path("file:" + Path(path).as_uri()[len("file://"):]) == Path(path)  # file:/p
+
+
+@pytest.mark.parametrize("url, message", [
+    ("file://server/share/x.csv", r"on host 'server'"),
+    ("file:///tmp/run#1/shards", r"unescaped '\?' or '#'"),
+    ("file:///tmp/what?/x", r"unescaped '\?' or '#'"),
+    ("file:relative/x", r"needs an absolute path"),
+])
+def test_a_file_url_that_names_no_local_path_is_refused(url, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        storage.as_path(url)
+    assert kitlib_cli(["merge", str(tmp_path), "-o", url]) == 2
+
+
+def test_shards_written_to_a_file_url_land_at_the_decoded_path(tmp_path):
+    folder = tmp_path / "run 1" / "shards #2"
+    _write_toy_shards(folder.as_uri(), world=2)
+    assert sorted(p.name for p in folder.iterdir()) == [shard_name(r, 2) for r in range(2)]
+    assert [p.name for p in tmp_path.iterdir()] == ["run 1"]
+
+
+def test_a_process_local_shard_dir_is_refused_before_launch(tmp_path, monkeypatch):
+    """memory:// lives in one process: replica processes would each write into their own copy."""
+    from kitlib import infer
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("launched")
+
+    monkeypatch.setattr(infer, "launch", no_launch)
+    job = InferJob(checkpoint=str(tmp_path / "never-read"), test_csv=str(SAMPLE / "test.csv"),
+                   shard_dir="memory://kit/shards", output_csv=str(tmp_path / "sub.csv"))
+    with pytest.raises(ValueError, match=r"shard_dir=memory://kit/shards: memory:// files live in the memory of one "
+                                         r"process, so the replica processes cannot share them"):
+        predict(job, detect_runtime(2, "cpu"))
+    assert not (tmp_path / "sub.csv").exists()
+    storage.check_shared(f"s3://{BUCKET}/shards")  # shared stores pass
+    storage.check_shared(tmp_path / "shards")
+
+
 def _write_toy_shards(folder, world: int, num_rows: int = 10, run_id: str = "r1"):
     ids = np.array([f"id{i:03d}" for i in range(num_rows)])
     for rank in range(world):

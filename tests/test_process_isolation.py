@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 GUARD = '''
@@ -22,6 +24,7 @@ def pytest_collection_finish(session):
 '''
 
 
+@pytest.mark.slow  # collects the whole suite in a child (as long as a collection)
 def test_collecting_the_suite_imports_no_tensorflow(tmp_path):
     (tmp_path / "kit_tf_guard.py").write_text(GUARD)
     out = tmp_path / "guard.json"

@@ -15,7 +15,7 @@ import pytest
 
 from kitlib import provenance
 from kitlib.__main__ import main
-from kitlib.keras_data import write_submission
+from kitlib.keras.data import write_submission
 from kitlib.merge import merge_shards
 from kitlib.shards import write_shard
 

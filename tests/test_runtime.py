@@ -157,6 +157,7 @@ def test_touching_the_device_before_launch_is_a_clear_error():
     assert "Restart the kernel" in r.stdout
 
 
+@pytest.mark.slow  # imports TensorFlow in a child (~25 s of CPU)
 def test_tensorflow_before_torch_xla_is_refused_not_aborted():
     """TF first, then torch_xla, kills the process in LLVM; launch says what to do instead."""
     r = _child("""

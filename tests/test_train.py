@@ -117,6 +117,21 @@ def one_process_run(tiny_checkpoint, tmp_path_factory):
     return history, _states(tmp / "states", 1)[0]
 
 
+def test_one_eager_replica_trains_and_the_loss_falls(tiny_checkpoint, tmp_path):
+    """The fast tier's training run (~6 s of CPU): one eager CPU replica in this process, 2 epochs
+    of 4 steps on 32 rows of the sample; the loss falls and the saved weights moved."""
+    from safetensors.torch import load_file
+
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), batch_size=GLOBAL_BATCH,
+                   **{**SMALL, "train_limit": 32, "valid_limit": 16})
+    history = train(job, detect_runtime(1, "cpu"))
+    assert (history["mode"], history["world_size"], history["steps_per_epoch"]) == ("cpu", 1, 4)
+    first, last = (e["train_loss"] for e in (history["epochs"][0], history["epochs"][-1]))
+    assert last < first, history["epochs"]
+    init, saved = load_file(str(tiny_checkpoint / "model.safetensors")), load_file(str(tmp_path / "ckpt" / "model.safetensors"))
+    assert max((saved[k] - init[k]).abs().max().item() for k in init) > 1e-3  # training changed the weights
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_two_processes_stay_identical_and_match_one_process(pattern, one_process_run, tiny_checkpoint, tmp_path):
@@ -352,6 +367,24 @@ def test_training_state_round_trip_keeps_the_new_jobs_learning_rate(tmp_path):
     assert fresh.param_groups[0]["lr"] == 5e-4  # the resumed job's learning rate, not the saved one
     assert fresh_scaler.get_scale() == 1024.0
     assert restore_training_state(tmp_path / "none", optimizer=fresh) == (0, [])
+
+
+def test_a_fresh_run_into_an_earlier_runs_folder_says_it_replaces_it(tmp_path):
+    from kitlib.checkpoint import replacing_message, resume_message, resume_point
+
+    earlier = tmp_path / "xlmr-toxic"
+    earlier.mkdir()
+    (earlier / HISTORY_FILE).write_text(json.dumps({"epochs": [{"epoch": 1, "steps": 16}, {"epoch": 2, "steps": 16}],
+                                                    "config": {"lr": 1e-3, "batch_size": 8}}))
+    assert replacing_message(earlier, tmp_path / "tiny") == (
+        f"note: {earlier} holds a run of 2 epoch(s); this run starts afresh from {tmp_path / 'tiny'} and replaces it "
+        f"when it finishes. To continue that run instead, start from it (model={earlier})")
+    assert replacing_message(earlier, earlier) is None and replacing_message(tmp_path / "none", earlier) is None
+    point = resume_point(earlier)
+    assert (point.epochs_done, point.steps_done, point.has_state) == (2, 32, False)
+    msg = resume_message(point, 3, {"lr": 1e-4, "batch_size": 8, "epochs": 3})
+    assert "training epoch(s) 3-3; no training_state.pt there (written by an older kit): the optimizer starts fresh" in msg
+    assert msg.endswith("changed since: lr 0.001 -> 0.0001")
 
 
 @pytest.mark.slow
