@@ -1,4 +1,5 @@
-"""Command line: ``python -m kitlib merge SHARDS... -o submission.csv [--sample-submission FILE]``.
+"""Command line: ``python -m kitlib merge SHARDS... -o submission.csv [--sample-submission FILE]``,
+``python -m kitlib blend A.csv B.csv ... -o submission.csv [--weights W ...] [--rank] [--sample-submission FILE]``.
 
 Exit status (every command):
 
@@ -66,8 +67,34 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--sample-submission", help="write rows in this file's order; its ids must all be predicted")
     m.add_argument("--test", help="test CSV: the order for shards without a row index; checked against kit shards")
     m.set_defaults(run=_merge)
+    b = sub.add_parser("blend", help="blend submissions: weighted mean of predictions or of ranks (kitlib.blend)")
+    b.add_argument("inputs", nargs="+", help="two or more submission CSVs")
+    b.add_argument("-o", "--output", required=True, help="submission CSV to write")
+    b.add_argument("--weights", nargs="+", type=float, help="one weight per input (default: equal)")
+    b.add_argument("--rank", action="store_true", help="average ranks (divided by the row count), the usual choice for ROC AUC")
+    b.add_argument("--sample-submission", help="row order and id set; its columns are the prediction columns")
+    b.set_defaults(run=_blend)
     args = parser.parse_args(argv)
     return run_command(args.run, args)
+
+
+def _blend(args) -> int:
+    from .blend import blend  # BlendError is a ValueError: refused input, exit 2 (run_command)
+
+    try:
+        with warnings.catch_warnings():  # a replaced submission is printed below, as a note
+            warnings.simplefilter("ignore", provenance.SubmissionReplaced)
+            r = blend(args.inputs, args.output, weights=args.weights, rank=args.rank,
+                      sample_submission=args.sample_submission)
+    except OSError as e:  # the inputs were read by then: writing failed (the old output is kept)
+        print(f"error: {e if isinstance(e, CannotWrite) else CannotWrite(args.output, e)}", file=sys.stderr)
+        return EXIT_IO
+    if r.replaced:
+        print(f"note: {r.replaced}", file=sys.stderr)
+    how = "ranks" if r.rank else "predictions"
+    print(f"wrote {r.output}: {r.num_rows} rows, the weighted mean of {len(args.inputs)} files' {how} "
+          f"(weights {', '.join(f'{w:.3g}' for w in r.weights)}), columns id,{','.join(r.columns)}")
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -7,6 +7,12 @@ torch_xla moved its API several times: ``xm.xrt_world_size``/``xm.get_ordinal`` 
 kit is tested on 2.9. Everything else in ``kitlib`` calls these wrappers, never the moving names.
 
 torch_xla is imported lazily: the CUDA and CPU-only paths never need it.
+
+Every branch for an older or newer release says when it can be deleted. Private names (``_XLAC``,
+``torch_xla._internal``, ``xm._run_step_closures``, ``ProcessGroupXla``'s methods, torch's
+``multi_threaded_pg``) are touched only here and in the thread backend that wraps them
+(:mod:`kitlib.backends.xla_threads`); :data:`XLA_API` lists every one, and
+:func:`missing_xla_api` is the drift check both tested environments run.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ def import_torch_xla():
     torch_xla warns "`tensorflow` can conflict with `torch-xla`" whenever the full ``tensorflow``
     wheel is installed (Kaggle's TPU image has it through keras-nlp), even when nothing imports it,
     and logs "Defaulting to PJRT_DEVICE=CPU" when no device was chosen. The kit chooses the device
-    itself (:func:`kitlib.runtime.configure_env`) and refuses the one import order that breaks
+    itself (the XLA backends' ``env``, :mod:`kitlib.backends.xla`) and refuses the one import order that breaks
     (TensorFlow before torch_xla), so both are filtered here, for this import only.
     """
     import logging
@@ -56,7 +62,7 @@ def xla_device():
 
     if hasattr(torch_xla, "device"):
         return torch_xla.device()
-    import torch_xla.core.xla_model as xm
+    import torch_xla.core.xla_model as xm  # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
 
     return xm.xla_device()
 
@@ -81,7 +87,7 @@ def xla_sync() -> None:
 
     if hasattr(torch_xla, "sync"):
         torch_xla.sync()
-    else:
+    else:  # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
         import torch_xla.core.xla_model as xm
 
         xm.mark_step()
@@ -93,6 +99,7 @@ def xla_step():
 
     if hasattr(torch_xla, "step"):
         return torch_xla.step()
+    # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
 
     @contextlib.contextmanager
     def _step():
@@ -157,7 +164,7 @@ def xla_launch(fn: Callable, args: tuple, start_method: str) -> None:
 
     if hasattr(torch_xla, "launch"):
         torch_xla.launch(fn, args=args, start_method=start_method)
-    else:
+    else:  # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
         import torch_xla.distributed.xla_multiprocessing as xmp
 
         xmp.spawn(fn, args=args, nprocs=None, start_method=start_method)
@@ -236,67 +243,67 @@ def xla_add_step_closure(fn: Callable, args: tuple) -> None:
     xm.add_step_closure(fn, args=args)
 
 
-def xla_init_process_group(submit: Callable[[list], None] | None = None) -> None:
+def xla_init_process_group() -> None:
     """``torch.distributed.init_process_group("xla", init_method="xla://")`` (registers the backend first).
 
-    Args:
-        submit: for replicas that are threads of one process (PJRT CPU) only: called with the
-            output tensors of every ``broadcast`` and ``all_gather`` of the calling thread's
-            process group, to launch their graph at once in rank order (DDP reads them inside
-            its constructor and its first bucket rebuild). With it, ``torch.distributed`` state
-            becomes per thread, as torch_xla does for TPU v2/v3 thread replicas
-            (``torch_xla.experimental.pjrt_backend``: ``multi_threaded_pg._install_threaded_pg``).
-            All-reduces stay lazy, inside the step's graph.
+    Thread replicas (``xla-cpu``) first make ``torch.distributed`` per thread:
+    :mod:`kitlib.backends.xla_threads`.
     """
     import torch.distributed as dist
     import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
 
-    if submit is not None:
-        _thread_process_groups()
-        _THREAD_SUBMIT.fn = submit
-        # Group names come from a per-world counter ("0" for the default group), but torch registers
-        # them process-wide ("A process group is already registered under the name0"): give each
-        # thread its own range.
-        dist.distributed_c10d._world.group_count = 1_000_000 * xla_rank()
     dist.init_process_group("xla", init_method="xla://")
 
 
-_THREAD_SUBMIT = threading.local()
-_THREAD_PG_LOCK = threading.Lock()
-
-
-def _thread_process_groups() -> None:
-    """Once per process: per-thread ``torch.distributed`` worlds, and the xla process group's
-    broadcast/all-gather outputs handed to the calling thread's ``submit`` (see above)."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed import multi_threaded_pg
+def xla_process_group_class():
+    """torch_xla's ``ProcessGroupXla`` (``torch_xla.distributed.xla_backend``), whose collectives the
+    thread backend wraps (:mod:`kitlib.backends.xla_threads`)."""
     from torch_xla.distributed.xla_backend import ProcessGroupXla
 
-    with _THREAD_PG_LOCK:
-        if not isinstance(dist.distributed_c10d._world, multi_threaded_pg.ThreadLocalWorld):
-            multi_threaded_pg._install_threaded_pg()
-        if getattr(ProcessGroupXla, "_kitlib_submits", False):
-            return
+    return ProcessGroupXla
 
-        def submitting(method, outputs):
-            def wrapper(self, *args):
-                work = method(self, *args)
-                fn = getattr(_THREAD_SUBMIT, "fn", None)
-                if fn is not None:
-                    fn(outputs(*args))
-                return work
 
-            return wrapper
+def torch_threaded_process_groups():
+    """torch's private ``torch.testing._internal.distributed.multi_threaded_pg`` (per-thread worlds;
+    what torch_xla's ``pjrt_backend`` uses for TPU v2/v3 thread replicas). Delete with
+    :mod:`kitlib.backends.xla_threads`."""
+    from torch.testing._internal.distributed import multi_threaded_pg
 
-        def flat(lists):
-            return [t for sub in lists for t in sub]
+    return multi_threaded_pg
 
-        ProcessGroupXla.broadcast = submitting(ProcessGroupXla.broadcast, lambda tensors, opts: list(tensors))
-        ProcessGroupXla.allgather = submitting(ProcessGroupXla.allgather, lambda out, inp, opts=None: flat(out))
-        ProcessGroupXla.allgather_coalesced = submitting(ProcessGroupXla.allgather_coalesced,
-                                                         lambda out, inp, opts=None: flat(out))
-        ProcessGroupXla._allgather_base = submitting(ProcessGroupXla._allgather_base, lambda out, inp, opts: [out])
-        ProcessGroupXla._kitlib_submits = True
+
+# --- TPU hosts and chips, read without touching a device (used by kitlib.hardware) ---
+
+
+def tpu_num_available_devices() -> int | None:
+    """TPU chips on this host as torch_xla counts them (``torch_xla._internal.tpu.num_available_devices``,
+    from the device files; nothing initialised), or None without torch_xla or that private function.
+
+    Delete the fallback (the caller's /dev count) when torch_xla makes a public chip count.
+    """
+    if not has_torch_xla():
+        return None
+    try:
+        from torch_xla._internal import tpu
+
+        return int(tpu.num_available_devices())
+    except Exception:  # noqa: BLE001 - private API, moved between versions
+        return None
+
+
+def tpu_workers() -> tuple[int, int] | None:
+    """``(num_hosts, host)`` as torch_xla finds them (``torch_xla._internal.tpu.num_tpu_workers`` /
+    ``worker_id``: the Cloud TPU VM metadata), or None without torch_xla, its private functions, or
+    a metadata server. Delete when torch_xla makes a public host count."""
+    if not has_torch_xla():
+        return None
+    try:
+        from torch_xla._internal import tpu
+
+        hosts = int(tpu.num_tpu_workers())
+        return hosts, int(tpu.worker_id()) if hosts > 1 else 0
+    except Exception:  # noqa: BLE001 - no metadata server (not a Cloud TPU VM), or the private API moved
+        return None
 
 
 XLA_ATTENTION = "kitlib_xla_sdpa"
@@ -414,17 +421,23 @@ def version_report(packages: tuple[str, ...] = TORCH_PACKAGES + KERAS_PACKAGES[1
     return "\n".join([head, *version_warnings(found)])
 
 
-# The torch_xla names the wrappers above call, by module (private ones included; a dotted name is an
-# attribute of an attribute). Checked in both tested environments (torch_xla 2.8 and 2.9) by
+# Every torch_xla name the kit touches (through the wrappers above), by module, private ones
+# included (a dotted name is an attribute of an attribute), and torch's private one the thread
+# backend uses. Checked in both tested environments (torch_xla 2.8 and 2.9) by
 # tests/test_versions.py; a release that drops one needs a new branch in its wrapper.
 XLA_API: dict[str, tuple[str, ...]] = {
-    "torch_xla": ("device", "sync", "step", "launch", "_XLAC._xla_runtime_is_initialized"),
+    "torch_xla": ("device", "sync", "step", "launch",
+                  "_XLAC._xla_runtime_is_initialized", "_XLAC._xla_step_marker", "_XLAC._xla_get_default_device",
+                  "_XLAC._xla_sync_multi", "_XLAC._set_all_reduce_token"),
     "torch_xla.runtime": ("world_size", "global_ordinal", "initialize_cache", "_WORLD_SIZE"),
     "torch_xla.core.xla_model": ("optimizer_step", "all_reduce", "all_gather", "rendezvous", "add_step_closure",
-                                 "REDUCE_SUM"),
+                                 "REDUCE_SUM", "_run_step_closures"),
     "torch_xla.distributed.parallel_loader": ("MpDeviceLoader",),
-    "torch_xla.distributed.xla_backend": (),
+    "torch_xla.distributed.xla_backend": ("ProcessGroupXla", "ProcessGroupXla.broadcast", "ProcessGroupXla.allgather",
+                                          "ProcessGroupXla.allgather_coalesced", "ProcessGroupXla._allgather_base"),
     "torch_xla.debug.metrics": ("metric_data",),
+    "torch_xla._internal.tpu": ("num_available_devices", "num_tpu_workers", "worker_id"),
+    "torch.testing._internal.distributed.multi_threaded_pg": ("_install_threaded_pg", "ThreadLocalWorld"),
 }
 
 

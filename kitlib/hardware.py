@@ -75,18 +75,14 @@ def _tpu_device_files() -> list[str]:
 def tpu_chip_count() -> int | None:
     """TPU chips on this host (what ``torch_xla.launch`` starts one process each for), or None if unknown.
 
-    Read from ``torch_xla._internal.tpu.num_available_devices()`` when torch_xla has it (it counts
-    the device files; nothing is initialised), else from the device files directly.
+    Read from torch_xla's count when it has one (:func:`kitlib.compat.tpu_num_available_devices`;
+    it counts the device files, nothing is initialised), else from the device files directly.
     """
-    if importlib.util.find_spec("torch_xla") is not None:
-        try:
-            from torch_xla._internal import tpu
+    from . import compat
 
-            n = int(tpu.num_available_devices())
-            if n > 0:
-                return n
-        except Exception:  # noqa: BLE001 - private API, moved between versions; fall back to /dev
-            pass
+    n = compat.tpu_num_available_devices()
+    if n:
+        return n
     n = len(_tpu_device_files())
     return n or None
 
@@ -94,7 +90,7 @@ def tpu_chip_count() -> int | None:
 def tpu_hosts() -> tuple[int, int]:
     """``(num_hosts, host)`` of the TPU slice this host belongs to: ``(1, 0)`` for one host.
 
-    As torch_xla finds them (``torch_xla._internal.tpu.num_tpu_workers()`` / ``worker_id()``):
+    As torch_xla finds them (:func:`kitlib.compat.tpu_workers`):
     from ``TPU_WORKER_HOSTNAMES`` (comma-separated) and ``TPU_WORKER_ID`` (or ``CLOUD_TPU_TASK_ID``)
     when those are set (GKE sets them, with ``TPU_SKIP_MDS_QUERY``), else from the Cloud TPU VM's
     metadata server (``worker-network-endpoints``, and ``WORKER_ID`` in ``tpu-env``), which is
@@ -107,14 +103,12 @@ def tpu_hosts() -> tuple[int, int]:
     worker = os.environ.get("CLOUD_TPU_TASK_ID") or os.environ.get("TPU_WORKER_ID")
     if names:
         return len(names), int(worker or 0)
-    if _on_google_compute_engine() and importlib.util.find_spec("torch_xla") is not None:
-        try:
-            from torch_xla._internal import tpu
+    if _on_google_compute_engine():
+        from . import compat
 
-            hosts = int(tpu.num_tpu_workers())
-            return hosts, int(tpu.worker_id()) if hosts > 1 else 0
-        except Exception:  # noqa: BLE001 - no metadata server (not a Cloud TPU VM), or the private API moved
-            pass
+        found = compat.tpu_workers()
+        if found:
+            return found
     return 1, 0
 
 

@@ -44,9 +44,11 @@ from pathlib import Path
 import numpy as np
 
 from . import provenance, storage
+from .backends.precision import check_float32_logits
+from .collapse import POLICIES
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .merge import MergeResult, merge_shards
-from .model import check_max_len, keep_head_float32, load_classifier, probabilities
+from .model import check_max_len, keep_head_float32, load_classifier, probabilities, text_prefix
 from .replica import PeerFailed
 from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
@@ -73,10 +75,13 @@ class InferJob:
             (:func:`kitlib.model.check_max_len`).
         num_buckets: pad each batch to one of at most this many lengths, chosen over the whole
             test set; 1: every batch is ``max_len`` long.
-        precision: ``"auto"`` (bf16 on TPU, fp16 on CUDA, fp32 on CPU), ``"fp32"``, ``"bf16"`` or
-            ``"fp16"``; logits are float32 whatever the compute precision.
+        precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"``: the rule, and what ``"auto"`` is
+            on each device, is :mod:`kitlib.backends.precision`'s; logits are float32 whatever the
+            compute precision (checked in every replica).
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
         text_col: text column; None picks ``content`` or ``comment_text``.
+        collapsed: a submission whose predictions barely vary (:mod:`kitlib.collapse`): ``"warn"``
+            (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written: the competition data).
     """
 
     checkpoint: str
@@ -90,11 +95,14 @@ class InferJob:
     precision: str = "auto"
     prediction_column: str = "toxic"
     text_col: str | None = None
+    collapsed: str = "warn"
 
     def __post_init__(self):
         for name in ("batch_size", "max_len", "num_buckets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"InferJob.{name} must be >= 1, not {getattr(self, name)}")
+        if self.collapsed not in POLICIES:
+            raise ValueError(f"InferJob.collapsed must be one of {POLICIES}, not {self.collapsed!r}")
 
 
 @dataclass(frozen=True)
@@ -136,7 +144,7 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
         tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR)
         plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
                      choose_bucket_lengths(tokens.lengths, job.max_len, job.num_buckets),
-                     multi_host=rt.num_hosts > 1 or rt.started_by != "kit")
+                     multi_host=rt.multi_host)
         del tokens  # the replicas map the folder; this process keeps no token of the test set
         if not plan.multi_host:
             shard_dir = storage.as_path(job.shard_dir)
@@ -157,7 +165,7 @@ def tokenize_test_set(job: InferJob, folder: Path) -> Tokens:
     from transformers import AutoTokenizer
 
     return tokenize_csv(AutoTokenizer.from_pretrained(job.checkpoint), job.test_csv, folder, job.max_len,
-                        text_col=job.text_col)
+                        text_col=job.text_col, prefix=text_prefix(job.checkpoint))
 
 
 def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult:
@@ -165,7 +173,7 @@ def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult
     ``world_size``, when known), else :class:`kitlib.merge.MergeError` (two runs share the folder)."""
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
                         test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size,
-                        writer=provenance.INFER, source=f"model {job.checkpoint}")
+                        writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed)
 
 
 def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) -> tuple[np.ndarray, np.ndarray]:
@@ -191,8 +199,10 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
     out = []
     with torch.no_grad(), replica.autocast(job.precision):
         for batch in tqdm(loader, total=len(plans), desc="predict (master)", disable=not replica.is_master):
-            out.append(probabilities(model(**replica.to_device(batch)).logits).cpu())
-    probs = torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+            out.append(model(**replica.to_device(batch)).logits.cpu())
+    logits = torch.cat(out) if out else torch.zeros(0, 1)
+    check_float32_logits(logits, f"replica rank {replica.rank}")  # the float32 head, checked, not assumed
+    probs = probabilities(logits).numpy()
     order = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)
     keep = order >= 0
     return order[keep], probs[keep].astype(np.float32)
@@ -226,7 +236,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     start = time.perf_counter()
     positions, probs = predict_rows(model, tokens, rows, plan, replica)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
-             "seconds": round(time.perf_counter() - start, 3), "device": _device_name(replica),
+             "seconds": round(time.perf_counter() - start, 3), "device": replica.device_name(),
              "precision": replica.precision(job.precision), **replica.compile_stats()}
     ids = read_ids(job.test_csv)
     done = rows[positions]
@@ -278,15 +288,6 @@ def agreed_run_id(replica, run_id: str) -> str:
     code = torch.tensor(list(bytes.fromhex(run_id)), dtype=torch.float32) * float(replica.is_master)
     code = replica.all_reduce_sum(code.to(replica.device)).cpu()
     return bytes(int(v) for v in code.round().tolist()).hex()
-
-
-def _device_name(replica) -> str:
-    """What the replica ran on, read inside it (the parent never initialises CUDA)."""
-    import torch
-
-    if replica.mode.device == "cuda":
-        return torch.cuda.get_device_name(replica.device)
-    return str(replica.device)
 
 
 def replica_stats(shard_dir: str | Path) -> list[dict]:

@@ -31,6 +31,7 @@ import csv
 import io
 import os
 import re
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from . import provenance, storage
+from .collapse import CollapsedModelError, submission_problem
 from .data import csv_columns, read_ids
 from .shards import SHARD_FORMAT, SHARD_RE, ShardInfo, read_shard_info, shard_name
 
@@ -471,6 +473,7 @@ def merge_shards(
     world_size: int | None = None,
     writer: str = "kitlib.merge.merge_shards",
     source: str = "",
+    collapsed: str = "warn",
 ) -> MergeResult:
     """Merge prediction shards into a submission CSV.
 
@@ -490,6 +493,9 @@ def merge_shards(
         world_size: with ``run_id``, the run's world size (None: read from the shards).
         writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
             submission another writer recorded is said (:mod:`kitlib.provenance` holds the rule).
+        collapsed: predictions that barely vary (:func:`kitlib.collapse.submission_problem`):
+            ``"warn"`` writes them with a ``WARNING`` note (also a Python warning), ``"refuse"``
+            (the competition data) writes nothing.
 
     Returns:
         A :class:`MergeResult` (its ``notes`` list the columns dropped or ignored).
@@ -518,7 +524,13 @@ def merge_shards(
         if not kept:
             raise MergeError(f"{ss_path}: the sample submission names no prediction column besides 'id'")
         targets = tuple(kept)
-    paths = expand_shard_paths(list(inputs), exclude=output)
+    try:
+        paths = expand_shard_paths(list(inputs), exclude=output)
+    except MergeError as e:
+        if run_id is None:
+            raise
+        raise MergeError(f"{e}: no shard of this run ({run_id}) is there; did another run sharing the folder clear it? "
+                         "Give each run its own shard_dir") from None
     with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:  # pyarrow releases the GIL
         read = [(p, *r) for p, r in zip(paths, pool.map(_read_shard, paths))]
     for p, _, _, note in read:
@@ -562,6 +574,13 @@ def merge_shards(
         order = _align(ids, ss_ids, ss_path, src)
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
+    try:
+        warning = submission_problem({c: preds[c] for c in columns}, collapsed, str(output))
+    except CollapsedModelError as e:
+        raise MergeError(str(e)) from e
+    if warning:
+        notes.add(warning)
+        warnings.warn(warning, stacklevel=2)
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
     replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
                                          source=source or src, rows=table.num_rows)

@@ -34,19 +34,10 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-# Imported here, at module import, not inside functions: transformers resolves these names
-# lazily, and that lazy import is not thread-safe when PJRT CPU / TPU v3 replicas (threads)
-# load models at the same moment.
-from transformers import (
-    AutoModelForSequenceClassification,
-    AutoTokenizer,
-    XLMRobertaConfig,
-    XLMRobertaForSequenceClassification,
-)
-from transformers.modeling_outputs import SequenceClassifierOutput
-from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedModel
-
+# torch and transformers are imported inside the functions that use them, so importing this module
+# (the notebooks' setup cell, every spawned replica) costs little. transformers' lazy import is not
+# thread-safe when thread replicas load models at once: the thread backend imports the classes
+# first (kitlib.backends.xla_threads.import_model_classes).
 from . import compat, sample
 from .atomic import atomic_dir
 from .checkpoint import HISTORY_FILE
@@ -77,6 +68,9 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLik
     :func:`kitlib.tokenizer.tokenizer_training_texts` of ``data_dir``. Weights come from ``torch.manual_seed(cfg.seed)``.
     The folder is built under a temporary name and renamed, so a half-built one never exists.
     """
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     with atomic_dir(out_dir) as tmp:
         spm_file = train_sentencepiece(tokenizer_training_texts(data_dir), tmp / SPM_FILE, vocab_size=cfg.vocab_size)
@@ -257,31 +251,14 @@ POOLING_KEY = "kitlib_pooling"  # config.json: "mean" -> BertMeanPooledClassifie
 PREFIX_KEY = "kitlib_text_prefix"  # config.json: put before every text the model reads
 
 
-class BertMeanPooledClassifier(BertPreTrainedModel):
-    """A BERT body, mean pooling over the real tokens, dropout and one ``Linear``: the E5 way.
+def __getattr__(name: str):
+    """``BertMeanPooledClassifier`` lives in :mod:`kitlib.mean_pooling` (its base class imports
+    transformers' BERT at class definition); importing it from here still works."""
+    if name == "BertMeanPooledClassifier":
+        from .mean_pooling import BertMeanPooledClassifier
 
-    E5 was trained for mean pooling and ships no pooler, so the standard
-    ``BertForSequenceClassification`` head (``[CLS]`` -> an untrained pooler) starts from a
-    random summary of the text; a fine-tune through it nearly collapsed (issue 18: prediction
-    interquartile range 1e-4). Loads a ``BertModel`` folder (the head then comes up new) or its
-    own fine-tuned checkpoint (``save_pretrained``: ``bert.*`` and ``classifier.*``).
-
-    ``forward(input_ids [batch, len] int64, attention_mask [batch, len])`` returns a
-    ``SequenceClassifierOutput`` whose ``logits`` are ``[batch, num_labels]``.
-    """
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.bert = BertModel(config, add_pooling_layer=False)
-        self.dropout = torch.nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = torch.nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs):
-        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
-        mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-        return SequenceClassifierOutput(logits=self.classifier(self.dropout(pooled)))
+        return BertMeanPooledClassifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def text_prefix(checkpoint: str | os.PathLike) -> str:
@@ -314,7 +291,7 @@ def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_trai
     Raises:
         ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
     """
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
     kwargs = {"attn_implementation": compat.xla_attention_implementation()} if xla else {}
@@ -328,6 +305,8 @@ def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_trai
     if pooling is None:
         model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     elif pooling == "mean" and config.model_type == "bert":
+        from .mean_pooling import BertMeanPooledClassifier
+
         model = BertMeanPooledClassifier.from_pretrained(path, **kwargs)
     else:
         raise ValueError(f"{path}/config.json: {POOLING_KEY}={pooling!r} for model_type {config.model_type!r}; "
@@ -345,6 +324,8 @@ def keep_head_float32(model) -> None:
     head = getattr(model, "classifier", None)
     if head is None or getattr(head, "_kitlib_float32", False):
         return
+    import torch
+
     forward = head.forward
 
     def float32_forward(x, *args, **kwargs):
@@ -368,6 +349,8 @@ def probabilities(logits):
     Raises:
         ValueError: any other ``num_labels`` (this kit predicts one column, e.g. ``toxic``).
     """
+    import torch
+
     if logits.shape[-1] == 1:
         return torch.sigmoid(logits[:, 0].float())
     if logits.shape[-1] == 2:

@@ -7,6 +7,10 @@ Kaggle mounts competition data at ``/kaggle/input/competitions/<slug>/`` in newe
 ``KAGGLE_INPUT_DIR`` and ``KAGGLE_WORKING_DIR`` (environment) stand in for ``/kaggle/input`` and
 ``/kaggle/working`` when set: ``scripts/kernels.py run-local`` runs a staged kernel in a folder laid
 out like Kaggle's without writing to ``/kaggle``. They are read at call time, not at import.
+
+Kaggle saves everything in ``/kaggle/working`` as the kernel's output. What the user does not
+need there (vendored code, caches such as the tiny model and the XLA compile cache, copies of
+the inputs such as split CSVs, prediction shards) goes to :func:`scratch_dir` instead.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ KAGGLE_INPUT = Path("/kaggle/input")
 KAGGLE_WORKING = Path("/kaggle/working")
 INPUT_ENV = "KAGGLE_INPUT_DIR"
 WORKING_ENV = "KAGGLE_WORKING_DIR"
+TMP_ENV = "KAGGLE_TMP_DIR"  # run-local sets it; the vendored cell (kaggle_kit/vendor_cell.py) reads the same rule
 
 
 def kaggle_input_dir() -> Path:
@@ -86,6 +91,26 @@ def working_dir(root: Path | None = None) -> Path:
     """``/kaggle/working`` (or ``$KAGGLE_WORKING_DIR``) when that folder exists, else ``root`` (the repository)."""
     w = kaggle_working_dir()
     return w if w.is_dir() else (root or project_root())
+
+
+def scratch_dir(root: Path | None = None) -> Path:
+    """Where a kernel keeps what is not its output (caches, split copies, shards, vendored code).
+
+    ``$KAGGLE_TMP_DIR`` when set (run-local: ``ROOT/<slug>/tmp``); else, in a kernel (the working
+    folder exists: ``/kaggle/working``), ``<tmp>/kaggle-kit`` (``tempfile.gettempdir()``, ``/tmp``
+    on Kaggle: not saved as output); else ``<root>/.cache`` (the repository's ignored folder).
+    The folder is created.
+    """
+    import tempfile
+
+    if os.environ.get(TMP_ENV):
+        out = Path(os.environ[TMP_ENV])
+    elif kaggle_working_dir().is_dir():
+        out = Path(tempfile.gettempdir()) / "kaggle-kit"
+    else:
+        out = (root or project_root()) / ".cache"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 # Hand-off between notebooks, relative to working_dir(): the torch training notebook saves a

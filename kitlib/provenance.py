@@ -10,8 +10,8 @@ replaced, written by whom, with what and when. It warns (:class:`SubmissionRepla
 CLI prints them). A writer replacing its own last output says nothing: that is a rerun.
 
 Writers (each passes its name to :func:`kitlib.merge.merge_shards`, which writes through
-:func:`write_recorded`): :data:`INFER`, :data:`KERAS`, :data:`CLI`; a blend or any other writer
-calls :func:`write_recorded` with its own name.
+:func:`write_recorded`): :data:`INFER`, :data:`KERAS`, :data:`CLI`; :mod:`kitlib.blend` (:data:`BLEND`) and any other
+writer call :func:`write_recorded` with their own name.
 Works for local paths and fsspec URLs (:mod:`kitlib.storage`).
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ RECORD_SUFFIX = ".writer.json"
 INFER = "kitlib.infer.predict (the torch inference notebook, xla_multicore_inference)"
 KERAS = "kitlib.keras write_submission (the Keras notebook, keras_xlmr_train)"
 CLI = "python -m kitlib merge"
+BLEND = "kitlib.blend (python -m kitlib blend)"
 
 
 class SubmissionReplaced(UserWarning):

@@ -1,10 +1,12 @@
-"""What one replica is handed: its device, rank and world size, and the collectives of its mode.
+"""What one replica is handed: its device, rank and world size, and its mode's collectives.
 
-:func:`kitlib.runtime.launch` builds a :class:`Replica` in every replica (process or thread) from
-the :class:`~kitlib.runtime.Runtime`, as Accelerate's ``PartialState`` is built from the launcher's
-environment, and calls the replica program with it. Replica programs never ask torch_xla or
-``torch.distributed`` for their rank themselves, and never branch on the backend: they call
-``replica.all_reduce_sum``, ``replica.all_gather``, ``replica.barrier`` and ``replica.together``.
+:func:`kitlib.runtime.launch` builds a :class:`Replica` in every replica (process or thread) through
+its backend (a row of :data:`kitlib.runtime.MODES`, :mod:`kitlib.backends`), as Accelerate's
+``PartialState`` is built from the launcher's environment, and calls the replica program with it.
+A ``Replica`` is a thin handle: every method passes the call to its backend. Replica programs
+never ask torch_xla or ``torch.distributed`` for their rank themselves, and never branch on the
+mode: they call ``replica.all_reduce_sum``, ``replica.all_gather``, ``replica.barrier``,
+``replica.together``, ``replica.step()``, ``replica.optimizer_step(...)`` and ``replica.autocast``.
 
 Failures: a replica that raises while the others wait in a collective would leave them waiting
 forever on a TPU (torch_xla's ``xm.rendezvous``; pytorch/xla#7974). Wrap any step that can fail on
@@ -12,120 +14,15 @@ one rank only (saving a checkpoint, reading a file) in ``with replica.together("
 rank then exchanges an ok flag before going on: the rank that failed re-raises its exception,
 the others raise :class:`PeerFailed` and return quietly, so the launcher reports one error naming
 the rank and the original exception.
-
-Thread replicas (``xla-cpu``, PJRT CPU): XLA's CPU collectives match the replicas' calls by
-the compiled module, so every thread must run the executable one thread compiled. Two threads
-that cut the same graph at once both miss torch_xla's graph cache, compile it twice, and wait
-for each other in two different rendezvous ("RendezvousKey ... op_id=0" and "op_id=1") until
-XLA ends the process after 10 s. The replicas of one process therefore share a
-:class:`_Turnstile`: every graph a :class:`Replica` cuts (``step()``, the results of
-``all_reduce_sum``/``all_gather``, ``barrier``, DDP's init-time collectives) is launched when all
-threads have reached it, rank 0 first, then each rank in turn, so the later ranks find rank 0's
-executable in the cache. Nothing waits for a result inside its turn: a launched graph runs
-until every thread has launched its own, so a result is read only after the turn is passed on.
-Processes (TPU chips, eager CPU, CUDA) never use it.
 """
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from . import compat
-from .runtime import MODES, LaunchMode, Runtime
-
-
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-
-
-class PeerFailed(RuntimeError):
-    """Another rank failed inside :meth:`Replica.together`; this rank stops without an error of its own."""
-
-
-TURN_TIMEOUT_S = 1800.0  # longest wait for the other thread replicas at one launch (rank 0 may be compiling)
-
-
-class _Turnstile:
-    """Launches graphs of thread replicas one rank at a time, in rank order (see the module doc).
-
-    Each rank counts the graphs it launches through :meth:`launch`. Rank 0 launches its
-    ``k``-th when every rank has arrived at its ``k``-th; rank ``r > 0`` when rank ``r - 1``
-    has launched its ``k``-th. A rank that leaves (:meth:`leave`, from :meth:`Replica.close`)
-    before reaching the ``k``-th makes the ranks waiting there raise :class:`PeerFailed`.
-    """
-
-    def __init__(self, world: int):
-        self.world = world
-        self._cond = threading.Condition()
-        self._arrived = [0] * world
-        self._launched = [0] * world
-        self._left = [False] * world
-
-    def launch(self, rank: int, what: str, fn):
-        """Call ``fn()`` (which launches a graph and returns without waiting for it) in turn.
-
-        Raises:
-            PeerFailed: a rank left before launching this graph.
-            RuntimeError: waited :data:`TURN_TIMEOUT_S` (the ranks called collectives in
-                different orders or numbers).
-        """
-        with self._cond:
-            self._arrived[rank] += 1
-            k = self._arrived[rank]
-            self._cond.notify_all()
-
-            def gone() -> list[int]:  # ranks that left and will never launch their k-th graph
-                return [s for s in range(self.world) if self._left[s] and self._launched[s] < k]
-
-            def my_turn() -> bool:
-                if rank == 0:
-                    return all(a >= k for a in self._arrived)
-                return self._launched[rank - 1] >= k
-
-            t0 = time.monotonic()
-            if not self._cond.wait_for(lambda: my_turn() or gone(), timeout=TURN_TIMEOUT_S):
-                behind = [s for s in range(self.world) if self._arrived[s] < k] or [rank - 1]
-                raise RuntimeError(
-                    f"replica rank {rank} waited {time.monotonic() - t0:.0f} s to launch graph {k} ({what}) "
-                    f"for rank(s) {behind}: thread replicas must call step(), the collectives and "
-                    "together() in the same order and number")
-            if gone():
-                raise PeerFailed(f"rank(s) {gone()} stopped before {what}")
-        try:
-            result = fn()
-        except BaseException:
-            self.leave(rank)
-            raise
-        with self._cond:
-            self._launched[rank] = k
-            self._cond.notify_all()
-        return result
-
-    def leave(self, rank: int) -> None:
-        """``rank`` launches nothing more; ranks waiting for it raise :class:`PeerFailed`."""
-        with self._cond:
-            self._left[rank] = True
-            self._cond.notify_all()
-
-    @property
-    def finished(self) -> bool:
-        return all(self._left)
-
-
-_TURNSTILE: _Turnstile | None = None
-_TURNSTILE_LOCK = threading.Lock()
-
-
-def _shared_turnstile(world: int) -> _Turnstile:
-    """The turnstile of this process's current thread replicas (a new one per launch)."""
-    global _TURNSTILE
-    with _TURNSTILE_LOCK:
-        if _TURNSTILE is None or _TURNSTILE.finished or _TURNSTILE.world != world:
-            _TURNSTILE = _Turnstile(world)
-        return _TURNSTILE
+from .backends.base import Backend, OptimizerStep, PeerFailed  # noqa: F401  (PeerFailed: part of this API)
+from .backends.precision import PRECISIONS  # noqa: F401
 
 
 @dataclass
@@ -136,23 +33,27 @@ class Replica:
         rank: global rank, 0-based (shards are named by it).
         world_size: replicas over all hosts.
         local_rank: index of this replica on its host.
-        host, num_hosts: this host's index and the number of hosts.
         device: the ``torch.device`` to compute on (``xla:N``, ``cuda:N`` or ``cpu``).
-        mode: the :data:`kitlib.runtime.MODES` row this replica runs under.
+        backend: the :mod:`kitlib.backends` backend of its launch mode (also as ``mode``).
+        host, num_hosts: this host's index and the number of hosts.
         threads: CPU threads this replica uses (``torch.get_num_threads()`` after start).
+        state: what the backend keeps for this replica (a process group joined, a turnstile).
     """
 
     rank: int
     world_size: int
     local_rank: int
     device: Any
-    mode: LaunchMode
+    backend: Backend
     host: int = 0
     num_hosts: int = 1
     threads: int = 1
-    _process_group: bool = field(default=False, repr=False)
-    _restore_threads: int | None = field(default=None, repr=False)
-    _turnstile: _Turnstile | None = field(default=None, repr=False)
+    state: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def mode(self) -> Backend:
+        """The launch mode's backend (``.name``, ``.collectives``, ``.summary``)."""
+        return self.backend
 
     @property
     def is_master(self) -> bool:
@@ -162,91 +63,31 @@ class Replica:
     @property
     def xla(self) -> bool:
         """True when this replica computes on an XLA device (TPU or PJRT CPU)."""
-        return self.mode.device == "xla"
+        return self.backend.device == "xla"
 
     @property
     def threaded(self) -> bool:
         """True when several replicas are threads of one process (``xla-cpu``): per-process counters are shared."""
-        return self.mode.name == "xla-cpu" and self.world_size > 1
+        return self.backend.threaded and self.world_size > 1
 
     # ------------------------------------------------------------------ collectives
 
-    def _check_collectives(self, what: str) -> None:
-        if self.world_size > 1 and self.mode.collectives is None:
-            raise RuntimeError(
-                f"{what} needs collectives, which launch mode {self.mode.name!r} does not have "
-                f"({self.mode.summary}); use accelerator='cpu' or 'xla-cpu' for training"
-            )
-
     def all_reduce_sum(self, tensor):
         """Sum of ``tensor`` over all replicas (same shape, on this replica's device)."""
-        if self.world_size == 1:
-            return tensor
-        self._check_collectives("all_reduce_sum")
-        if self.mode.collectives == "xla":
-            return self._launched(compat.xla_all_reduce_sum(tensor), "all_reduce_sum")
-        import torch.distributed as dist
-
-        dist.all_reduce(tensor)
-        return tensor
+        return tensor if self.world_size == 1 else self.backend.all_reduce_sum(self, tensor)
 
     def all_gather(self, tensor):
         """Every replica's ``tensor`` concatenated along dim 0 in rank order: ``[world * n, ...]``."""
-        if self.world_size == 1:
-            return tensor
-        self._check_collectives("all_gather")
-        if self.mode.collectives == "xla":
-            # thread replicas need one graph for all ranks: XLA's all-gather, not the padded all-reduce
-            return self._launched(compat.xla_all_gather(tensor, pin_layout=self._turnstile is None), "all_gather")
-        import torch
-        import torch.distributed as dist
-
-        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        dist.all_gather(parts, tensor.contiguous())
-        return torch.cat(parts)
+        return tensor if self.world_size == 1 else self.backend.all_gather(self, tensor)
 
     def barrier(self, tag: str) -> None:
         """Wait until every replica reaches ``tag`` (``xm.rendezvous`` on XLA, ``dist.barrier`` elsewhere)."""
-        if self.world_size == 1:
-            return
-        self._check_collectives("barrier")
-        if self._turnstile is not None:  # xm.rendezvous launches and reads several graphs: one all-reduce instead
-            import torch
-
-            self.all_reduce_sum(torch.zeros(1, device=self.device)).cpu()
-        elif self.mode.collectives == "xla":
-            compat.xla_rendezvous(tag)
-        else:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    def _launched(self, tensor, what: str):
-        """``tensor`` (the lazy result of a collective); on thread replicas, its graph launched in turn."""
-        if self._turnstile is not None:
-            self._in_turn(what, [tensor])
-        return tensor
-
-    def _in_turn(self, what: str, tensors=None) -> None:
-        """Launch the pending graph (of ``tensors``, or of every live tensor) in rank order, then
-        run the step closures outside the turn (they may read results, which needs the others' launches)."""
-        self._turnstile.launch(self.rank, what, lambda: compat.xla_submit(tensors))
-        compat.xla_finish_sync()
-
-    def init_xla_process_group(self) -> None:
-        """Join ``torch.distributed``'s ``xla`` process group (``xla://``), for DDP on XLA replicas.
-
-        On thread replicas the process group's broadcasts and all-gathers (DDP's parameter check
-        and broadcast at construction, its bucket rebuild at the second step) launch in turn.
-        """
-        if self._turnstile is None:
-            compat.xla_init_process_group()
-        else:
-            compat.xla_init_process_group(lambda tensors: self._in_turn("process group collective", tensors))
+        if self.world_size > 1:
+            self.backend.barrier(self, tag)
 
     def failed_ranks(self, failed: bool) -> list[int]:
         """Exchange one flag per rank (an all-reduce): the ranks that say they failed, in order."""
-        if self.world_size == 1 or self.mode.collectives is None:
+        if self.world_size == 1 or self.backend.collectives is None:
             return [self.rank] if failed else []
         import torch
 
@@ -278,45 +119,39 @@ class Replica:
     # ------------------------------------------------------------------ stepping
 
     def step(self):
-        """Context around one training step: ``torch_xla.step()`` on XLA (cuts and runs the graph), else nothing.
+        """Context around one training step: ``torch_xla.step()`` on XLA (cuts and runs the graph), else nothing."""
+        return self.backend.step(self)
 
-        On thread replicas the graphs before and after the step launch in turn (module doc).
-        """
-        if self._turnstile is not None:
-            return self._step_in_turn()
-        return compat.xla_step() if self.xla else contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def _step_in_turn(self):
-        self._in_turn("the pending graph before a step")
-        yield
-        self._in_turn("a training step")
+    def after_step(self, fn: Callable, args: tuple) -> None:
+        """Call ``fn(*args)`` once this step's results can be read (an XLA step closure; at once elsewhere)."""
+        self.backend.after_step(self, fn, args)
 
     def loader(self, loader):
         """``loader`` as this replica consumes it: through ``MpDeviceLoader`` on XLA (batches arrive on the device)."""
-        return compat.xla_device_loader(loader, self.device) if self.xla else loader
+        return self.backend.loader(self, loader)
 
     def to_device(self, batch):
         """Move a tensor, or a dict/tuple of tensors, to this replica's device (a no-op for XLA loader batches)."""
-        if self.xla:
-            return batch
-        if isinstance(batch, dict):
-            return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-        if isinstance(batch, (list, tuple)):
-            return type(batch)(v.to(self.device, non_blocking=True) for v in batch)
-        return batch.to(self.device, non_blocking=True)
+        return self.backend.to_device(self, batch)
+
+    def wrap_model(self, model, pattern: str):
+        """The module to train: ``model``, or ``DistributedDataParallel(model)`` for ``pattern="ddp"``
+        where the backend has something to average (:mod:`kitlib.train`)."""
+        return self.backend.wrap_model(self, model, pattern)
+
+    def optimizer_step(self, optimizer, model, net, precision: str) -> OptimizerStep:
+        """The callable that takes one step from a loss: ``backward``, the gradient exchange of this
+        backend (``xm.optimizer_step``, DDP's, or an all-reduce by hand) and ``optimizer.step``,
+        through a ``torch.amp.GradScaler`` under fp16 (:mod:`kitlib.backends.precision`)."""
+        return self.backend.optimizer_step(self, optimizer, model, net, precision)
 
     def precision(self, requested: str = "auto") -> str:
-        """The compute precision for ``requested``: ``"auto"`` is bf16 on a TPU, fp16 on CUDA, fp32 elsewhere.
+        """The compute precision for ``requested``: the rule is :mod:`kitlib.backends.precision`'s.
 
         Raises:
             ValueError: ``requested`` is not one of :data:`PRECISIONS`.
         """
-        if requested not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {requested!r}")
-        if requested != "auto":
-            return requested
-        return {"tpu": "bf16", "cuda": "fp16"}.get(self.mode.name, "fp32")
+        return self.backend.precision(requested)
 
     def autocast(self, precision: str):
         """``torch.autocast`` for :meth:`precision` on this replica's device (nothing for fp32).
@@ -324,99 +159,31 @@ class Replica:
         Keep the classifier head in float32 with :func:`kitlib.model.keep_head_float32`, so
         probabilities are computed from float32 logits.
         """
-        import torch
+        return self.backend.autocast(precision)
 
-        p = self.precision(precision)
-        if p == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.mode.device, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[p])
+    def use_compile_cache(self, root: str | None) -> None:
+        """Use a persistent XLA compilation cache under ``root`` (per process; not for thread replicas); None: none."""
+        if root:
+            self.backend.use_compile_cache(self, root)
+
+    def compile_count(self) -> int | None:
+        """XLA compilations so far in this process, or None off XLA."""
+        return self.backend.compile_count(self)
 
     def compile_stats(self) -> dict:
         """XLA compilations so far: ``{"xla_compiles": n}`` for this replica, or
         ``{"xla_compiles_process": n}`` when thread replicas share one process's counter; ``{}`` off XLA."""
-        if not self.xla:
-            return {}
-        key = "xla_compiles_process" if self.threaded else "xla_compiles"
-        return {key: compat.xla_compile_count()}
+        return self.backend.compile_stats(self)
+
+    def device_name(self) -> str:
+        """What the replica computes on (a GPU's name, read inside the replica; the parent never initialises CUDA)."""
+        return self.backend.device_name(self)
 
     def close(self) -> None:
-        """Leave the process group this replica joined, and give the calling process its threads back.
-
-        A thread replica also leaves the turnstile: the others stop (:class:`PeerFailed`) at the
-        next graph this one will never launch.
-        """
-        if self._turnstile is not None:
-            self._turnstile.leave(self.rank)
-        if self._process_group:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            self._process_group = False
-        if self._restore_threads is not None:
-            import torch
-
-            torch.set_num_threads(self._restore_threads)
-            self._restore_threads = None
+        """Leave what the backend joined for this replica, and give the calling process its threads back."""
+        self.backend.close(self)
 
 
-def start_replica(index: int, rt: Runtime, start_method: str = "fork") -> Replica:
-    """Build the :class:`Replica` for launcher index ``index`` (called inside the replica).
-
-    Sets the device, the CPU threads and, for process modes with more than one replica, joins the
-    ``torch.distributed`` group (``env://``: ``MASTER_ADDR``/``MASTER_PORT`` from the launcher or torchrun).
-    """
-    import torch
-
-    mode = MODES[rt.mode]
-    if mode.device != "cpu" or rt.num_replicas != 1 or rt.started_by != "kit":
-        _quiet_unless_master(index == 0 and rt.host == 0)
-    if mode.device == "xla":
-        device = compat.xla_device()
-        if mode.start == "torch_xla.launch":
-            rank, world = compat.xla_rank(), compat.xla_world_size()
-        else:  # one PJRT CPU device per process: ranks from the launcher
-            rank, world = rt.host * rt.num_replicas + index, rt.world_size
-        if mode.start == "processes":  # single-threaded under fork (see below), its share of the cores when spawned
-            torch.set_num_threads(rt.threads if start_method == "spawn" else 1)
-        turnstile = _shared_turnstile(world) if mode.name == "xla-cpu" and world > 1 else None
-        return Replica(rank, world, index, device, mode, rt.host, rt.num_hosts, torch.get_num_threads(),
-                       _turnstile=turnstile)
-
-    if rt.started_by == "torchrun":
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    else:
-        rank, world = rt.host * rt.num_replicas + index, rt.world_size
-    restore = None
-    if mode.device == "cuda":
-        torch.cuda.set_device(index)  # in the replica: the parent never initialises CUDA
-        device = torch.device("cuda", index)
-    else:
-        device = torch.device("cpu")
-    inline = rt.num_replicas == 1 and rt.started_by == "kit"
-    if inline:
-        restore = torch.get_num_threads()
-    # A forked child must stay off the OpenMP pool its parent may have started (GNU libgomp is not
-    # fork-safe: the first parallel op waits forever); kitlib.runtime spawns multi-threaded replicas.
-    torch.set_num_threads(rt.threads if (inline or start_method == "spawn" or rt.started_by == "torchrun") else 1)
-    replica = Replica(rank, world, index, device, mode, rt.host, rt.num_hosts, torch.get_num_threads(),
-                      _restore_threads=restore)
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.init_process_group(mode.collectives, init_method="env://", rank=rank, world_size=world)
-        replica._process_group = True
-    return replica
-
-
-def _quiet_unless_master(master: bool) -> None:
-    """Only the master shows transformers' progress bars ("Loading weights") and info logs."""
-    if master:
-        return
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:
-        pass
+def start_replica(index: int, rt, start_method: str = "fork") -> Replica:
+    """Build the :class:`Replica` for launcher index ``index`` (called inside the replica): its backend's ``open``."""
+    return rt.backend.open(index, rt, start_method)

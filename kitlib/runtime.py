@@ -6,99 +6,66 @@ why. ``launch(fn, job, rt)`` starts the replicas and calls ``fn(replica, job)`` 
 ``replica`` is a :class:`kitlib.replica.Replica` (device, rank, world size, collectives). Job
 configs describe the job only; everything about where it runs comes from here.
 
-==================  ==========================  ==================================  ===========
-mode                replicas start as            rank and world size from            collectives
-==================  ==========================  ==================================  ===========
-tpu                 ``torch_xla.launch``: one    ``torch_xla.runtime``               xla
-                    process per TPU chip
-cuda                one process per GPU          the process index (or torchrun's    nccl
-                    (``torch.multiprocessing``)  ``RANK``/``WORLD_SIZE``)
-cpu                 eager torch; one replica     the process index (or torchrun's)   gloo
-                    in this process, or N
-                    processes with their share
-                    of the cores
-xla-cpu             ``torch_xla.launch`` on      ``torch_xla.runtime``               xla
-                    PJRT CPU: N devices as
-                    threads of one process
-                    (a rehearsal of the TPU path)
-xla-cpu-processes   N processes, one PJRT CPU    the process index                   none
-                    device each (inference)
-==================  ==========================  ==================================  ===========
+:data:`MODES` maps each mode's name to its backend (:mod:`kitlib.backends`), which owns how its
+replicas start and stop, their rank, world size and device, the collectives, the optimizer
+step, the precision rule's default and the environment the launch needs:
 
-With no accelerator the default is ``cpu``: eager torch is faster than XLA:CPU for these models
-(1.5-1.7x the whole-job time measured on 2 cores), and on a few cores one replica with every
-thread beats several. ``xla-cpu`` stays available by name, to rehearse the TPU code path
-(fixed shapes, compile counts) on a laptop.
+==================  ===========================================  ==================================  ===========
+mode                replicas start                               rank and world size from            collectives
+==================  ===========================================  ==================================  ===========
+tpu                 ``torch_xla.launch``: one process per chip   ``torch_xla.runtime``               xla
+tpu-pod             the same, on every host of a pod slice       ``torch_xla.runtime``               xla
+cuda                one process per GPU                          host x replicas + index             nccl
+cuda-torchrun       by torchrun: this process is one replica     torchrun's ``RANK``/``WORLD_SIZE``  nccl
+cpu                 eager torch; one replica in this process,    host x replicas + index             gloo
+                    or N processes with their share of cores
+cpu-torchrun        by torchrun: this process is one replica     torchrun's ``RANK``/``WORLD_SIZE``  gloo
+xla-cpu             ``torch_xla.launch`` on PJRT CPU: N devices  ``torch_xla.runtime``               xla
+                    as threads of one process (TPU rehearsal)
+xla-cpu-processes   N processes, one PJRT CPU device each        host x replicas + index             none
+==================  ===========================================  ==================================  ===========
 
-Multi-host: a process started by ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``GROUP_RANK``) is one replica; ``launch`` runs ``fn`` in it, with the global
-rank and world size torchrun gave. On a TPU pod slice every host runs the same program and
-``torch_xla.launch`` starts that host's chips; the global ordinal comes from torch_xla, the host
-as torch_xla finds it (:func:`kitlib.hardware.tpu_hosts`: ``TPU_WORKER_HOSTNAMES`` /
-``TPU_WORKER_ID``, or the Cloud TPU VM metadata).
+The ``accelerator`` a user names (:data:`ACCELERATORS`) picks the hardware; the torchrun and
+TPU-pod rows are what :func:`detect_runtime` finds when torchrun started this process or the TPU
+host belongs to a multi-host slice. With no accelerator the default is ``cpu``: eager torch is
+faster than XLA:CPU for these models (1.5-1.7x the whole-job time measured on 2 cores), and on a
+few cores one replica with every thread beats several. ``xla-cpu`` stays available by name, to
+rehearse the TPU code path (fixed shapes, compile counts) on a laptop.
+
+``launch`` owns what it starts: the variables a launch sets are restored afterwards, and on any
+exception in the calling process (KeyboardInterrupt included) every replica process is
+terminated and joined before ``launch`` returns (:func:`kitlib.backends.base.owning_replicas`).
 
 The start method is ``fork`` (a Kaggle notebook) or ``spawn`` (Colab, scripts: ``fn`` must be
-importable, which is why every replica program lives in ``kitlib``).
+importable, which is why every replica program lives in ``kitlib``). The ``cpu`` backend starts
+multi-threaded replicas with ``spawn`` under ``fork``, and says so (:mod:`kitlib.backends.cpu`).
 """
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
 from . import compat, hardware
+from .backends.base import Backend, ReplicaError, owning_replicas, patch_environment
+from .backends.cpu import Cpu
+from .backends.cuda import Cuda
+from .backends.torchrun import CpuTorchrun, CudaTorchrun
+from .backends.xla import TpuPod, Xla
+from .backends.xla_processes import XlaCpuProcesses
+from .backends.xla_threads import XlaCpuThreads
 
+__all__ = ["MODES", "ACCELERATORS", "Runtime", "ReplicaError", "detect_runtime", "launch", "holds_global_rank0"]
 START_METHODS = ("fork", "spawn")
 
 
-@dataclass(frozen=True)
-class LaunchMode:
-    """One row of :data:`MODES`.
-
-    Attributes:
-        name: the mode's name (the key in :data:`MODES`).
-        device: the torch device type replicas compute on: ``"xla"``, ``"cuda"`` or ``"cpu"``.
-        start: ``"torch_xla.launch"`` or ``"processes"`` (``torch.multiprocessing``; one replica on
-            the CPU runs in the calling process).
-        collectives: ``"xla"``, ``"nccl"``, ``"gloo"``, or None (replicas cannot exchange data:
-            inference only, or one replica).
-        summary: one line for :meth:`Runtime.describe`.
-    """
-
-    name: str
-    device: str
-    start: str
-    collectives: str | None
-    summary: str
-
-
-MODES: dict[str, LaunchMode] = {
-    m.name: m
-    for m in (
-        LaunchMode("tpu", "xla", "torch_xla.launch", "xla", "torch_xla.launch, one process per TPU chip"),
-        LaunchMode("cuda", "cuda", "processes", "nccl", "one process per GPU, nccl"),
-        LaunchMode("cpu", "cpu", "processes", "gloo", "eager torch on the CPU, gloo"),
-        LaunchMode("xla-cpu", "xla", "torch_xla.launch", "xla",
-                   "torch_xla on PJRT CPU, devices as threads of one process (a rehearsal of the TPU path)"),
-        LaunchMode("xla-cpu-processes", "xla", "processes", None,
-                   "torch_xla on PJRT CPU, one process per device, no collectives"),
-    )
+MODES: dict[str, Backend] = {
+    b.name: b
+    for b in (Xla(), TpuPod(), Cuda(), CudaTorchrun(), Cpu(), CpuTorchrun(), XlaCpuThreads(), XlaCpuProcesses())
 }
-ACCELERATORS = ("auto", "tpu", "cuda", "cpu", *[m for m in MODES if m.startswith("xla-")])
+# what a user may name (accelerator= / prefer=): the modes the kit starts itself
+ACCELERATORS = ("auto", *[name for name, b in MODES.items() if b.started_by == "kit"])
 CORES_PER_CPU_REPLICA = 4  # eager CPU default: one replica per 4 cores (at least 1), each with its share
-
-
-class ReplicaError(RuntimeError):
-    """A replica raised: names its rank and the original exception (raised in the parent by :func:`launch`)."""
-
-    def __init__(self, rank: int, message: str):
-        super().__init__(f"replica rank {rank} failed: {message}")
-        self.rank = rank
-        self.original = message
-
-    def __reduce__(self):  # travels back from torch_xla.launch's worker processes
-        return (ReplicaError, (self.rank, self.original))
 
 
 @dataclass(frozen=True)
@@ -111,8 +78,6 @@ class Runtime:
         reason: one line saying what was found.
         threads: CPU threads each replica uses (``torch.set_num_threads``).
         num_hosts, host: the hosts of a multi-host run and this host's index (0-based).
-        started_by: ``"kit"`` (:func:`launch` starts the replicas), ``"torchrun"`` (this process is
-            one replica, started by torchrun) or ``"tpu-pod"`` (every TPU VM host runs this program).
     """
 
     mode: str
@@ -121,16 +86,27 @@ class Runtime:
     threads: int = 1
     num_hosts: int = 1
     host: int = 0
-    started_by: str = "kit"
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"unknown launch mode {self.mode!r}; one of {', '.join(MODES)}")
 
     @property
-    def launch_mode(self) -> LaunchMode:
-        """The :data:`MODES` row of this runtime."""
+    def backend(self) -> Backend:
+        """The :data:`MODES` row of this runtime: its backend."""
         return MODES[self.mode]
+
+    launch_mode = backend
+
+    @property
+    def started_by(self) -> str:
+        """``"kit"``, ``"torchrun"`` or ``"tpu-pod"``: the backend's (a column of the table, not a second axis)."""
+        return self.backend.started_by
+
+    @property
+    def multi_host(self) -> bool:
+        """True when every host runs the same program (torchrun, a TPU pod, or several hosts)."""
+        return self.backend.multi_host(self)
 
     @property
     def world_size(self) -> int | None:
@@ -139,13 +115,11 @@ class Runtime:
 
     def describe(self) -> str:
         """One line, e.g. ``runtime: cpu, 1 replica x 2 threads (eager torch on the CPU, gloo): ...``."""
-        n = f"{self.num_replicas} replica(s)" if self.num_replicas else "one replica per TPU chip"
-        if self.launch_mode.device == "cpu":
-            n += f" x {self.threads} thread(s)"
+        n = self.backend.describe_replicas(self)
         if self.num_hosts > 1:
             world = f"world {self.world_size}" if self.world_size else "world = every chip of every host"
             n = f"host {self.host + 1} of {self.num_hosts}, {n} on this host, {world}"
-        return f"runtime: {self.mode}, {n} ({self.launch_mode.summary}): {self.reason}"
+        return f"runtime: {self.mode}, {n} ({self.backend.summary}): {self.reason}"
 
 
 def _torchrun_env() -> dict[str, int] | None:
@@ -195,8 +169,8 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runt
                 f"host ({chips or 'count unknown'}); it cannot run a subset. Set num_devices=0 (every chip)."
             )
         hosts, host = hardware.tpu_hosts()
-        return Runtime("tpu", chips or 0, f"{tpu}; {chips or 'unknown number of'} TPU chip(s)",
-                       num_hosts=hosts, host=host, started_by="tpu-pod" if hosts > 1 else "kit")
+        return Runtime("tpu-pod" if hosts > 1 else "tpu", chips or 0, f"{tpu}; {chips or 'unknown number of'} TPU chip(s)",
+                       num_hosts=hosts, host=host)
     if prefer == "tpu":
         raise RuntimeError("accelerator='tpu' but no TPU was found (no PJRT_DEVICE=TPU, TPU_* variable or /dev/accel*)")
 
@@ -228,8 +202,8 @@ def _from_torchrun(mode: str, tr: dict[str, int], num_devices: int | None, threa
     if num_devices is not None and num_devices != local:
         raise ValueError(f"num_devices={num_devices}, but torchrun started {local} process(es) per host (--nproc-per-node)")
     hosts = max(1, tr["WORLD_SIZE"] // local)
-    return Runtime(mode, local, f"{found}; started by torchrun (rank {tr['RANK']} of {tr['WORLD_SIZE']})",
-                   threads=threads, num_hosts=hosts, host=tr["GROUP_RANK"], started_by="torchrun")
+    return Runtime(f"{mode}-torchrun", local, f"{found}; started by torchrun (rank {tr['RANK']} of {tr['WORLD_SIZE']})",
+                   threads=threads, num_hosts=hosts, host=tr["GROUP_RANK"])
 
 
 def holds_global_rank0(rt: Runtime) -> bool:
@@ -239,63 +213,7 @@ def holds_global_rank0(rt: Runtime) -> bool:
     one-host run, torchrun's ``RANK=0`` worker, host 0 of a TPU pod (its chips hold ordinals
     ``0 .. n-1``).
     """
-    if rt.started_by == "torchrun":
-        return int(os.environ["RANK"]) == 0
-    return rt.host == 0
-
-
-def configure_env(rt: Runtime) -> None:
-    """Set the environment the replicas need; :func:`launch` calls it before starting them.
-
-    PJRT CPU: ``PJRT_DEVICE=CPU``, ``CPU_NUM_DEVICES`` (N threads, or 1 per process),
-    ``PJRT_CPU_ASYNC_CLIENT=false`` and ``XLA_THREAD_POOL_SIZE >= N`` (collectives between
-    thread replicas need the last two). TPU: ``PJRT_DEVICE=TPU``.
-    """
-    if rt.mode.startswith("xla-cpu"):
-        os.environ["PJRT_DEVICE"] = "CPU"
-        os.environ["CPU_NUM_DEVICES"] = "1" if rt.mode == "xla-cpu-processes" else str(rt.num_replicas)
-        os.environ.setdefault("PJRT_CPU_ASYNC_CLIENT", "false")
-        if int(os.environ.get("XLA_THREAD_POOL_SIZE", "0")) < rt.num_replicas:
-            os.environ["XLA_THREAD_POOL_SIZE"] = str(max(rt.num_replicas, hardware.cpu_cores()))
-    elif rt.mode == "tpu":
-        os.environ["PJRT_DEVICE"] = "TPU"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _replica_main(index: int, fn: Callable, job, rt: Runtime, start_method: str) -> None:
-    """What every replica runs: build its :class:`~kitlib.replica.Replica`, call ``fn``, report failures."""
-    from .replica import PeerFailed, start_replica
-
-    replica = start_replica(index, rt, start_method)
-    try:
-        fn(replica, job)
-    except PeerFailed:  # another rank raised and says so itself; this one stops quietly
-        pass
-    except ReplicaError:
-        raise
-    except BaseException as e:
-        raise ReplicaError(replica.rank, f"{type(e).__name__}: {e}") from e
-    finally:
-        replica.close()
-
-
-def _process_start(rt: Runtime, start_method: str, fn: Callable) -> str:
-    """The start method for eager CPU processes: ``fork`` leaves the parent's OpenMP pool unusable.
-
-    A forked child of a parent that ran a parallel torch op hangs at its first multi-threaded op
-    (GNU libgomp is not fork-safe; seen here). Replicas with more than one thread are therefore
-    spawned when ``fn`` is importable; otherwise they keep ``fork`` and run single-threaded.
-    """
-    if start_method == "fork" and rt.mode == "cpu" and rt.threads > 1 and getattr(fn, "__module__", "__main__") != "__main__":
-        return "spawn"
-    return start_method
+    return rt.backend.holds_global_rank0(rt)
 
 
 def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork") -> None:
@@ -309,11 +227,16 @@ def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork") -> None:
         rt: from :func:`detect_runtime`.
         start_method: ``"fork"`` or ``"spawn"`` (Python ``multiprocessing`` start methods).
 
+    The backend's variables (:meth:`kitlib.backends.base.Backend.env`) are set for the launch and
+    restored when it returns or raises. On any exception here, KeyboardInterrupt included, every
+    replica process is terminated and joined before it leaves: nothing the run started writes
+    after ``launch`` has returned.
+
     Raises:
-        ReplicaError: a replica raised; names its rank and the original exception. The other
-            replicas are stopped (processes are terminated by ``torch.multiprocessing``; replicas
-            waiting in a collective learn of the failure through
-            :meth:`kitlib.replica.Replica.together` and return).
+        ReplicaError: a replica raised; names its rank and the original exception, and carries the
+            replica's whole traceback (``.traceback``, shown in the message). The other replicas
+            are stopped (processes are terminated; replicas waiting in a collective learn of the
+            failure through :meth:`kitlib.replica.Replica.together` and return).
         ValueError: unknown start method, or ``spawn`` with a function defined in ``__main__``.
         RuntimeError: torch_xla cannot start: the XLA runtime was already touched in this process,
             or TensorFlow was imported before torch_xla.
@@ -325,46 +248,7 @@ def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork") -> None:
             f"start_method='spawn' needs an importable function; {fn.__name__} is defined in __main__ "
             "(a notebook cell). Use a kitlib replica program or start_method='fork'."
         )
-    mode = rt.launch_mode
-    if mode.device == "xla":
-        if "tensorflow" in sys.modules and "torch_xla" not in sys.modules:
-            raise RuntimeError(
-                "TensorFlow is imported in this process and torch_xla is not: importing torch_xla now "
-                "aborts the process ('LLVM ERROR: inconsistency in registered CommandLine options'). "
-                "Restart the kernel and import torch_xla (or run this launch) before TensorFlow."
-            )
-        why = compat.xla_runtime_touched()
-        if why:
-            raise RuntimeError(
-                f"cannot launch replicas: {why}. Restart the kernel and call kitlib launch before "
-                "anything touches the XLA device (torch_xla.device(), xm.xla_device(), .to(device), "
-                "torch_xla.runtime.world_size())."
-            )
-    configure_env(rt)
-    if mode.start == "torch_xla.launch":
-        compat.xla_launch(_replica_main, (fn, job, rt, start_method), start_method)
-        return
-    if rt.started_by == "torchrun":
-        _replica_main(int(os.environ["LOCAL_RANK"]), fn, job, rt, start_method)
-        return
-    if rt.num_replicas == 1 and mode.device == "cpu":  # one eager CPU replica: no process to start
-        _replica_main(0, fn, job, rt, start_method)
-        return
-    import torch.multiprocessing as tmp
-
-    os.environ["MASTER_ADDR"] = "127.0.0.1"  # torch.distributed env:// rendezvous on a fresh local port
-    os.environ["MASTER_PORT"] = str(_free_port())
-    method = _process_start(rt, start_method, fn)
-    try:
-        tmp.start_processes(_replica_main, args=(fn, job, rt, method), nprocs=rt.num_replicas,
-                            start_method=method, join=True)
-    except tmp.ProcessRaisedException as e:
-        last = [line for line in str(e).strip().splitlines() if line.strip()][-1]
-        prefix = "kitlib.runtime.ReplicaError: "
-        if last.startswith(prefix) and "replica rank " in last:
-            rank, _, message = last[len(prefix) + len("replica rank "):].partition(" failed: ")
-            raise ReplicaError(int(rank), message) from None
-        raise ReplicaError(rt.host * rt.num_replicas + e.error_index, last) from None
-    except tmp.ProcessExitedException as e:
-        raise ReplicaError(rt.host * rt.num_replicas + e.error_index,
-                           f"process exited with code {e.exit_code} (killed? out of memory?)") from None
+    backend = rt.backend
+    backend.check_parent(rt)
+    with patch_environment(backend.env(rt)), owning_replicas():
+        backend.launch(fn, job, rt, start_method)

@@ -66,6 +66,9 @@ class CannotWrite(OSError):
     def __str__(self) -> str:
         return f"cannot write {self.path}: {self.reason}"
 
+    def __reduce__(self):  # travels back from a replica process whole
+        return (CannotWrite, (self.path, OSError(self.errno, self.reason)))
+
 
 def is_url(path: str | os.PathLike) -> bool:
     """True for ``scheme://...`` strings other than ``file:`` URLs (those are local paths)."""

@@ -7,8 +7,10 @@
     history = train(job, rt)                               # launch(_mp_fn, job, rt), then the history
 
 One replica per device runs :func:`_mp_fn` with its :class:`kitlib.replica.Replica`; the launch
-mode (:data:`kitlib.runtime.MODES`) decides the collectives: ``xla`` on a TPU (and ``xla-cpu``),
-``nccl`` on CUDA GPUs, ``gloo`` for eager CPU replicas. The replica program never branches on it.
+mode's backend (:data:`kitlib.runtime.MODES`, :mod:`kitlib.backends`) decides the collectives
+(``xla`` on a TPU and ``xla-cpu``, ``nccl`` on CUDA GPUs, ``gloo`` for eager CPU replicas), how a
+step is taken (``replica.optimizer_step``) and the precision (:mod:`kitlib.backends.precision`:
+fp16 always through a ``GradScaler``). The replica program never branches on it.
 
 Patterns (``TrainJob.pattern``):
 
@@ -47,17 +49,20 @@ from pathlib import Path
 
 import numpy as np
 
-from . import compat
+from . import recipe as recipes
 from .atomic import atomic_dir
 from .checkpoint import (HISTORY_FILE, continue_history, replacing_message, restore_training_state, resume_message,
                          resume_point, save_training_state)
 from .data import plan_batches, read_csv_checked
 from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
-from .model import check_max_len, keep_head_float32, load_classifier, probabilities
+from .model import check_max_len, keep_head_float32, load_classifier, probabilities, with_text_prefix
+from .backends.distributed import average_gradients  # noqa: F401  (was defined here)
+from .backends.precision import check as check_precision
 from .runtime import Runtime, holds_global_rank0, launch
 
 PATTERNS = ("optimizer_step", "ddp")
 VALID_PREDICTIONS_FILE = "valid_predictions.csv"
+SCORES_FILE = "heldout_scores.json"  # the training notebook's scores of the saved checkpoint (save_scores)
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,10 @@ class TrainJob:
         epochs: passes over the training rows.
         batch_size: rows per step on each replica (global batch = batch_size x world size).
         max_len: tokens per row (longer texts truncated, shorter padded): the fixed sequence length.
-        lr: AdamW learning rate (constant: a per-step schedule would feed XLA a new scalar).
+        lr: AdamW learning rate of the body; 0: the recipe's (:data:`kitlib.recipe.RECIPES`).
+        recipe: ``"auto"`` (the one the checkpoint calls for, :func:`kitlib.recipe.recipe_for`) or a
+            name in :data:`kitlib.recipe.RECIPES`: head learning rate, schedule, frozen parameters,
+            loss weighting. :func:`train` makes ``recipe`` and ``lr`` concrete before launching.
         weight_decay: AdamW weight decay.
         label_col: the 0/1 (or [0, 1]) label column.
         text_col: text column; None picks ``content`` or ``comment_text``.
@@ -89,8 +97,8 @@ class TrainJob:
             None: no persistent cache.
         rank_states_dir: if set, every replica saves its final ``state_dict`` (CPU tensors) to
             ``<dir>/rank-<r>.pt`` (to check that replicas hold identical parameters).
-        precision: ``"auto"`` (bf16 autocast on a TPU, fp32 elsewhere), ``"fp32"`` or ``"bf16"``;
-            the head and the loss stay float32.
+        precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"`` (with a ``GradScaler``): the rule,
+            and what ``"auto"`` is on each device, is :mod:`kitlib.backends.precision`'s.
     """
 
     checkpoint: str
@@ -103,6 +111,7 @@ class TrainJob:
     max_len: int = 128
     lr: float = 2e-5
     weight_decay: float = 0.0
+    recipe: str = recipes.AUTO
     label_col: str = "toxic"
     text_col: str | None = None
     train_limit: int | None = None
@@ -117,19 +126,22 @@ class TrainJob:
     def __post_init__(self):
         if self.pattern not in PATTERNS:
             raise ValueError(f"pattern must be one of {PATTERNS}, not {self.pattern!r}")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"precision must be auto, fp32 or bf16 for training, not {self.precision!r}")
+        if self.recipe != recipes.AUTO and self.recipe not in recipes.RECIPES:
+            raise ValueError(f"recipe must be {recipes.AUTO!r} or one of {', '.join(recipes.RECIPES)}, not {self.recipe!r}")
+        check_precision(self.precision, "TrainJob.precision")
         for name in ("epochs", "batch_size", "max_len", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
 
 
-def classification_loss(logits, labels):
+def classification_loss(logits, labels, pos_weight=None):
     """Mean loss of a one- or two-logit classifier head.
 
     Args:
         logits: float tensor ``[batch, 1]`` (sigmoid head) or ``[batch, 2]`` (softmax head).
         labels: float32 tensor ``[batch]`` in [0, 1] (soft labels allowed).
+        pos_weight: None, or a float32 scalar tensor weighting the positive term of the one-logit
+            loss (``binary_cross_entropy_with_logits(pos_weight=...)``; :func:`kitlib.recipe.positive_weight`).
 
     Returns:
         A float32 scalar tensor: binary cross-entropy with logits for one logit, cross-entropy
@@ -142,7 +154,7 @@ def classification_loss(logits, labels):
     import torch.nn.functional as F
 
     if logits.shape[-1] == 1:
-        return F.binary_cross_entropy_with_logits(logits[:, 0].float(), labels)
+        return F.binary_cross_entropy_with_logits(logits[:, 0].float(), labels, pos_weight=pos_weight)
     if logits.shape[-1] == 2:
         return F.cross_entropy(logits.float(), torch.stack([1 - labels, labels], dim=1))
     raise ValueError(f"expected 1 or 2 logits per row, got {logits.shape[-1]}")
@@ -193,20 +205,6 @@ def _tokenize(tokenizer, texts: list[str], max_len: int):
     return enc["input_ids"], enc["attention_mask"]
 
 
-def average_gradients(model, replica) -> None:
-    """All-reduce every parameter gradient over the replicas and divide by the world size.
-
-    What ``xm.optimizer_step`` does before stepping, for nccl/gloo. Parameters without a
-    gradient are skipped (every replica must have the same ones).
-    """
-    if replica.world_size == 1:
-        return
-    for p in model.parameters():
-        if p.grad is not None:
-            replica.all_reduce_sum(p.grad)
-            p.grad.div_(replica.world_size)
-
-
 def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, job: TrainJob, replica):
     """Probabilities for the validation rows of one replica, left on the device.
 
@@ -244,19 +242,20 @@ def _mp_fn(replica, job: TrainJob) -> None:
             :func:`kitlib.data.read_csv_checked`.
     """
     import torch
-    import torch.distributed as dist
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
     from tqdm.auto import tqdm
 
-    rank, world, master, xla = replica.rank, replica.world_size, replica.is_master, replica.xla
-    if xla and job.compile_cache_dir and not replica.threaded:
-        compat.xla_initialize_cache(str(Path(job.compile_cache_dir) / f"proc-{replica.local_rank}"))
+    rank, world, master = replica.rank, replica.world_size, replica.is_master
+    replica.use_compile_cache(job.compile_cache_dir)
     labels = (job.label_col,)
     with replica.together("reading the data and loading the model"):
         train_df = read_csv_checked(job.train_csv, text_col=job.text_col, label_cols=labels, limit=job.train_limit)
         valid_df = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=labels, limit=job.valid_limit)
         torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
-        tokenizer, model = load_classifier(job.checkpoint, xla=xla, head_for_training=True)
+        tokenizer, model = load_classifier(job.checkpoint, xla=replica.xla, head_for_training=True)
+    job = recipes.resolve(job)  # (train() has already; _mp_fn may also be launched directly)
+    recipe = recipes.RECIPES[job.recipe]
+    recipes.prepare_model(model, recipe)
     keep_head_float32(model)
     if job.dropout is not None:
         for m in model.modules():
@@ -265,7 +264,7 @@ def _mp_fn(replica, job: TrainJob) -> None:
     model.train().to(replica.device)
 
     train_set = TensorDataset(
-        *_tokenize(tokenizer, train_df["text"].tolist(), job.max_len),
+        *_tokenize(tokenizer, with_text_prefix(job.checkpoint, train_df["text"].tolist()), job.max_len),
         torch.tensor(train_df[job.label_col].to_numpy(np.float32)),
     )
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=job.seed, drop_last=True)
@@ -273,33 +272,29 @@ def _mp_fn(replica, job: TrainJob) -> None:
     if len(loader) == 0:
         raise ValueError(f"{job.train_csv}: {len(train_df)} training rows give no full global batch of "
                          f"{job.batch_size} x {world} replicas; lower batch_size or add rows")
-    valid_ids, valid_mask = _tokenize(tokenizer, valid_df["text"].tolist(), job.max_len)
+    valid_ids, valid_mask = _tokenize(tokenizer, with_text_prefix(job.checkpoint, valid_df["text"].tolist()), job.max_len)
     valid_rows = validation_rows(len(valid_df), world, rank, job.batch_size)
     valid_labels = valid_df[job.label_col].to_numpy(np.float32)
 
-    net, ddp = model, job.pattern == "ddp" and (xla or world > 1)
-    if ddp:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        if xla:
-            replica.init_xla_process_group()
-        device_ids = [replica.device.index] if replica.mode.device == "cuda" else None
-        # broadcast_buffers=False: the models' buffers (position / token type ids) are constants, the
-        # same on every replica; broadcasting them would add a collective to every step.
-        # Gradients as bucket views are never averaged when the replicas are threads of one process
-        # (xla-cpu; pytorch/xla#8841): there each gradient keeps its own copy.
-        net = DDP(model, device_ids=device_ids, gradient_as_bucket_view=not replica.threaded, broadcast_buffers=False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=job.weight_decay)
+    net = replica.wrap_model(model, job.pattern)  # DDP, where the pattern and the backend call for it
+    optimizer = recipes.make_optimizer(model, recipe, job.lr, job.weight_decay)
+    take_step = replica.optimizer_step(optimizer, model, net, job.precision)  # backward, exchange, step
+    scheduler = recipes.make_scheduler(optimizer, recipe, len(loader) * job.epochs)
+    stateful = {"optimizer": optimizer, "scaler": take_step.scaler, **({"scheduler": scheduler} if scheduler else {})}
+    pos_weight = recipes.positive_weight(train_df[job.label_col].to_numpy(), recipe)
+    pos_weight = None if pos_weight is None else torch.tensor(pos_weight, dtype=torch.float32, device=replica.device)
     # Resuming (kitlib.checkpoint): starting from a kit-trained folder continues its run. Restore after every
     # stateful training object exists, and pass each (scheduler=..., scaler=... when the run has them), here
     # and in save_checkpoint's training_state below.
     resumed = resume_point(job.checkpoint)
-    restored = restore_training_state(job.checkpoint, optimizer=optimizer)[1] if resumed else []
+    restored = restore_training_state(job.checkpoint, **stateful)[1] if resumed else []
 
     history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
-               "pattern": job.pattern, "ddp_wrapped": ddp, "precision": replica.precision(job.precision),
-               "config": asdict(job), "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
-               "epochs": [], "step_loss": [], "compile_counts": [] if xla else None}
+               "pattern": job.pattern, "ddp_wrapped": net is not model, "precision": replica.precision(job.precision),
+               "grad_scaler": take_step.scaler is not None,
+               "config": asdict(job), "recipe": recipes.describe(recipe, job.lr), "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
+               "epochs": [], "step_loss": [],
+               "compile_counts": None if replica.compile_count() is None else []}
     continue_history(history, resumed)
     if master and resumed:
         tqdm.write(f"resumed from {job.checkpoint} after epoch {resumed.epochs_done}; restored: {', '.join(restored) or 'nothing'}")
@@ -322,24 +317,16 @@ def _mp_fn(replica, job: TrainJob) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 with replica.autocast(job.precision):
                     logits = net(input_ids=ids, attention_mask=mask).logits
-                loss = classification_loss(logits, y)
-                loss.backward()
-                if ddp:
-                    optimizer.step()  # DDP's backward already averaged the gradients
-                elif xla:
-                    compat.xla_optimizer_step(optimizer)
-                else:
-                    average_gradients(model, replica)
-                    optimizer.step()
+                loss = classification_loss(logits, y, pos_weight)
+                take_step(loss)
+                if scheduler is not None:
+                    scheduler.step()
                 loss_total += loss.detach()
                 global_step += 1
                 if master and global_step % job.log_every == 0:
-                    if xla:
-                        compat.xla_add_step_closure(log_loss, (global_step, loss))
-                    else:
-                        log_loss(global_step, loss)
-            if xla and master:
-                history["compile_counts"].append(compat.xla_compile_count())
+                    replica.after_step(log_loss, (global_step, loss))
+            if master and history["compile_counts"] is not None:
+                history["compile_counts"].append(replica.compile_count())
         run_loss = replica.all_reduce_sum(loss_total.clone()).item()  # sum over replicas and steps so far
         train_loss, done_loss = (run_loss - done_loss) / (len(loader) * world), run_loss
         train_seconds = time.perf_counter() - t0
@@ -353,7 +340,7 @@ def _mp_fn(replica, job: TrainJob) -> None:
         record = {"epoch": epoch + 1, "train_loss": train_loss, "valid_loss": valid_loss,
                   "valid_auc": auc, "train_seconds": train_seconds,
                   "valid_seconds": time.perf_counter() - t0, "steps": len(loader),
-                  "compile_count": compat.xla_compile_count() if xla else None}
+                  "compile_count": replica.compile_count()}
         history["epochs"].append(record)
         if master:
             tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "
@@ -366,9 +353,7 @@ def _mp_fn(replica, job: TrainJob) -> None:
     with replica.together("saving the checkpoint"):  # every rank learns whether the master's save worked
         if master:
             save_checkpoint(model, tokenizer, job.out_dir, history, valid_df["id"].tolist(), probs, job.label_col,
-                            training_state=dict(global_step=global_step, optimizer=optimizer))
-    if ddp and xla and dist.is_initialized():
-        dist.destroy_process_group()
+                            training_state=dict(global_step=global_step, **stateful))
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
@@ -398,7 +383,8 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
 def read_history(out_dir: str | os.PathLike) -> dict:
     """The ``train_history.json`` of a trained checkpoint folder (see :func:`_mp_fn`).
 
-    Keys: ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``, ``config``, ``steps_per_epoch``,
+    Keys: ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``,
+    ``grad_scaler`` (True: fp16 steps went through a ``GradScaler``), ``config``, ``steps_per_epoch``,
     ``global_batch``, ``epochs`` (one dict per epoch: ``train_loss``, ``valid_loss``,
     ``valid_auc``, ``train_seconds``, ``valid_seconds``, ``steps``, ``compile_count``),
     ``step_loss`` (``[step, loss]`` pairs logged by the master), ``compile_counts`` (XLA: the
@@ -411,6 +397,42 @@ def read_history(out_dir: str | os.PathLike) -> dict:
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no training history (did the training launch finish?)")
     return json.loads(p.read_text())
+
+
+def save_scores(out_dir: str | os.PathLike, scores: dict) -> Path:
+    """Write ``scores`` (the saved checkpoint's held-out ROC AUC, overall and per language, as the
+    training notebook measures it through the inference path) to ``<out_dir>/heldout_scores.json``,
+    atomically (:func:`kitlib.atomic.atomic_write`)."""
+    from .atomic import atomic_write
+
+    path = Path(out_dir) / SCORES_FILE
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(scores, indent=1)))
+    return path
+
+
+def checkpoint_report(checkpoint: str | os.PathLike) -> dict | None:
+    """What a checkpoint trained by this kit recorded about its training, or None for any other folder.
+
+    Returns:
+        ``trained_from`` (the starting checkpoint), ``recipe`` and ``lr``, ``epochs``, ``max_len``,
+        ``batch_size``, ``world_size``, ``train_rows_csv``, ``last_epoch`` (its ``train_loss``,
+        ``valid_loss``, ``valid_auc``, ``train_seconds``), ``seconds_per_step``, and
+        ``heldout`` (``heldout_scores.json``, or None).
+    """
+    p = Path(checkpoint)
+    if not (p / HISTORY_FILE).is_file():
+        return None
+    h = read_history(p)
+    cfg, last = h.get("config", {}), h["epochs"][-1] if h.get("epochs") else {}
+    steps = sum(e.get("steps", 0) for e in h.get("epochs", []))
+    seconds = sum(e.get("train_seconds", 0.0) for e in h.get("epochs", []))
+    scores = p / SCORES_FILE
+    return {"checkpoint": str(p), "trained_from": cfg.get("checkpoint"), "recipe": cfg.get("recipe"), "lr": cfg.get("lr"),
+            "epochs": cfg.get("epochs"), "max_len": cfg.get("max_len"), "batch_size": cfg.get("batch_size"),
+            "world_size": h.get("world_size"), "train_csv": cfg.get("train_csv"), "valid_csv": cfg.get("valid_csv"),
+            "last_epoch": {k: last.get(k) for k in ("epoch", "train_loss", "valid_loss", "valid_auc", "train_seconds")},
+            "seconds_per_step": seconds / steps if steps else None,
+            "heldout": json.loads(scores.read_text()) if scores.is_file() else None}
 
 
 def _label_values(path: str, label_col: str, limit: int | None) -> np.ndarray | None:
@@ -462,19 +484,20 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
 
     Raises:
         ValueError: ``max_len`` is above the model's position table; ``rt``'s launch mode has
-            no collectives for more than one replica (``xla-cpu-processes``); the training labels
-            hold one class (:func:`check_labels`); a resumed run has no epoch left to train.
+            no collectives for more than one replica (``xla-cpu-processes``); the precision cannot
+            train there (fp16 on XLA: :mod:`kitlib.backends.precision`); the training labels
+            hold one class (:func:`check_labels`); a resumed run has no epoch left to train; the
+            recipe is unknown (:func:`kitlib.recipe.resolve`).
         kitlib.runtime.ReplicaError: a replica failed; names its rank and the original error.
     """
     check_max_len(job.checkpoint, job.max_len)
+    job = recipes.resolve(job)
     check_labels(job)
     resumed = resume_point(job.checkpoint)
     if resumed:
         print(resume_message(resumed, job.epochs, asdict(job)))
     elif note := replacing_message(job.out_dir, job.checkpoint):
         print(note)
-    if rt.launch_mode.collectives is None and (rt.world_size or 2) > 1:
-        raise ValueError(f"launch mode {rt.mode!r} has no collectives ({rt.launch_mode.summary}); "
-                         "train with accelerator='cpu' (gloo) or 'xla-cpu'")
+    rt.backend.check_training(rt, job.precision)
     launch(_mp_fn, job, rt, start_method)
     return read_history(job.out_dir) if holds_global_rank0(rt) else None

@@ -38,8 +38,21 @@ virtual_replicas = 0      # CPU testing only: N emulated replicas (TF logical CP
 seed = 0
 data_dir = ""             # "": the competition data on Kaggle, else data/jigsaw-sample
 work_dir = ""             # "": /kaggle/working on Kaggle, else the repository
-cache_dir = ""            # "": <work_dir>/.cache (the offline tokenizer proto)
+cache_dir = ""            # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tokenizer proto)
 submission = "submission.csv"  # relative to work_dir
+
+
+# %%
+# Each parameter must have its default's type (papermill's `-p mixed_precision false` is the string
+# "false", which is truthy): checked against the parameters cell, "true"/"false" read as booleans.
+import sys
+from pathlib import Path
+
+if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
+    sys.path.insert(0, str(Path("..").resolve()))
+from kitlib.params import check_notebook_parameters
+
+check_notebook_parameters(globals())  # kitlib/params.py
 
 # %% [markdown]
 # ## Setup
@@ -91,7 +104,7 @@ from kitlib.keras.runtime import count_compiles
 root = paths.project_root()
 data = Path(data_dir) if data_dir else paths.default_data_dir(root)
 work = Path(work_dir) if work_dir else paths.working_dir(root)
-cache = Path(cache_dir) if cache_dir else work / ".cache"
+cache = Path(cache_dir) if cache_dir else paths.scratch_dir(root)
 model_path = work / paths.KERAS_MODEL
 print(f"keras {keras.__version__} on {keras.backend.backend()}; data {data}; output {work}")
 

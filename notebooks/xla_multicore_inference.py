@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -19,26 +19,40 @@
 #   is faster than XLA on a CPU.
 # * The merger drops the sampler's padding duplicates, checks that every row and every id is
 #   there, and writes the rows in `sample_submission.csv` order. It refuses, writing nothing,
-#   when something is wrong.
+#   when something is wrong. Predictions that barely vary (a collapsed or random model) get a
+#   loud warning, and on the competition data a refusal (`kitlib/collapse.py`).
 #
 # The replica program (`_mp_fn`) lives in `kitlib.infer`, not in this notebook, so the
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
-model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input); else "tiny-random" on the bundled sample only. Or a folder, "all-minilm-l6-v2", or a hub name
+model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input); else "tiny-random" on the bundled sample only. Or a folder, or a hub name
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv
 output_csv = ""  # "": <working dir>/submission.csv (/kaggle/working on Kaggle, the repository locally); or a URL (gs://, s3://)
-shard_dir = ""  # "": <working dir>/shards/xla_multicore_inference; several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
+shard_dir = ""  # "": kitlib.paths.scratch_dir()/shards/xla_multicore_inference (outside the kernel's output); several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
 batch_size = 32  # rows per replica per step; the global batch is batch_size x replicas
-max_len = 128  # tokens per row (longer comments are truncated); at most the model's position table (512 for XLM-R)
+max_len = 0  # tokens per row (longer comments are truncated); 0: the max_len the checkpoint was trained at (its train_history.json), else 128; at most the model's position table (512 for XLM-R)
 num_buckets = 4  # pad each batch to one of at most this many lengths (rows sorted by length per replica); 1: always max_len
 num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, one CPU replica per 4 cores)
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
 precision = "auto"  # "auto": bf16 on TPU, fp16 on CUDA, fp32 on CPU; or "fp32", "bf16", "fp16" (logits stay float32)
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
-cache_dir = ""  # "": <working dir>/.cache (the offline tiny model is built there once)
+cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
+
+
+# %%
+# Each parameter must have its default's type (papermill's `-p mixed_precision false` is the string
+# "false", which is truthy): checked against the parameters cell, "true"/"false" read as booleans.
+import sys
+from pathlib import Path
+
+if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
+    sys.path.insert(0, str(Path("..").resolve()))
+from kitlib.params import check_notebook_parameters
+
+check_notebook_parameters(globals())  # kitlib/params.py
 
 # %% [markdown]
 # ## Setup
@@ -61,6 +75,7 @@ from kitlib.data import iter_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.model import resolve_checkpoint
 from kitlib.runtime import detect_runtime
+from kitlib.train import checkpoint_report
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -69,7 +84,7 @@ data = Path(data_dir) if data_dir else paths.default_data_dir(root)
 test_path = Path(test_csv) if test_csv else data / "test.csv"
 sample_path = Path(sample_submission) if sample_submission else data / "sample_submission.csv"
 out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"  # a Path, or a URL
-shards = storage.as_path(shard_dir) if shard_dir else work / "shards" / "xla_multicore_inference"
+shards = storage.as_path(shard_dir) if shard_dir else paths.scratch_dir(root) / "shards" / "xla_multicore_inference"
 
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
@@ -97,13 +112,28 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 checkpoint = resolve_checkpoint(
     model,
     data_dir=data,
-    cache_dir=Path(cache_dir) if cache_dir else work / ".cache",
+    cache_dir=Path(cache_dir) if cache_dir else paths.scratch_dir(root),
     trained_dir=work / paths.TRAINED_CHECKPOINT,
     search_dir=paths.kaggle_input_dir(),
     real_data=paths.is_competition_data(data),
     data_files=[test_path],
 )
 print(f"model {model!r} -> {checkpoint}")
+trained = checkpoint_report(checkpoint)
+if trained is None:
+    print("not a checkpoint trained by this kit: no training figures recorded")
+else:
+    last, held = trained["last_epoch"], trained["heldout"]
+    print(f"trained from {trained['trained_from']} (recipe {trained['recipe']!r}, lr {trained['lr']:g}, "
+          f"{trained['epochs']} epoch(s), max_len {trained['max_len']}, batch {trained['batch_size']} x {trained['world_size']}): "
+          f"epoch {last['epoch']} train loss {last['train_loss']:.4f}, held-out loss {last['valid_loss']:.4f}, "
+          f"held-out ROC AUC {last['valid_auc']:.4f} ({trained['valid_csv']})")
+    if held:
+        print(f"through the inference path: {held['rows']} ROC AUC {held['roc_auc']:.4f}"
+              + "".join(f", {k} {v:.4f}" for k, v in held["per_language"].items()))
+if not max_len:
+    max_len = (trained or {}).get("max_len") or 128
+    print(f"max_len {max_len}" + (" (as trained)" if trained else " (default)"))
 
 # %% [markdown]
 # ## Run: one replica per device, then one merge
@@ -123,6 +153,7 @@ job = InferJob(
     max_len=max_len,
     num_buckets=num_buckets,
     precision=precision,
+    collapsed="refuse" if paths.is_competition_data(data) else "warn",
 )
 t0 = time.perf_counter()
 result = predict(job, rt, start_method)
@@ -133,6 +164,8 @@ else:
         f"wrote {result.output}: {result.num_rows:,} rows from {result.num_shards} shard(s) "
         f"in {time.perf_counter() - t0:.1f} s; {result.num_padding_duplicates} padding duplicate(s) dropped"
     )
+    for note in result.notes:  # a WARNING (predictions that barely vary) is framed so that nobody misses it
+        print(f"{'!' * 80}\n{note}\n{'!' * 80}" if note.startswith("WARNING") else f"note: {note}")
 
 # %% [markdown]
 # ## Results

@@ -1,19 +1,14 @@
-"""Kaggle kernels from the paired notebooks: the command line of ``scripts/kaggle_kernels``.
+"""Kaggle kernels from the paired notebooks: a thin entry point to the package ``kaggle_kit``.
 
-::
-
-    python scripts/kernels.py stage     [NOTEBOOK ...] [--owner NAME] [--out build/kernels]
-    python scripts/kernels.py validate  [NOTEBOOK ...] [--owner NAME]     # = push --dry-run
-    python scripts/kernels.py push      [NOTEBOOK ...] [--dry-run] [--wait] [--timeout S] [--output DIR]
-    python scripts/kernels.py status    OWNER/SLUG
-    python scripts/kernels.py output    OWNER/SLUG [-o DIR]
-    python scripts/kernels.py run-local NOTEBOOK [--root DIR] [--data data/jigsaw-sample] [-p NAME VALUE]
-
-See ``scripts/kaggle_kernels/cli.py`` and docs/kernels.md.
+``python scripts/kernels.py ARGS`` is ``python -m kaggle_kit ARGS`` (see ``kaggle_kit/cli.py`` and
+docs/kernels.md); it works from a checkout without installing the package.
 """
 import sys
+from pathlib import Path
 
-from kaggle_kernels.cli import main  # scripts/ is on sys.path: it holds this script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root holds kaggle_kit/
+
+from kaggle_kit.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

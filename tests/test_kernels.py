@@ -1,6 +1,6 @@
-"""scripts/kernels.py (the package scripts/kaggle_kernels): staging with vendored kitlib, metadata
+"""scripts/kernels.py (the package kaggle_kit): staging with vendored kitlib, metadata
 rules, and pushes through the real ``kaggle`` client (2.2.1 / kagglesdk 0.1.28) to the fake Kaggle
-API of scripts/fake_kaggle.py on 127.0.0.1 (reached through ``HTTP_PROXY`` with
+API of tests/support/fake_kaggle.py on 127.0.0.1 (reached through ``HTTP_PROXY`` with
 ``KAGGLE_API_ENVIRONMENT=LOCALHOST``)."""
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ import pytest
 from slugify import slugify
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import check_pairs  # noqa: E402
-import kaggle_kernels as kernels  # noqa: E402
-from fake_kaggle import FakeKaggle  # noqa: E402
+import kaggle_kit as kernels  # noqa: E402
+from kaggle_kit import pairs as check_pairs  # noqa: E402
+from support.fake_kaggle import FakeKaggle  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
 KAGGLE_CLI = str(Path(PY).parent / "kaggle")
 COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 REAL_NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.py"))
 # as `kaggle kernels pull -m` writes it (kagglesdk's example of the field)
+ATTACHED_MODEL = "someone/xlm-roberta/transformers/base/1"
 PINNED_IMAGE = "gcr.io/kaggle-images/python@sha256:f4b6dd72d4ac48c76fbb02bce0798b80b284102886ad37e6041e9ab721dc8873"
 
 FIXTURE = '''\
@@ -76,6 +76,13 @@ def make_project(tmp: Path, notebooks: list[str], entries: dict | None = None) -
     shutil.copy(ROOT / "jupytext.toml", tmp / "jupytext.toml")
     meta = json.loads((ROOT / "kernel-metadata.json").read_text())
     meta["notebooks"] = {k: v for k, v in meta["notebooks"].items() if k in notebooks}
+    for entry in meta["notebooks"].values():  # only the notebooks copied here can be used
+        if "uses" in entry:
+            entry["uses"] = [u for u in entry["uses"] if u in notebooks]
+            if not entry["uses"]:
+                del entry["uses"]
+    if "xla_ddp_train" in meta["notebooks"]:  # model="auto" trains from an attached checkpoint
+        meta["notebooks"]["xla_ddp_train"]["model_sources"] = [ATTACHED_MODEL]
     meta["notebooks"]["fixture_kernel"] = {"title": "Fixture kernel for tests", "accelerator": "none"}
     meta["notebooks"].update(entries or {})
     (tmp / "kernel-metadata.json").write_text(json.dumps(meta, indent=1))
@@ -227,7 +234,8 @@ def test_vendored_cell_carries_kitlib_and_comes_first(tmp_path):
     nb = jupytext.read(st.notebook)
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert first_code.metadata["tags"] == [kernels.VENDOR_TAG]
-    assert kernels.vendored_files(first_code.source) == kernels.kitlib_files()
+    # only what the fixture imports (kitlib, kitlib.paths), not the 20-odd other modules
+    assert sorted(kernels.vendored_files(first_code.source)) == ["__init__.py", "paths.py"]
     assert {"__init__.py", "paths.py", "infer.py", "replica.py", "runtime.py"} <= set(kernels.kitlib_files())
     assert nb.metadata["kernelspec"]["name"] == "python3"
     # staging twice gives the same bytes (deterministic ids, no outputs)
@@ -288,12 +296,15 @@ def test_push_each_notebook_records_vendored_kitlib_and_metadata(project, fake, 
     nb, cells = staged_cells(body["text"])
     code = [c for c in cells if c["cell_type"] == "code"]
     assert code[0]["metadata"]["tags"] == [kernels.VENDOR_TAG]
-    assert kernels.vendored_files(code[0]["source"]) == kernels.kitlib_files()
+    vendored = kernels.vendored_files(code[0]["source"])
+    assert vendored == kernels.import_closure([c["source"] for c in code[1:]], kernels.kitlib_files())
+    assert "paths.py" in vendored and len(code[0]["source"]) < sum(map(len, vendored.values())) / 2 + 4000  # compressed
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
     source_nb = jupytext.read(project / "notebooks" / f"{name}.ipynb")
     assert [c["source"] for c in code[1:]] == [c.source for c in source_nb.cells if c.cell_type == "code"]
     # waited QUEUED -> RUNNING -> COMPLETE, then downloaded the output and the log
-    assert [c["body"] for c in fake.calls("GetKernelSessionStatus")][0] == {"userName": "tester", "kernelSlug": slug}
+    assert [c["body"] for c in fake.calls("GetKernelSessionStatus")][0] == {"userName": "tester", "kernelSlug": slug,
+                                                                             "versionLabel": "1"}
     assert len(fake.calls("GetKernelSessionStatus")) == 3
     assert "COMPLETE" in r.stdout and f"pushed version 1: http://localhost/code/tester/{slug}" in r.stdout
     assert (outputs / slug / "submission.csv").read_bytes() == b"id,toxic\n0,0.5\n"
@@ -400,7 +411,7 @@ def test_missing_credentials_fail_clearly_before_any_work(tmp_path, project, fak
     env = fake.client_env(tmp_path / "cfg")
     del env["KAGGLE_USERNAME"], env["KAGGLE_KEY"]
     out = tmp_path / "b"
-    r = cli(["push", "--metadata", str(project / "kernel-metadata.json"), "--out", str(out)], env)
+    r = cli(["push", "--all", "--metadata", str(project / "kernel-metadata.json"), "--out", str(out)], env)
     assert r.returncode == 3
     assert r.stderr.startswith("error: no Kaggle credentials") and "KAGGLE_API_TOKEN" in r.stderr and "kaggle.json" in r.stderr
     assert not out.exists() and fake.requests == []
@@ -423,14 +434,18 @@ def test_run_local_fixture_vendored_kitlib_in_fork_and_spawn_children(tmp_path):
     r = cli(["run-local", str(proj / "notebooks" / "fixture_kernel.py"), "--metadata", str(proj / "kernel-metadata.json"),
              "--root", str(root)])
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    work = (root / "working").resolve()
+    base = (root / "fixture-kernel-for-tests").resolve()
+    work = base / "working"
     info = json.loads((work / "children.json").read_text())
-    assert info["parent"] == str(work / "kitlib" / "__init__.py")
-    data = str((root / "input" / "competitions" / COMPETITION).resolve())
+    vendored = base / "tmp" / "vendored" / "kitlib"  # outside the kernel's output
+    assert info["parent"] == str(vendored / "__init__.py")
+    data = str((base / "input" / "competitions" / COMPETITION).resolve())
     for method in ("fork", "spawn"):
-        assert info[method] == {"kitlib": [str(work / "kitlib" / "paths.py")], "data": data}, method
+        assert info[method] == {"kitlib": [str(vendored / "paths.py")], "data": data}, method
     assert (work / "submission.csv").read_bytes() == (ROOT / "data" / "jigsaw-sample" / "sample_submission.csv").read_bytes()
-    assert (root / "__notebook__.ipynb").is_file()
+    assert (base / "__notebook__.ipynb").is_file()
+    assert sorted(p.name for p in work.rglob("*")) == ["children.json", "submission.csv"]  # the output: nothing else
+    assert "Executing Cell" in r.stderr and "parent kitlib: " in r.stdout + r.stderr  # cell output shown as it runs
 
 
 def test_run_local_failing_cell_is_an_error(tmp_path):
@@ -441,7 +456,7 @@ def test_run_local_failing_cell_is_an_error(tmp_path):
     r = cli(["run-local", str(py), "--metadata", str(proj / "kernel-metadata.json"), "--root", str(tmp_path / "run")])
     assert r.returncode == 1
     assert "raised ValueError: boom in the kernel" in r.stderr
-    assert (tmp_path / "run" / "working" / "kitlib" / "paths.py").is_file()  # the vendored cell ran first
+    assert (tmp_path / "run" / "broken-kernel-for-tests" / "tmp" / "vendored" / "kitlib" / "__init__.py").is_file()  # the vendored cell ran first
 
 
 @pytest.mark.slow
@@ -453,20 +468,22 @@ def test_run_local_inference_notebook_as_kaggle_would(tmp_path, name):
     root = tmp_path / "run"
     args = ["run-local", str(proj / "notebooks" / f"{name}.py"), "--metadata", str(proj / "kernel-metadata.json"),
             "--root", str(root), "-p", "max_len", "32", "-p", "batch_size", "64"]
-    # As pushed, on the competition data with no checkpoint attached, model="auto" refuses (a random
-    # model would score chance); the tiny model runs there only when named.
+    # With no checkpoint attached (no training kernel in its table), model="auto" would refuse on
+    # Kaggle after the session started: staging refuses it first (a random model would score chance);
+    # the tiny model runs only when named.
     r = cli(args, timeout=600)
-    assert r.returncode == 1 and "model='auto' found no checkpoint for inference" in r.stdout + r.stderr
-    assert not (root / "working" / "submission.csv").exists()
+    assert r.returncode == 2 and "kernel_sources: the notebook predicts with model='auto'" in r.stderr, r.stderr
+    base = root / "xlm-r-multicore-inference-on-tpu"
+    assert not (base / "working").exists()
     r = cli([*args, "-p", "model", "tiny-random"], timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    sub = pd.read_csv(root / "working" / "submission.csv", dtype={"id": str})
+    sub = pd.read_csv(base / "working" / "submission.csv", dtype={"id": str})
     sample = pd.read_csv(ROOT / "data" / "jigsaw-sample" / "sample_submission.csv", dtype={"id": str})
     assert list(sub["id"]) == list(sample["id"])
     assert sub["toxic"].between(0, 1).all()
-    executed = (root / "__notebook__.ipynb").read_text()
-    assert str((root / "working" / "kitlib").resolve()) in executed
-    assert str((root / "input" / "competitions" / COMPETITION).resolve()) in executed
+    executed = (base / "__notebook__.ipynb").read_text()
+    assert str((base / "tmp" / "vendored" / "kitlib").resolve()) in executed
+    assert str((base / "input" / "competitions" / COMPETITION).resolve()) in executed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -658,7 +675,6 @@ def cp1252_open(file, mode="r", buffering=-1, encoding=None, *args, **kwargs):
         encoding = "cp1252"  # what open() uses by default on a Windows machine with a Western locale
     return _open(file, mode, buffering, encoding, *args, **kwargs)
 builtins.open = io.open = cp1252_open
-sys.path.insert(0, sys.argv[1])
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0] + "/kernels.py", run_name="__main__")
 """
@@ -717,7 +733,7 @@ def test_run_local_refuses_unknown_parameters(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr[-2000:]
     assert "unknown parameter(s) 'nproc' (did you mean 'nprocs'?), 'batch_sise'" in r.stderr
     assert "its parameters cell defines: nprocs" in r.stderr
-    assert not (root / "__notebook__.ipynb").exists() and not (root / "working").exists()  # nothing ran
+    assert not (root / "fixture-kernel-for-tests").exists()  # nothing ran
     with pytest.raises(kernels.ParameterError, match="unknown parameter"):
         kernels.check_parameters(proj / "notebooks" / "fixture_kernel.ipynb", {"nprocz": 1})
     kernels.check_parameters(proj / "notebooks" / "fixture_kernel.ipynb", {"nprocs": 1})
@@ -727,10 +743,10 @@ def test_run_local_refuses_unknown_parameters(tmp_path):
 def test_vendored_cell_is_vendor_cell_py_and_writes_kitlib(tmp_path, monkeypatch):
     files = {"__init__.py": "X = 1\n", "sub/mod.py": "Y = 'ğ'\n"}
     src = kernels.vendor_cell_source(files)
-    cell_file = ROOT / "scripts" / "kaggle_kernels" / "vendor_cell.py"
+    cell_file = ROOT / "kaggle_kit" / "vendor_cell.py"
     assert cell_file.read_text(encoding="utf-8").rstrip("\n") in src
     assert kernels.vendored_files(src) == files
-    monkeypatch.setenv("KAGGLE_WORKING_DIR", str(tmp_path))
+    monkeypatch.setenv("KAGGLE_TMP_DIR", str(tmp_path))
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setenv("PYTHONPATH", "")
     saved = {k: v for k, v in sys.modules.items() if k == "kitlib" or k.startswith("kitlib.")}
@@ -738,5 +754,5 @@ def test_vendored_cell_is_vendor_cell_py_and_writes_kitlib(tmp_path, monkeypatch
         exec(compile(src, "vendored", "exec"), {})
     finally:
         sys.modules.update(saved)
-    assert (tmp_path / "kitlib" / "sub" / "mod.py").read_text(encoding="utf-8") == "Y = 'ğ'\n"
-    assert (tmp_path / "kitlib" / ".vendored-by-scripts-kernels").read_text().strip() == kernels.kitlib_digest(files)
+    assert (tmp_path / "vendored" / "kitlib" / "sub" / "mod.py").read_text(encoding="utf-8") == "Y = 'ğ'\n"
+    assert (tmp_path / "vendored" / "kitlib" / ".vendored-by-kaggle-kit").read_text().strip() == kernels.kitlib_digest(files)

@@ -658,6 +658,10 @@ def test_a_run_merges_only_its_own_shards(tmp_path):
     assert merge_shards([d], tmp_path / "b.csv").num_rows == 30  # without a run id: B's run merges
     with pytest.raises(MergeError, match=r"is a shard of another run \(run_id='run-b', world size 3\)"):
         merge_shards([d], tmp_path / "out.csv", run_id="run-a", world_size=4)
+    # B cleared the folder and has not written yet
+    clear_shards(d)
+    with pytest.raises(MergeError, match=r"no shard files found in .*: no shard of this run \(run-a\) is there; did another run"):
+        merge_shards([d], tmp_path / "out.csv", run_id="run-a", world_size=4)
     # the same run id with another world size is not this run either
     clear_shards(d)
     write_run(d, 30, 2, run_id="run-a")
@@ -727,6 +731,33 @@ def test_cli_write_failure_is_one_line_naming_the_output(tmp_path, capsys, monke
     assert err == f"error: cannot write {out}: {os.strerror(getattr(errno, code))}\n"
     assert out.read_text() == "id,toxic\nold,0.5\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shards", "submission.csv"]  # no temporary file left
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EROFS"])
+def test_blend_cli_write_failure_is_the_same_one_line(tmp_path, capsys, monkeypatch, code):
+    import errno
+    import os
+
+    pd.DataFrame({"id": ["a", "b"], "toxic": [0.1, 0.2]}).to_csv(tmp_path / "x.csv", index=False)
+    pd.DataFrame({"id": ["b", "a"], "toxic": [0.3, 0.4]}).to_csv(tmp_path / "y.csv", index=False)
+    out = tmp_path / "blend.csv"
+    out.write_text("id,toxic\nold,0.5\n")
+    real = pd.DataFrame.to_csv
+
+    def full(self, path=None, *args, **kwargs):
+        if path is not None and ".blend.csv." in str(path):  # the blend's temporary output
+            raise OSError(getattr(errno, code))
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    assert main(["blend", str(tmp_path / "x.csv"), str(tmp_path / "y.csv"), "-o", str(out)]) == 1
+    assert capsys.readouterr().err == f"error: cannot write {out}: {os.strerror(getattr(errno, code))}\n"
+    assert out.read_text() == "id,toxic\nold,0.5\n"
+    monkeypatch.undo()
+    ro = "/sys/kitlib-test-blend.csv"
+    assert main(["blend", str(tmp_path / "x.csv"), str(tmp_path / "y.csv"), "-o", ro]) == 1
+    assert re.fullmatch(rf"error: cannot write {re.escape(ro)}: (Permission denied|Read-only file system)\n",
+                        capsys.readouterr().err)
 
 
 def test_cli_output_in_a_read_only_folder(tmp_path, capsys):

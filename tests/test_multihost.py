@@ -182,11 +182,11 @@ def test_merge_cli_reads_and_writes_urls_and_names_missing_global_ranks(s3, tmp_
 
 def test_the_process_of_global_rank_0_merges(monkeypatch):
     monkeypatch.setenv("RANK", "0")
-    assert holds_global_rank0(Runtime("cpu", 1, "t", num_hosts=2, host=0, started_by="torchrun"))
+    assert holds_global_rank0(Runtime("cpu-torchrun", 1, "t", num_hosts=2, host=0))
     monkeypatch.setenv("RANK", "1")
-    assert not holds_global_rank0(Runtime("cpu", 1, "t", num_hosts=2, host=1, started_by="torchrun"))
-    assert holds_global_rank0(Runtime("tpu", 4, "t", num_hosts=4, host=0, started_by="tpu-pod"))
-    assert not holds_global_rank0(Runtime("tpu", 4, "t", num_hosts=4, host=3, started_by="tpu-pod"))
+    assert not holds_global_rank0(Runtime("cpu-torchrun", 1, "t", num_hosts=2, host=1))
+    assert holds_global_rank0(Runtime("tpu-pod", 4, "t", num_hosts=4, host=0))
+    assert not holds_global_rank0(Runtime("tpu-pod", 4, "t", num_hosts=4, host=3))
     assert holds_global_rank0(Runtime("cpu", 2, "t"))
 
 
@@ -217,7 +217,7 @@ def tpu_pod_vm(monkeypatch):
 def test_tpu_pod_hosts_from_the_tpu_vm_metadata_as_torch_xla_reads_it(tpu_pod_vm, monkeypatch):
     monkeypatch.setattr(hardware, "_on_google_compute_engine", lambda: True)
     rt = detect_runtime()
-    assert (rt.mode, rt.num_hosts, rt.host, rt.world_size, rt.started_by) == ("tpu", 4, 2, 32, "tpu-pod")
+    assert (rt.mode, rt.num_hosts, rt.host, rt.world_size, rt.started_by) == ("tpu-pod", 4, 2, 32, "tpu-pod")
     assert "host 3 of 4, 8 replica(s) on this host, world 32" in rt.describe()
     assert set(tpu_pod_vm) == {"worker-network-endpoints", "tpu-env"}
     assert not holds_global_rank0(rt)

@@ -78,3 +78,22 @@ def test_merge_cli_prints_what_it_replaced(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "note: replaced" in err and "written by kitlib.infer.predict" in err and "/kaggle/input/xlmr/artifacts/xlmr-toxic" in err
     assert json.loads(provenance.record_path(out).read_text())["writer"] == provenance.CLI
+
+
+def test_blend_replacing_a_notebooks_submission_says_so(tmp_path, capsys):
+    from kitlib.blend import blend
+
+    out = tmp_path / "submission.csv"
+    _torch_side(tmp_path, out)
+    other = tmp_path / "other.csv"
+    pd.DataFrame({"id": IDS, "toxic": [0.2, 0.7, 0.1, 0.9]}).to_csv(other, index=False)
+    with pytest.warns(provenance.SubmissionReplaced, match=r"written by kitlib.infer.predict .* with the output of kitlib.blend"):
+        r = blend([out, other], out)  # the notebook's file is an input and the output
+    assert "written by kitlib.infer.predict" in r.replaced
+    assert json.loads(provenance.record_path(out).read_text())["writer"] == provenance.BLEND
+    with pytest.warns(provenance.SubmissionReplaced, match=r"written by kitlib.blend .* with the output of kitlib.infer"):
+        _torch_side(tmp_path, out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", provenance.SubmissionReplaced)  # the CLI prints it as a note
+        assert main(["blend", str(out), str(other), "-o", str(out)]) == 0
+    assert "note: replaced" in capsys.readouterr().err

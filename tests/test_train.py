@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from conftest import ROOT, SAMPLE
+from support.rank_states import max_diff, rank_states
 from kitlib.runtime import ReplicaError, Runtime, detect_runtime
 from kitlib.train import (
     HISTORY_FILE,
@@ -47,15 +48,6 @@ SMALL = dict(
     log_every=4,
 )
 GLOBAL_BATCH = 8
-
-
-def _states(folder: Path, world: int) -> list[dict]:
-    return [torch.load(folder / f"rank-{r}.pt") for r in range(world)]
-
-
-def _max_diff(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
 
 
 # --- pieces, no processes ---
@@ -114,7 +106,7 @@ def one_process_run(tiny_checkpoint, tmp_path_factory):
     job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp / "ckpt"), batch_size=GLOBAL_BATCH,
                    rank_states_dir=str(tmp / "states"), **SMALL)
     history = train(job, detect_runtime(1, "cpu"))
-    return history, _states(tmp / "states", 1)[0]
+    return history, rank_states(tmp / "states", 1)[0]
 
 
 def test_one_eager_replica_trains_and_the_loss_falls(tiny_checkpoint, tmp_path):
@@ -144,20 +136,20 @@ def test_two_processes_stay_identical_and_match_one_process(pattern, one_process
     assert history["world_size"] == 2 > 1 and history["global_batch"] == GLOBAL_BATCH
     assert (history["mode"], history["collectives"], history["ddp_wrapped"]) == ("cpu", "gloo", pattern == "ddp")
     assert history["steps_per_epoch"] == 16
-    rank0, rank1 = _states(tmp_path / "states", 2)
+    rank0, rank1 = rank_states(tmp_path / "states", 2)
     for k in rank0:  # gradient sync keeps the replicas bit-identical after 32 steps on different rows
         assert torch.equal(rank0[k], rank1[k]), k
     ref_history, ref = one_process_run
     init = load_file(str(tiny_checkpoint / "model.safetensors"))
     moved = max((ref[k] - init[k]).abs().max().item() for k in init)
     assert moved > 1e-2  # training changed the weights far more than the tolerance below
-    assert _max_diff(rank0, ref) < 2e-4
+    assert max_diff(rank0, ref) < 2e-4
     for mine, theirs in zip(history["epochs"], ref_history["epochs"]):
         assert mine["train_loss"] == pytest.approx(theirs["train_loss"], abs=1e-4)
         assert mine["valid_auc"] == pytest.approx(theirs["valid_auc"], abs=1e-3)
     # the master's saved checkpoint is the synced model
     saved = load_file(str(tmp_path / "ckpt" / "model.safetensors"))
-    assert _max_diff({k: saved[k] for k in init}, {k: rank0[k] for k in init}) == 0.0
+    assert max_diff({k: saved[k] for k in init}, {k: rank0[k] for k in init}) == 0.0
 
 
 @pytest.mark.slow
@@ -410,7 +402,7 @@ def test_resuming_continues_the_epochs_history_and_optimizer(one_process_run, ti
     state = torch.load(ckpt / TRAINING_STATE_FILE, weights_only=True)
     assert float(state["optimizer"]["state"][0]["step"]) == 32 == state["global_step"]  # 16 + 16: the count continued
     ref_history, ref = one_process_run
-    assert _max_diff(_states(tmp_path / "states", 1)[0], ref) < 1e-5
+    assert max_diff(rank_states(tmp_path / "states", 1)[0], ref) < 1e-5
     assert history["epochs"][1]["train_loss"] == pytest.approx(ref_history["epochs"][1]["train_loss"], abs=1e-5)
     with pytest.raises(ValueError, match=r"already trained 2 epoch\(s\), and epochs=2 counts the whole run; set epochs above 2"):
         train(again, detect_runtime(1, "cpu"))

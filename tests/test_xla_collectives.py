@@ -2,7 +2,7 @@
 
 The multi-replica TPU path (``xm.optimizer_step``'s all-reduce, DDP over ``xla://``,
 ``all_gather``, ``together``) runs here for real: thread replicas launch their graphs in rank
-order through :class:`kitlib.replica._Turnstile`, without which the first all-reduce aborts the
+order through :class:`kitlib.backends.xla_threads._Turnstile`, without which the first all-reduce aborts the
 process (two compiled modules, two XLA rendezvous: "op_id=0" vs "op_id=1").
 
 * the turnstile itself, on plain threads: rank order, waiting for every rank, stopping when a
@@ -25,14 +25,15 @@ import sys
 import threading
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import ROOT, SAMPLE
-from kitlib import replica as replica_mod
-from kitlib.replica import PeerFailed, _Turnstile
+from support.rank_states import max_diff, rank_states
+from kitlib.backends import xla_threads
+from kitlib.backends.xla_threads import _Turnstile
+from kitlib.replica import PeerFailed
 from kitlib.runtime import detect_runtime
 from kitlib.train import PATTERNS, TrainJob, read_history, train
 
@@ -57,15 +58,6 @@ def _run_worker(args: list[str], timeout: float) -> str:
         pytest.fail(f"xla_worker {args[0]} did not finish within {timeout} s (deadlock?):\n{out[-4000:]}")
     assert proc.returncode == 0, f"xla_worker {args[0]} exited with {proc.returncode}:\n{out[-4000:]}"
     return out
-
-
-def _states(folder: Path, world: int) -> list[dict]:
-    return [torch.load(folder / f"rank-{r}.pt") for r in range(world)]
-
-
-def _max_diff(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
 
 
 # --- the turnstile on plain threads (no XLA) ---
@@ -139,7 +131,7 @@ def test_turnstile_stops_the_others_when_a_rank_leaves_or_fails():
 
 
 def test_turnstile_names_the_missing_rank_when_the_ranks_disagree(monkeypatch):
-    monkeypatch.setattr(replica_mod, "TURN_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(xla_threads, "TURN_TIMEOUT_S", 0.3)
     turnstile = _Turnstile(2)
     expected = r"replica rank 0 waited \d+ s to launch graph 1 \(all_gather\) for rank\(s\) \[1\]: thread replicas must"
     with pytest.raises(RuntimeError, match=expected):
@@ -178,8 +170,8 @@ def references(tiny_checkpoint, tmp_path_factory):
                     rank_states_dir=str(tmp / "gloo-states"), **SMALL)
     one_history = train(one, detect_runtime(1, "cpu"))
     gloo_history = train(gloo, detect_runtime(2, "cpu"), "spawn")
-    return {"one": (one_history, _states(tmp / "one-states", 1)[0]),
-            "gloo": (gloo_history, _states(tmp / "gloo-states", 2)[0])}
+    return {"one": (one_history, rank_states(tmp / "one-states", 1)[0]),
+            "gloo": (gloo_history, rank_states(tmp / "gloo-states", 2)[0])}
 
 
 @pytest.mark.slow
@@ -196,14 +188,14 @@ def test_two_xla_thread_replicas_train_like_one_replica_and_like_gloo(pattern, r
     assert (history["mode"], history["collectives"], history["world_size"]) == ("xla-cpu", "xla", 2)
     assert history["ddp_wrapped"] == (pattern == "ddp") and history["global_batch"] == GLOBAL_BATCH
 
-    rank0, rank1 = _states(tmp_path / "states", 2)
+    rank0, rank1 = rank_states(tmp_path / "states", 2)
     for k in rank0:  # the gradient all-reduce keeps the replicas bit-identical after 16 steps on different rows
         assert torch.equal(rank0[k], rank1[k]), k
     one_history, one = references["one"]
     gloo_history, gloo = references["gloo"]
     init = load_file(str(tiny_checkpoint / "model.safetensors"))
     moved = max((one[k] - init[k]).abs().max().item() for k in init)
-    to_one, to_gloo = _max_diff(rank0, one), _max_diff(rank0, gloo)
+    to_one, to_gloo = max_diff(rank0, one), max_diff(rank0, gloo)
     print(f"\n{pattern}: {seconds:.0f} s; max |xla - one replica| {to_one:.2e}, |xla - gloo| {to_gloo:.2e}, "
           f"weights moved {moved:.2e}; compile counts {history['compile_counts']}")
     assert moved > 50 * TOL  # training moved the weights far more than the tolerance
@@ -219,4 +211,4 @@ def test_two_xla_thread_replicas_train_like_one_replica_and_like_gloo(pattern, r
     assert counts[steps:] == [first_epoch_end] * steps  # epoch 2 compiles nothing: every graph is reused
     assert history["epochs"][1]["compile_count"] == first_epoch_end
     saved = load_file(str(tmp_path / "ckpt" / "model.safetensors"))  # the master saved the synced model
-    assert _max_diff({k: saved[k] for k in init}, {k: rank0[k] for k in init}) == 0.0
+    assert max_diff({k: saved[k] for k in init}, {k: rank0[k] for k in init}) == 0.0

@@ -246,6 +246,64 @@ def _internet(c: Checked) -> list[str]:
     return out
 
 
+def notebook_parameter(nb, name: str):
+    """The value of parameter ``name`` the notebook runs with: the injected cell's (``-p``), else the
+    ``parameters`` cell's literal; None when neither assigns a literal."""
+    from kitlib.params import parameter_defaults
+
+    value = None
+    for tag in ("parameters", "injected-parameters"):
+        for cell in nb.cells:
+            if cell.cell_type == "code" and tag in (cell.get("metadata", {}).get("tags") or []):
+                try:
+                    value = parameter_defaults(cell.source).get(name, value)
+                except SyntaxError:
+                    pass
+    return value
+
+
+def model_purpose(nb) -> str | None:
+    """What the notebook resolves its ``model`` for: the ``purpose=`` literal of its
+    ``resolve_checkpoint(...)`` call (``"training"``; kitlib.model's default ``"inference"`` when the
+    call names none); None when the notebook does not call it."""
+    import ast
+
+    found = None
+    for cell in nb.cells:
+        if cell.cell_type != "code" or VENDOR_TAG in (cell.get("metadata", {}).get("tags") or []):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "resolve_checkpoint":
+                kw = {k.arg: k.value for k in node.keywords}
+                found = kw["purpose"].value if isinstance(kw.get("purpose"), ast.Constant) else "inference"
+    return found
+
+
+def _auto_model(c: Checked) -> list[str]:
+    """``model="auto"`` that will surely find nothing on Kaggle (kitlib.model.resolve_checkpoint
+    refuses "auto" on the competition data when no checkpoint is attached)."""
+    nb = c.notebook
+    if nb is None or notebook_parameter(nb, "model") != "auto":
+        return []
+    purpose = model_purpose(nb)
+    has = {k: bool(c.meta.get(k)) for k in ("model_sources", "dataset_sources", "kernel_sources")}
+    if purpose == "training" and not has["model_sources"] and not has["dataset_sources"] and c.flag("enable_internet") is False:
+        return ["model_sources: the notebook trains with model='auto', which needs a pretrained checkpoint attached "
+                "(none in model_sources or dataset_sources, and enable_internet is false): on Kaggle it would refuse "
+                "after the session started. Attach one (e.g. \"model_sources\": [\"<owner>/xlm-roberta/transformers/"
+                "base/1\"]), or pass -p model=tiny-random for a smoke run"]
+    if purpose == "inference" and not has["kernel_sources"] and not has["dataset_sources"]:
+        return ["kernel_sources: the notebook predicts with model='auto', which loads a trained checkpoint from an "
+                "attached training kernel or data set, and none is attached: on Kaggle it would refuse after the session "
+                "started. Add \"uses\": [\"<training notebook>\"] to its entry (kernel_sources filled in from the "
+                "owner), run the chain (kernels.py run CHAIN), or pass -p model=tiny-random for a smoke run"]
+    return []
+
+
 class Rule(NamedTuple):
     fields: str
     requirement: str
@@ -272,6 +330,8 @@ RULES: tuple[Rule, ...] = (
          "kernels_push parses it as JSON; Kaggle's papermill run needs the kernel name", _code_file),
     Rule("enable_internet", "false: the notebook installs and downloads nothing (offline.py)",
          "Kaggle runs the kernel without network access", _internet),
+    Rule("model_sources, dataset_sources, kernel_sources", "what model=\"auto\" loads is attached",
+         "kitlib.model.resolve_checkpoint refuses 'auto' on the competition data", _auto_model),
 )
 
 

@@ -22,6 +22,53 @@ from .accelerators import ACCELERATORS, accelerator_name
 from .rules import KEY_ORDER, MetadataError, normalise_metadata
 
 
+# Keys of the top-level file that are this kit's, not Kaggle's: the per-notebook table and the chains.
+PROJECT_KEYS = ("notebooks", "chains")
+
+
+def kernel_id(project: dict, stem: str, owner: str) -> str:
+    """The id notebook ``stem`` is pushed as: its entry's ``id``, else ``<owner>/<slugify(title)>``."""
+    entry = project.get("notebooks", {}).get(stem) or {}
+    return entry.get("id") or f"{owner}/{slugify(entry.get('title') or stem)}"
+
+
+def used_kernels(project: dict, stem: str, owner: str) -> list[str]:
+    """``kernel_sources`` for the entry's ``uses`` (notebook names whose output this one reads),
+    each ``<owner>/<slug>`` with the same owner as this kernel (so ``--owner`` is followed).
+
+    Raises:
+        MetadataError: ``uses`` is not a list of notebook names with entries.
+    """
+    uses = (project.get("notebooks", {}).get(stem) or {}).get("uses", [])
+    entries = project.get("notebooks", {})
+    if not isinstance(uses, list) or not all(isinstance(u, str) and u in entries and u != stem for u in uses):
+        raise MetadataError([f"notebooks.{stem}.uses: must list other notebooks of the table (whose output this one "
+                             f"reads), got {uses!r}{_closest(str(uses[0]), entries) if isinstance(uses, list) and uses else ''}"], stem)
+    return [kernel_id(project, u, owner) for u in uses]
+
+
+def chain(project: dict, name: str) -> list[str]:
+    """The notebooks to run for ``name``, in order: the chain ``project["chains"][name]``, or the
+    notebook ``name`` alone. In a chain, a notebook whose entry ``uses`` an earlier one reads that
+    one's output (``kernel_sources``, :func:`used_kernels`).
+
+    Raises:
+        MetadataError: no such chain or notebook, or a chain naming a notebook without an entry.
+    """
+    chains = project.get("chains") or {}
+    entries = project.get("notebooks", {})
+    if name in chains:
+        order = chains[name]
+        bad = [n for n in order if n not in entries] if isinstance(order, list) else [order]
+        if bad or not order:
+            raise MetadataError([f"chains.{name}: must list notebooks of the table in run order, got {order!r}"])
+        return list(order)
+    if name in entries:
+        return [name]
+    raise MetadataError([f"no chain or notebook {name!r}{_closest(name, list(chains) + list(entries))} "
+                         f"(chains: {', '.join(chains) or 'none'})"])
+
+
 def load_project_metadata(path: Path) -> dict:
     """The top-level ``kernel-metadata.json`` (read as UTF-8 whatever the locale).
 
@@ -89,7 +136,7 @@ def derive_metadata(project: dict, stem: str, owner: str | None, nb_accelerator:
     Shared fields come from ``project`` (the top-level file, ``notebooks`` removed), then the
     notebook's entry ``project["notebooks"][stem]`` overrides them; the entry's ``accelerator``
     or the notebook's own ``kaggle.accelerator`` (any spelling in
-    :data:`~kaggle_kernels.accelerators.ACCELERATORS`, e.g. Kaggle's ``tpuV5e8``) sets
+    :data:`~kaggle_kit.accelerators.ACCELERATORS`, e.g. Kaggle's ``tpuV5e8``) sets
     ``enable_tpu``, ``enable_gpu`` and ``machine_shape`` unless the entry sets them (then they are
     checked). ``id`` defaults to ``<owner>/<slugify(title)>``, ``code_file`` to ``<slug>.ipynb``.
 
@@ -120,7 +167,8 @@ def derive_metadata(project: dict, stem: str, owner: str | None, nb_accelerator:
         raise MetadataError([f"accelerator: notebooks.{stem} declares none (tpu, gpu or none)"], stem)
     acc = next(iter(names.values()))
     row = ACCELERATORS[acc]
-    meta = {k: v for k, v in project.items() if k != "notebooks"}
+    uses = entry.pop("uses", [])
+    meta = {k: v for k, v in project.items() if k not in PROJECT_KEYS}
     meta.update(enable_tpu=row.enable_tpu, enable_gpu=row.enable_gpu)
     if row.machine_shape:
         meta["machine_shape"] = row.machine_shape
@@ -131,6 +179,8 @@ def derive_metadata(project: dict, stem: str, owner: str | None, nb_accelerator:
             raise MetadataError(["id: no owner for the kernel id: pass --owner or set up Kaggle credentials"], stem)
         meta["id"] = f"{owner}/{slugify(title) if isinstance(title, str) else stem}"
     slug = str(meta.get("id", "")).split("/")[-1]
+    if uses:
+        meta["kernel_sources"] = list(meta.get("kernel_sources") or []) + used_kernels(project, stem, str(meta.get("id", "")).split("/")[0])
     meta.setdefault("code_file", f"{slug or stem}.ipynb")
     meta.setdefault("language", "python")
     meta.setdefault("kernel_type", "notebook")

@@ -4,23 +4,29 @@ The folder holds ``<slug>.ipynb`` (the notebook with kitlib vendored in, :mod:`.
 ``kernel-metadata.json`` (:func:`~.project.derive_metadata`), both written as JSON with every
 non-ASCII character escaped (``\\u00d6``): ``kaggle kernels push`` reads them with the locale's
 encoding (``open(path)``), and ASCII reads the same under cp1252, UTF-8 or any other locale. A
-folder is staged in a scratch folder next to it and moved into place only once it validates:
-nothing partial is left behind.
+folder is staged in a scratch folder next to it and moved into place only once it validates
+(:func:`kitlib.atomic.atomic_dir`): nothing partial is left behind.
+
+``-p`` parameters are checked and injected as papermill would (:mod:`.parameters`). What Kaggle's
+editor left in the notebook's own ``kaggle`` metadata that would change where it runs is removed,
+with a note (:func:`strip_editor_metadata`): an image pin (``dockerImageVersionId``: a TPU kernel
+with a pinned image runs on the CPU image without torch_xla, kaggle-cli #1197), and flags that
+disagree with ``kernel-metadata.json``.
 """
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import jupytext
 import nbformat
 
-import check_pairs  # scripts/check_pairs.py: on sys.path when running scripts/kernels.py
+from kitlib.atomic import atomic_dir
 
+from . import pairs as check_pairs
 from .accelerators import notebook_accelerator
+from .parameters import check_parameters, inject_parameters
 from .project import derive_metadata, entry_problems
 from .rules import MetadataError, validate_metadata
 from .vendor import KITLIB, kitlib_files, vendor_notebook
@@ -37,6 +43,8 @@ class Staged:
         metadata: the kernel's ``kernel-metadata.json`` content.
         accelerator: ``tpu``, ``gpu`` or ``none``.
         warnings: what validation could not be sure of (each naming its field and cell).
+        notes: what staging changed (editor metadata removed).
+        parameters: the ``-p`` values injected (checked and converted).
     """
 
     source: Path
@@ -45,6 +53,8 @@ class Staged:
     metadata: dict
     accelerator: str
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    parameters: tuple = ()
 
     @property
     def kernel_id(self) -> str:
@@ -87,7 +97,36 @@ def ascii_json(obj, indent: int = 1) -> str:
     return json.dumps(obj, indent=indent, ensure_ascii=True) + "\n"
 
 
-def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Path = KITLIB, api=None) -> Staged:
+# Kaggle editor keys in a notebook's ``metadata.kaggle`` -> the kernel-metadata.json flag they must agree with
+# (None: always removed; the kernel's metadata says where it runs and what it reads).
+EDITOR_KEYS = {"dockerImageVersionId": None, "dataSources": None, "isInternetEnabled": "enable_internet",
+               "isGpuEnabled": "enable_gpu", "isTpuEnabled": "enable_tpu"}
+
+
+def strip_editor_metadata(nb, meta: dict, accelerator: str) -> list[str]:
+    """Remove from ``nb.metadata.kaggle`` (in place) what Kaggle's editor saved that would change
+    where the kernel runs: :data:`EDITOR_KEYS` that are always removed, and flags that disagree with
+    ``meta``. The block keeps ``accelerator`` (this kit's name for ``accelerator``). Returns one note per removal."""
+    block = nb.metadata.get("kaggle")
+    notes = []
+    if isinstance(block, dict):
+        for key, flag in EDITOR_KEYS.items():
+            if key not in block:
+                continue
+            want = meta.get(flag, True if flag == "enable_internet" else False) if flag else None
+            if flag is None or bool(block[key]) != bool(want):
+                why = ("an image pin: Kaggle would run that image (a TPU kernel then has no torch_xla, kaggle-cli #1197)"
+                       if key == "dockerImageVersionId" else
+                       "sources come from kernel-metadata.json" if key == "dataSources" else
+                       f"disagrees with kernel-metadata.json {flag}: {want}")
+                notes.append(f"removed metadata.kaggle.{key} = {block[key]!r} from the staged notebook ({why})")
+                del block[key]
+    nb.metadata["kaggle"] = {**(block if isinstance(block, dict) else {}), "accelerator": accelerator}
+    return notes
+
+
+def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Path = KITLIB, api=None,
+          parameters: dict | None = None) -> Staged:
     """Stage notebook ``py`` as a Kaggle kernel folder ``out/<slug>/`` and validate it.
 
     Args:
@@ -97,6 +136,7 @@ def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Pat
         project: the top-level metadata (:func:`~.project.load_project_metadata`).
         kitlib_dir: kitlib's package folder, vendored into the notebook.
         api: a ``KaggleApi`` for the validators (None: one without credentials).
+        parameters: ``-p`` values, checked against the parameters cell and injected (:mod:`.parameters`).
 
     Returns:
         The :class:`Staged` kernel (``<slug>.ipynb`` + ``kernel-metadata.json``).
@@ -104,30 +144,25 @@ def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Pat
     Raises:
         MetadataError: invalid metadata (:func:`~.rules.validate_metadata`), an entry whose
             ``code_file`` is not its own notebook, or an out-of-sync pair. Nothing is written.
+        ParameterError: an unknown parameter, or one of the wrong type. Nothing is written.
     """
     py = Path(py)
     problems = entry_problems(project, py.parent, only=py.stem) if py.stem in project.get("notebooks", {}) else []
     if problems:
         raise MetadataError(problems, str(py))
     nb = read_notebook(py)
+    values = check_parameters(nb, parameters or {}, where=py)
     meta, acc = derive_metadata(project, py.stem, owner, notebook_accelerator(nb))
+    nb = inject_parameters(nb, values)
     kernel = vendor_notebook(nb, kitlib_files(kitlib_dir))
-    kernel.metadata.setdefault("kaggle", {})["accelerator"] = acc
+    notes = strip_editor_metadata(kernel, meta, acc)
     slug = str(meta.get("id", py.stem)).split("/")[-1] or py.stem
     code = str(meta.get("code_file"))
-    Path(out).mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{slug}-", dir=out))
-    try:
+    folder = Path(out) / slug
+    with atomic_dir(folder) as scratch:
         if Path(code).name == code and code.endswith(".ipynb"):
             nbformat.validate(kernel)
             (scratch / code).write_text(ascii_json(json.loads(nbformat.writes(kernel, version=4))), encoding="ascii")
         (scratch / "kernel-metadata.json").write_text(ascii_json(meta, indent=2), encoding="ascii")
         warnings = validate_metadata(meta, acc, scratch, api, notebook=nb)
-        folder = Path(out) / slug
-        if folder.exists():
-            shutil.rmtree(folder)
-        scratch.rename(folder)
-    finally:
-        if scratch.exists():
-            shutil.rmtree(scratch)
-    return Staged(py, folder, folder / code, meta, acc, tuple(warnings))
+    return Staged(py, folder, folder / code, meta, acc, tuple(warnings), tuple(notes), tuple(values.items()))

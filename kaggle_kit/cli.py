@@ -1,0 +1,413 @@
+"""Kaggle kernels from the paired notebooks: stage, push, run a chain, submit, read the score back.
+
+::
+
+    python scripts/kernels.py stage       [NOTEBOOK ...] [-p NAME=VALUE] [--owner NAME] [--out build/kernels]
+    python scripts/kernels.py validate    [NOTEBOOK ...] [-p NAME=VALUE] [--owner NAME]   # = push --dry-run
+    python scripts/kernels.py push        NOTEBOOK ... | --all  [-p NAME=VALUE] [--dry-run] [--wait] [--output DIR]
+    python scripts/kernels.py run         CHAIN|NOTEBOOK ... [-p NAME=VALUE] [--submit] [-m MSG] [--output DIR]
+    python scripts/kernels.py submit      FILE | --kernel OWNER/SLUG [--version N] [-f submission.csv] [--code] [-m MSG]
+    python scripts/kernels.py submissions [--competition SLUG]
+    python scripts/kernels.py status      OWNER/SLUG [--version N]
+    python scripts/kernels.py output      OWNER/SLUG [--version N] [-o DIR]
+    python scripts/kernels.py run-local   NOTEBOOK [--root DIR] [-p NAME VALUE] [--input SLUG=DIR]
+
+(``python -m kaggle_kit`` is the same.) NOTEBOOK is ``notebooks/X.py``, ``notebooks/X.ipynb`` or
+``X``; a CHAIN is a name in the ``chains`` table of ``kernel-metadata.json`` (docs/kernels.md).
+``-p`` values are read as JSON when they parse (``32``, ``1e-5``, ``false``), checked against the
+notebook's parameters cell (names and types) and injected as papermill would; with several
+notebooks, each takes the names its parameters cell defines, and a name none defines is refused.
+
+Exit status: 0 success; 1 the push, run, download or submission failed (including a server-side
+"Kernel push error", on which ``kaggle kernels push`` itself exits 0; any output file that could
+not be downloaded; a wait that timed out; a submission that ended ERROR, was not scored in time,
+or was refused because none are left today); 2 invalid metadata, a notebook pair out of sync, a
+bad ``-p``, or bad usage; 3 no Kaggle credentials (said before any work).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+from .client import CredentialsError, kaggle_api, kaggle_username
+from .local import MountError, run_local
+from .parameters import ParameterError, notebook_defaults, parse_assignments, parse_value
+from .project import chain, entry_problems, load_project_metadata
+from .remote import DEFAULT_WAIT_S, DownloadError, PushError, WaitTimeout, download, output_command, push, wait
+from .rules import VENDOR_TAG, MetadataError
+from .stage import notebook_paths, read_notebook, stage
+from .submit import SubmitError, check_allowance, format_submission, list_submissions, submit_code, submit_file, wait_scored
+from .vendor import KITLIB, vendored_files
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_METADATA = ROOT / "kernel-metadata.json"
+BUILD = ROOT / "build" / "kernels"
+OUTPUTS = ROOT / "outputs" / "kernels"
+SAMPLE_DATA = ROOT / "data" / "jigsaw-sample"
+SCORE_TIMEOUT_S = 1800  # Jigsaw Multilingual scores a 63,812-row file in about a minute; half an hour is generous
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/kernels.py", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def project_args(sp):
+        sp.add_argument("--owner", help="kernel owner for the ids (default: the Kaggle user of the credentials)")
+        sp.add_argument("--out", type=Path, default=BUILD, help="where kernel folders go (default build/kernels)")
+        sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA, help="the top-level kernel-metadata.json")
+        sp.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
+                        help="a parameter of the notebook's parameters cell, injected as papermill would")
+
+    def waiting(sp, default_wait):
+        sp.add_argument("--timeout", type=float, default=default_wait,
+                        help=f"seconds to wait for each run (default {DEFAULT_WAIT_S:g}: Kaggle's 9-hour TPU session limit)")
+        sp.add_argument("--poll", type=float, default=30, help="seconds between status calls (default 30)")
+        sp.add_argument("--retries", type=int, default=10, help="retries while an earlier version runs (HTTP 409)")
+        sp.add_argument("--retry-wait", type=float, default=30, help="seconds between 409 retries (default 30)")
+        sp.add_argument("--session-timeout", type=int, help="Kaggle-side run time limit in seconds")
+
+    def scoring(sp):
+        sp.add_argument("--competition", help="competition slug (default: the project's competition_sources)")
+        sp.add_argument("-m", "--message", default="", help="submission description")
+        sp.add_argument("--score-timeout", type=float, default=SCORE_TIMEOUT_S, help=f"seconds to wait for the score (default {SCORE_TIMEOUT_S})")
+        sp.add_argument("--score-poll", type=float, default=10, help="seconds between score checks (default 10)")
+
+    for name, what in (("stage", "stage kernel folders (vendored kitlib + kernel-metadata.json) and validate them"),
+                       ("validate", "= push --dry-run: stage and validate, send nothing")):
+        sp = sub.add_parser(name, help=what)
+        sp.add_argument("notebooks", nargs="*", help="notebooks/X.py, X.ipynb or X (default: every notebook)")
+        project_args(sp)
+    sp = sub.add_parser("push", help="stage, validate and push; optionally wait for the run and download its output")
+    sp.add_argument("notebooks", nargs="*", help="notebooks/X.py, X.ipynb or X (or --all)")
+    sp.add_argument("--all", action="store_true", help="push every notebook (each starts a Kaggle session)")
+    project_args(sp)
+    sp.add_argument("--dry-run", action="store_true", help="stage and validate only; send nothing")
+    sp.add_argument("--wait", action="store_true", help="wait for the run (QUEUED/RUNNING -> COMPLETE/ERROR)")
+    waiting(sp, DEFAULT_WAIT_S)
+    sp.add_argument("--output", type=Path, help="with --wait: download output files and log here (per kernel folder)")
+    sp = sub.add_parser("run", help="push, wait, download, optionally submit: one notebook or a chain")
+    sp.add_argument("targets", nargs="+", help="a chain of kernel-metadata.json's 'chains', or notebooks, run in order")
+    project_args(sp)
+    waiting(sp, DEFAULT_WAIT_S)
+    sp.add_argument("--output", type=Path, default=OUTPUTS, help="output folder, one per kernel (default outputs/kernels)")
+    sp.add_argument("--submit", action="store_true", help="submit the last kernel's output file when it completes")
+    sp.add_argument("-f", "--file", default="submission.csv", help="the output file to submit (default submission.csv)")
+    sp.add_argument("--code", action="store_true", help="a code competition: submit the kernel version, not the file")
+    scoring(sp)
+    sp = sub.add_parser("submit", help="submit a file, or a kernel's output, and wait for its score")
+    sp.add_argument("file", nargs="?", type=Path, help="a local submission file")
+    sp.add_argument("--kernel", help="owner/slug: submit this kernel's output file instead")
+    sp.add_argument("--version", type=int, help="the kernel's version (the number push printed; default: the latest)")
+    sp.add_argument("-f", "--file-name", default="submission.csv", help="with --kernel: its output file (default submission.csv)")
+    sp.add_argument("--code", action="store_true", help="a code competition: Kaggle submits the kernel version itself")
+    sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
+    scoring(sp)
+    sp = sub.add_parser("submissions", help="list what was submitted, with the scores")
+    sp.add_argument("--competition")
+    sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
+    sp = sub.add_parser("status", help="a run's status")
+    sp.add_argument("kernel", help="owner/slug")
+    sp.add_argument("--version", type=int, help="one version (default: the latest run)")
+    sp = sub.add_parser("output", help="download a run's output files and log")
+    sp.add_argument("kernel", help="owner/slug")
+    sp.add_argument("--version", type=int, help="one version (default: the latest run)")
+    sp.add_argument("-o", "--dest", type=Path, default=Path("outputs") / "kernels", help="folder (default outputs/kernels/<slug>)")
+    sp = sub.add_parser("run-local", help="stage and execute one notebook with papermill in a /kaggle-like folder")
+    sp.add_argument("notebook")
+    sp.add_argument("--root", type=Path, help="folder holding <slug>/{input,working,tmp}, one per kernel (default: a new temp folder)")
+    sp.add_argument("--data", type=Path, default=SAMPLE_DATA, help="competition data to mount (default data/jigsaw-sample)")
+    sp.add_argument("-p", "--parameter", nargs="+", action="append", default=[], metavar="NAME VALUE",
+                    help="a parameter of the notebook's parameters cell: NAME VALUE or NAME=VALUE")
+    sp.add_argument("--input", action="append", default=[], metavar="SLUG=DIR",
+                    help="mount DIR as input/SLUG/ (a kernel or data set source); kernel sources default to "
+                         "earlier run-local outputs in --root")
+    sp.add_argument("--owner", default=None, help="kernel owner for the id (default: the Kaggle user, else 'local')")
+    sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
+    sp.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    return p
+
+
+def _error(lines) -> None:
+    for line in ([lines] if isinstance(lines, str) else lines):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _competition(a, project: dict | None = None) -> str:
+    if a.competition:
+        return a.competition
+    project = project if project is not None else load_project_metadata(a.metadata)
+    comps = project.get("competition_sources") or []
+    if len(comps) != 1:
+        raise MetadataError([f"competition_sources: {comps!r}: pass --competition SLUG"])
+    return comps[0]
+
+
+def _split_parameters(values: dict, notebooks: list[Path]) -> dict[Path, dict]:
+    """``-p`` values -> per notebook the ones its parameters cell defines.
+
+    Raises:
+        ParameterError: a name no notebook defines (naming the notebooks' parameters).
+    """
+    defaults = {py: (notebook_defaults(read_notebook(py)) or {}) for py in notebooks}
+    unknown = [k for k in values if not any(k in d for d in defaults.values())]
+    if unknown and len(notebooks) == 1:
+        return {notebooks[0]: values}  # check_parameters names the closest one
+    if unknown:
+        raise ParameterError(f"unknown parameter(s) {', '.join(map(repr, unknown))}: no notebook of "
+                             f"{', '.join(p.stem for p in notebooks)} defines them")
+    return {py: {k: v for k, v in values.items() if k in d} for py, d in defaults.items()}
+
+
+def _stage_all(a, api, owner, project, notebooks: list[Path]):
+    """Stage each notebook; returns (staged, number invalid)."""
+    per = _split_parameters(parse_assignments(a.parameter), notebooks)
+    staged, invalid = [], 0
+    for py in notebooks:
+        try:
+            st = stage(py, a.out, owner, project, KITLIB, api, parameters=per[py])
+        except MetadataError as e:
+            _error([f"error: {py}: invalid kernel:"] + [f"  {msg}" for msg in e.problems])
+            invalid += 1
+            continue
+        staged.append(st)
+        for w in st.warnings:
+            _error(f"warning: {py}: {w}")
+        for n in st.notes:
+            _error(f"note: {py}: {n}")
+        cell = next(c for c in json.loads(st.notebook.read_text(encoding="ascii"))["cells"] if c.get("id") == VENDOR_TAG)
+        n = len(vendored_files("".join(cell["source"])))
+        given = ", ".join(f"{k}={v!r}" for k, v in st.parameters)
+        print(f"{py}: staged {st.folder} as {st.kernel_id} ({st.accelerator}, "
+              f"{st.metadata.get('machine_shape') or 'no accelerator'}; kitlib {n} modules vendored"
+              + (f"; parameters {given}" if given else "") + ")")
+    return staged, invalid
+
+
+def _run_local(a, api, owner, project, notebooks_dir) -> int:
+    import papermill
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)  # papermill's cell output, as it runs
+    root = a.root or Path(tempfile.mkdtemp(prefix="kaggle-run-"))
+    values = {}
+    for item in a.parameter:
+        if len(item) == 1:
+            values.update(parse_assignments(item))
+        elif len(item) == 2:
+            values[item[0]] = parse_value(item[1])
+        else:
+            _error(f"error: -p {' '.join(item)}: write -p NAME VALUE or -p NAME=VALUE")
+            return 2
+    inputs = {}
+    for item in a.input:
+        name, eq, folder = item.partition("=")
+        if not eq:
+            _error(f"error: --input {item!r}: write --input SLUG=DIR")
+            return 2
+        inputs[name] = Path(folder)
+    py = notebook_paths([a.notebook], notebooks_dir)[0]
+    try:
+        st = stage(py, root / ".staged", owner or "local", project, KITLIB, api, parameters=values)
+        work = run_local(st, root, a.data, {}, a.timeout, inputs=inputs)
+    except (ParameterError, MountError) as e:
+        _error(f"error: {e}")
+        return 2
+    except papermill.PapermillExecutionError as e:
+        executed = root / st.folder.name / "__notebook__.ipynb"
+        _error(f"error: {st.source}: cell {e.exec_count} raised {e.ename}: {e.evalue} (executed notebook: {executed})")
+        return 1
+    print(f"{st.source}: ran as Kaggle would in {work.parent} (executed notebook {work.parent / '__notebook__.ipynb'})")
+    for f in sorted(work.rglob("*")):
+        if f.is_file():
+            print(f"  output {f.relative_to(work)} ({f.stat().st_size} bytes)")
+    return 0
+
+
+def _download(kernel_id: str, api, dest: Path, version: int | None = None) -> bool:
+    try:
+        download(kernel_id, api, dest, version=version)
+        return True
+    except DownloadError as e:
+        _error([f"error: {kernel_id}: {len(e.failed)} output file(s) not downloaded:"]
+               + [f"  {name}: {why}" for name, why in e.failed.items()])
+        return False
+
+
+def _score(a, api, competition: str, ref: int) -> int:
+    s = wait_scored(api, ref, timeout=a.score_timeout, poll=a.score_poll)
+    print(f"{competition}: submission {s.ref} ({s.file_name}) scored: public {s.public or '-'}"
+          + (f", private {s.private}" if s.private else ""), flush=True)
+    return 0
+
+
+def _push_wait_download(a, st, api, dest_root: Path) -> tuple[int | None, bool]:
+    """Push one staged kernel, wait, download its version's output; returns (version, ok)."""
+    resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
+    version = resp.version_number or None
+    print(f"{st.kernel_id}: pushed version {resp.version_number}: {resp.url}", flush=True)
+    dest = dest_root / st.folder.name
+    try:
+        wait(st.kernel_id, api, timeout=a.timeout, poll=a.poll, version=version, dest=dest)
+    except WaitTimeout as e:
+        _error(f"error: {e}")
+        return version, False
+    except PushError as e:  # ERROR / CANCEL: the version's log (and what it wrote) still comes back
+        _error(f"error: {e}")
+        _download(st.kernel_id, api, dest, version)
+        return version, False
+    return version, _download(st.kernel_id, api, dest, version)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (see the module docstring); returns the exit status (0, 1, 2 or 3)."""
+    import requests
+
+    a = _parser().parse_args(argv)
+    if a.cmd == "push" and not a.notebooks and not a.all:
+        _error("error: push: name the notebooks to push (each starts a Kaggle session; an inference kernel pushed "
+               "before its training kernel has finished reads the old output), or pass --all; to run training then "
+               "inference use: run CHAIN")
+        return 2
+    sending = a.cmd in ("status", "output", "run", "submit", "submissions") or (a.cmd == "push" and not a.dry_run)
+    try:
+        api = kaggle_api(require_credentials=sending)  # before any work: a clear message, exit 3
+    except CredentialsError as e:
+        _error(f"error: {e}")
+        return 3
+    try:
+        if a.cmd == "status":
+            from .sdk import kernel_status
+
+            owner, slug, _ = api.parse_kernel_string(a.kernel)
+            with api.build_kaggle_client() as kaggle:
+                resp = kernel_status(kaggle, owner, slug, a.version)
+            status = getattr(resp.status, "name", str(resp.status))
+            print(f"{a.kernel}: {status}" + (f": {resp.failure_message}" if resp.failure_message else ""))
+            return 0 if status != "ERROR" else 1
+        if a.cmd == "output":
+            return 0 if _download(a.kernel, api, a.dest / a.kernel.split("/")[-1], a.version) else 1
+        if a.cmd == "submissions":
+            competition = _competition(a)
+            subs = list_submissions(api, competition)
+            print(f"{competition}: {len(subs)} submission(s)")
+            for s in subs:
+                print(format_submission(s))
+            return 0
+        if a.cmd == "submit":
+            return _submit(a, api)
+        owner = getattr(a, "owner", None) or kaggle_username(api)
+        project = load_project_metadata(a.metadata)
+        notebooks_dir = a.metadata.parent / "notebooks"
+        problems = entry_problems(project, notebooks_dir)
+        if problems:
+            _error([f"error: {a.metadata}: its notebooks table and {notebooks_dir} disagree:"] + [f"  {p}" for p in problems])
+            return 2
+        if a.cmd == "run-local":
+            return _run_local(a, api, owner, project, notebooks_dir)
+        if a.cmd == "run":
+            names = [n for t in a.targets for n in chain(project, Path(t).stem if t.endswith((".py", ".ipynb")) else t)]
+            notebooks = notebook_paths(names, notebooks_dir)
+        else:
+            notebooks = notebook_paths(a.notebooks or None, notebooks_dir)
+        staged, invalid = _stage_all(a, api, owner, project, notebooks)
+        if invalid:
+            return 2
+        if a.cmd in ("stage", "validate") or getattr(a, "dry_run", False):
+            print(f"{len(staged)} kernel(s) valid" + ("; dry run: nothing sent" if a.cmd != "stage" else ""))
+            return 0
+        if a.cmd == "run":
+            return _run(a, api, project, staged)
+        failed = 0
+        for st in staged:
+            try:
+                if a.wait:
+                    _, ok = _push_wait_download(a, st, api, a.output) if a.output else _push_wait(a, st, api)
+                    failed += not ok
+                else:
+                    resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
+                    print(f"{st.kernel_id}: pushed version {resp.version_number}: {resp.url}", flush=True)
+            except (PushError, requests.RequestException) as e:
+                _error(f"error: {e}")
+                failed += 1
+        return 1 if failed else 0
+    except requests.RequestException as e:  # status/output calls, or the network
+        _error(f"error: Kaggle API call failed: {type(e).__name__}: {e}")
+        return 1
+    except SubmitError as e:
+        _error(f"error: {e}")
+        return 1
+    except (MetadataError, ParameterError, FileNotFoundError) as e:
+        _error(f"error: {e}")
+        return 2
+
+
+def _push_wait(a, st, api) -> tuple[int | None, bool]:
+    resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
+    print(f"{st.kernel_id}: pushed version {resp.version_number}: {resp.url}", flush=True)
+    try:
+        wait(st.kernel_id, api, timeout=a.timeout, poll=a.poll, version=resp.version_number or None)
+    except PushError as e:
+        _error(f"error: {e}")
+        return resp.version_number, False
+    return resp.version_number, True
+
+
+def _run(a, api, project: dict, staged) -> int:
+    """Each staged kernel in order: push, wait, download its version; stop at the first failure.
+    Then, with --submit, the last kernel's output is submitted and its score read back."""
+    import requests
+
+    version = None
+    for i, st in enumerate(staged):
+        try:
+            version, ok = _push_wait_download(a, st, api, a.output)
+        except (PushError, requests.RequestException) as e:
+            _error(f"error: {e}")
+            ok = False
+        if not ok:
+            rest = [s.kernel_id for s in staged[i + 1:]]
+            if rest:
+                _error(f"error: not pushed: {', '.join(rest)} (they read {st.kernel_id}'s output)")
+            return 1
+    if not a.submit:
+        return 0
+    last = staged[-1]
+    competition = _competition(a, project)
+    left = check_allowance(api, competition)
+    print(f"{competition}: {left} submission(s) left today", flush=True)
+    if a.code:
+        ref = submit_code(api, competition, last.kernel_id, version, a.file, a.message or f"{last.kernel_id} v{version}")
+    else:
+        ref = submit_file(api, competition, a.output / last.folder.name / a.file, a.message or f"{last.kernel_id} v{version}")
+    print(f"{competition}: submitted as {ref}; waiting for the score", flush=True)
+    return _score(a, api, competition, ref)
+
+
+def _submit(a, api) -> int:
+    competition = _competition(a)
+    if (a.file is None) == (a.kernel is None):
+        _error("error: submit: give a FILE, or --kernel OWNER/SLUG [--version N] [-f OUTPUT_FILE]")
+        return 2
+    left = check_allowance(api, competition)
+    print(f"{competition}: {left} submission(s) left today", flush=True)
+    if a.kernel and a.code:
+        if a.version is None:
+            _error("error: submit --code: --version N is required (the number push printed)")
+            return 2
+        ref = submit_code(api, competition, a.kernel, a.version, a.file_name, a.message or f"{a.kernel} v{a.version}")
+    else:
+        path = a.file
+        if a.kernel:
+            dest = Path(tempfile.mkdtemp(prefix="kaggle-output-"))
+            if not _download(a.kernel, api, dest, a.version):
+                return 1
+            path = dest / a.file_name
+        ref = submit_file(api, competition, path, a.message or path.name)
+    print(f"{competition}: submitted as {ref}; waiting for the score", flush=True)
+    return _score(a, api, competition, ref)
+
+
+__all__ = ["main", "output_command"]

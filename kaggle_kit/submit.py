@@ -1,0 +1,172 @@
+"""Submit to a competition and read the score back, through the installed kagglesdk (:mod:`.sdk`).
+
+The calls are the ones ``kaggle competitions submit`` makes (kaggle 2.2.5):
+
+* a file: ``StartSubmissionUpload`` (file name, size, mtime) answers a blob token and an upload
+  URL; the file is sent there by ``PUT`` (streamed from disk); ``CreateSubmission`` (the token,
+  a description) answers the submission's ``ref``;
+* a code competition: ``CreateCodeSubmission`` (kernel owner, slug, version, output file name),
+  the version being the number ``kernels push`` printed;
+* then ``GetSubmission(ref)`` is polled until the status leaves PENDING: COMPLETE carries the
+  public (and, after the deadline, private) score; ERROR its reason.
+
+Before anything is sent, ``GetSubmissionLimits`` says how many submissions are left today (UTC);
+none left is a refusal (Kaggle would answer HTTP 400 after the upload).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .sdk import submission_limits
+
+
+class SubmitError(RuntimeError):
+    """A submission refused (no submissions left, HTTP error), failed in scoring (ERROR) or not scored in time."""
+
+
+@dataclass(frozen=True)
+class Score:
+    """A scored submission: ``ref``, ``status`` (COMPLETE), ``public`` and ``private`` (str or None), ``file_name``."""
+
+    ref: int
+    status: str
+    public: str | None
+    private: str | None
+    file_name: str
+
+
+def _status(sub) -> str:
+    return getattr(sub.status, "name", str(sub.status))
+
+
+def remaining_today(api, competition: str) -> int:
+    """Submissions left today (UTC) for the authenticated user's team (``GetSubmissionLimits``)."""
+    with api.build_kaggle_client() as kaggle:
+        return int(submission_limits(kaggle, competition).num_allowed_now)
+
+
+def check_allowance(api, competition: str) -> int:
+    """Refuse when no submission is left today; else return how many are left.
+
+    Raises:
+        SubmitError: none left ("0 of today's submissions left").
+    """
+    with api.build_kaggle_client() as kaggle:
+        lim = submission_limits(kaggle, competition)
+    if lim.num_allowed_now <= 0:
+        cap = "the competition's total cap" if lim.limited_by_total else "the daily cap (resets at 00:00 UTC)"
+        raise SubmitError(f"{competition}: no submissions left today (0 remaining; {lim.num_today} made today, "
+                          f"{lim.num_total} in all; limited by {cap}): nothing was sent")
+    return int(lim.num_allowed_now)
+
+
+def submit_file(api, competition: str, path: Path, message: str) -> int:
+    """Upload ``path`` and create a submission; returns its ``ref``.
+
+    Raises:
+        SubmitError: the file is missing or empty, the upload failed, or Kaggle refused it.
+        requests.HTTPError: a call failed.
+    """
+    import requests
+    from kagglesdk.competitions.types.competition_api_service import (
+        ApiCreateSubmissionRequest,
+        ApiStartSubmissionUploadRequest,
+    )
+
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        raise SubmitError(f"{path}: {'empty' if path.is_file() else 'no such file'}: nothing to submit")
+    with api.build_kaggle_client() as kaggle:
+        start = ApiStartSubmissionUploadRequest()
+        start.competition_name = competition
+        start.file_name = path.name
+        start.content_length = path.stat().st_size
+        start.last_modified_epoch_seconds = int(os.path.getmtime(path))
+        upload = kaggle.competitions.competition_api_client.start_submission_upload(start)
+        with open(path, "rb") as f:
+            r = requests.put(upload.create_url, data=f, timeout=600)
+        if r.status_code not in (200, 201):
+            raise SubmitError(f"{path}: upload failed: HTTP {r.status_code}: {r.text[:200].strip()}")
+        create = ApiCreateSubmissionRequest()
+        create.competition_name = competition
+        create.blob_file_tokens = upload.token
+        create.submission_description = message
+        resp = kaggle.competitions.competition_api_client.create_submission(create)
+    if not resp.ref:
+        raise SubmitError(f"{path}: Kaggle did not create a submission: {resp.message}")
+    return int(resp.ref)
+
+
+def submit_code(api, competition: str, kernel_id: str, version: int, file_name: str, message: str) -> int:
+    """Submit a code competition's kernel version by its output ``file_name``; returns the ``ref``.
+
+    Raises:
+        SubmitError: ``kernel_id`` is not ``owner/slug``, or Kaggle created no submission.
+        requests.HTTPError: the call failed.
+    """
+    from kagglesdk.competitions.types.competition_api_service import ApiCreateCodeSubmissionRequest
+
+    owner, _, slug = kernel_id.partition("/")
+    if not owner or not slug or "/" in slug:
+        raise SubmitError(f"kernel {kernel_id!r}: write owner/slug (and the version with --version)")
+    with api.build_kaggle_client() as kaggle:
+        req = ApiCreateCodeSubmissionRequest()
+        req.competition_name = competition
+        req.kernel_owner, req.kernel_slug, req.kernel_version = owner, slug, int(version)
+        req.file_name = file_name
+        req.submission_description = message
+        resp = kaggle.competitions.competition_api_client.create_code_submission(req)
+    if not resp.ref:
+        raise SubmitError(f"{kernel_id} version {version}: Kaggle did not create a submission: {resp.message}")
+    return int(resp.ref)
+
+
+def wait_scored(api, ref: int, *, timeout: float = 1800.0, poll: float = 10.0, say=print) -> Score:
+    """Poll ``GetSubmission(ref)`` until COMPLETE (returned) or ERROR / ``timeout`` seconds (raised).
+
+    Raises:
+        SubmitError: ERROR (with Kaggle's reason) or still PENDING after ``timeout`` (the
+            submission stays on Kaggle; ``submissions`` shows it later).
+    """
+    from kagglesdk.competitions.types.competition_api_service import ApiGetSubmissionRequest
+
+    t0 = time.monotonic()
+    last = None
+    with api.build_kaggle_client() as kaggle:
+        while True:
+            req = ApiGetSubmissionRequest()
+            req.ref = int(ref)
+            sub = kaggle.competitions.competition_api_client.get_submission(req)
+            status = _status(sub)
+            if status != last:
+                say(f"submission {ref}: {status} ({time.monotonic() - t0:.0f} s)")
+                last = status
+            if status == "COMPLETE":
+                return Score(int(ref), status, sub.public_score or None, sub.private_score or None, sub.file_name)
+            if status == "ERROR":
+                raise SubmitError(f"submission {ref} ({sub.file_name}) ended ERROR: {sub.error_description or 'no reason given'}")
+            if time.monotonic() - t0 + poll > timeout:
+                raise SubmitError(f"submission {ref}: still {status} after {timeout:g} s (timeout); it stays on Kaggle: "
+                                  "see `submissions` later")
+            time.sleep(poll)
+
+
+def list_submissions(api, competition: str) -> list:
+    """The user's submissions to ``competition``, newest first (``ListSubmissions``): ``ApiSubmission``
+    objects (ref, file_name, date, description, status, public_score, private_score)."""
+    from kagglesdk.competitions.types.competition_api_service import ApiListSubmissionsRequest
+
+    with api.build_kaggle_client() as kaggle:
+        req = ApiListSubmissionsRequest()
+        req.competition_name = competition
+        return list(kaggle.competitions.competition_api_client.list_submissions(req).submissions or [])
+
+
+def format_submission(sub) -> str:
+    """One line of the ``submissions`` listing."""
+    date = sub.date.strftime("%Y-%m-%d %H:%M") if getattr(sub, "date", None) else "-"
+    return (f"{sub.ref:>10}  {date}  {_status(sub):<8}  public {sub.public_score or '-':<8}  "
+            f"private {sub.private_score or '-':<8}  {sub.file_name}  {sub.description or ''}")

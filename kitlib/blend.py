@@ -1,0 +1,162 @@
+"""Blend submissions into one: a weighted mean of their predictions, or of their ranks.
+
+``python -m kitlib blend A.csv B.csv ... -o submission.csv [--weights 2 1] [--rank] [--sample-submission FILE]``
+
+Competitors ensemble; for ROC AUC (this competition's metric) rank averaging is the common
+choice: AUC depends only on the order of the predictions, and ranks put models whose scores live
+on different scales (a calibrated model and an over-confident one) on one scale. With ``--rank``
+each file's column is replaced by its rank divided by the row count (ties share their average
+rank; :func:`scipy.stats.rankdata`'s "average", written here with pandas), so blended values lie in
+(0, 1].
+
+The guarantees are the merger's (:mod:`kitlib.merge`): ids are compared as the exact strings of
+the files (``"007"`` is not ``"7"``); every input holds exactly the same ids, each once, and
+the same prediction columns; every value is a finite number; rows come in the sample
+submission's order (without one, the first file's); anything else is refused, naming the file,
+the column and the id(s), and nothing is written. The output is written atomically and its
+writer recorded (:func:`kitlib.provenance.write_recorded`): an existing file is replaced only by a
+complete one, and replacing another writer's submission is said.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_SHOW = 5  # ids shown in a message
+
+
+class BlendError(ValueError):
+    """Inputs that cannot give a correct blended submission (the message names file, column and ids)."""
+
+
+@dataclass(frozen=True)
+class BlendResult:
+    """What :func:`blend` wrote: ``output``, ``num_rows``, ``columns`` (predictions), ``weights`` (normalised, per input), ``rank``."""
+
+    output: Path
+    num_rows: int
+    columns: tuple[str, ...]
+    weights: tuple[float, ...]
+    rank: bool
+    replaced: str | None = None  # what the write replaced, when another writer's file (kitlib.provenance)
+
+
+def _preview(values, total: int | None = None) -> str:
+    values = list(values)
+    total = len(values) if total is None else total
+    shown = ", ".join(repr(v) for v in values[:_SHOW])
+    return shown + (f" and {total - _SHOW} more" if total > _SHOW else "")
+
+
+def _read(path: Path):
+    """One submission as a DataFrame of strings (ids exactly as written)."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise BlendError(f"{path}: no such file")
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (ValueError, OSError, UnicodeDecodeError) as e:
+        raise BlendError(f"{path}: unreadable CSV ({e})") from None
+    if "id" not in df.columns:
+        raise BlendError(f"{path}: no 'id' column (columns: {', '.join(map(str, df.columns))})")
+    blank = df.index[df["id"].str.strip() == ""]
+    if len(blank):
+        raise BlendError(f"{path}: blank id in data row(s) {_preview([int(i) + 1 for i in blank])}")
+    dup = df["id"][df["id"].duplicated()]
+    if len(dup):
+        raise BlendError(f"{path}: duplicate id(s) {_preview(dup.unique())}")
+    return df
+
+
+def _numbers(path: Path, df, column: str):
+    import numpy as np
+    import pandas as pd
+
+    values = pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        idx = np.flatnonzero(bad)
+        raise BlendError(f"{path}: column {column!r}: {len(idx)} value(s) that are not finite numbers, for id(s) "
+                         f"{_preview(df['id'].iloc[idx[:_SHOW]], len(idx))} (got {_preview(df[column].iloc[idx[:_SHOW]], len(idx))})")
+    return values
+
+
+def _weights(weights, n: int) -> tuple[float, ...]:
+    if weights is None:
+        return tuple([1.0 / n] * n)
+    weights = [float(w) for w in weights]
+    if len(weights) != n:
+        raise BlendError(f"--weights: {len(weights)} weight(s) for {n} input file(s); give one per file")
+    if any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
+        raise BlendError(f"--weights: {weights}: each must be a finite number >= 0, and their sum > 0")
+    return tuple(w / sum(weights) for w in weights)
+
+
+def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights=None, rank: bool = False,
+          sample_submission: str | os.PathLike | None = None) -> BlendResult:
+    """Write the weighted mean of ``inputs``' predictions (or of their ranks) to ``output``.
+
+    Args:
+        inputs: two or more submission CSVs (``id`` + prediction columns).
+        output: the CSV to write (``id`` + the prediction columns, as float64 text).
+        weights: one weight >= 0 per input (normalised to sum to 1); None: equal weights.
+        rank: blend each column's rank / row count instead of the values (see the module docstring).
+        sample_submission: its ids give the row order and must equal every input's id set;
+            its columns other than ``id`` are the prediction columns.
+
+    Returns:
+        :class:`BlendResult`.
+
+    Raises:
+        BlendError: fewer than two inputs; an unreadable file; a missing ``id`` or prediction
+            column; a blank or repeated id; an id set that differs from the first file's (or the
+            sample's); a value that is not a finite number; bad weights. Nothing is written.
+        OSError: ``output`` cannot be written (an existing file is left as it was).
+    """
+    import numpy as np
+    import pandas as pd
+
+    from . import provenance
+
+    paths = [Path(p) for p in inputs]
+    if len(paths) < 2:
+        raise BlendError(f"blend needs two or more submissions, got {len(paths)}")
+    w = _weights(weights, len(paths))
+    frames = [_read(p) for p in paths]
+    if sample_submission is not None:
+        ref_path = Path(sample_submission)
+        ref = _read(ref_path)
+        columns = tuple(c for c in ref.columns if c != "id")
+    else:
+        ref_path, ref = paths[0], frames[0]
+        columns = tuple(c for c in ref.columns if c != "id")
+    if not columns:
+        raise BlendError(f"{ref_path}: no prediction column besides 'id'")
+    ref_ids = pd.Index(ref["id"])
+    total = {c: np.zeros(len(ref_ids)) for c in columns}
+    for path, df, weight in zip(paths, frames, w):
+        missing_cols = [c for c in columns if c not in df.columns]
+        if missing_cols:
+            raise BlendError(f"{path}: no column(s) {', '.join(map(repr, missing_cols))} (columns of {ref_path}: "
+                             f"{', '.join(ref.columns)})")
+        pos = pd.Index(df["id"]).get_indexer(ref_ids)
+        if (pos < 0).any():
+            miss = ref_ids[pos < 0]
+            raise BlendError(f"{path}: {len(miss)} id(s) of {ref_path} missing: {_preview(miss)}")
+        if len(df) != len(ref_ids):
+            extra = df["id"][~df["id"].isin(ref_ids)]
+            raise BlendError(f"{path}: {len(extra)} id(s) not in {ref_path}: {_preview(extra)}")
+        for c in columns:
+            v = _numbers(path, df, c)[pos]
+            if rank:
+                v = pd.Series(v).rank(method="average").to_numpy() / len(v)
+            total[c] += weight * v
+    out = pd.DataFrame({"id": ref_ids.to_numpy(), **total})
+    output = Path(output)
+    replaced = provenance.write_recorded(output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"),
+                                         writer=provenance.BLEND, source=f"blend of {', '.join(map(str, paths))}",
+                                         rows=len(out))
+    return BlendResult(output, len(out), columns, w, rank, replaced)

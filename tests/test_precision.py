@@ -1,0 +1,112 @@
+"""The precision rule (:mod:`kitlib.backends.precision`): one home, fp16 trained through a GradScaler,
+float32 logits checked at run time, and torch_xla's precision variables kept out of a launch."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import SAMPLE, write_slice
+from kitlib.backends import precision
+from kitlib.runtime import MODES, detect_runtime
+from kitlib.train import TrainJob, train
+
+SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2, max_len=32,
+             lr=1e-3, train_limit=128, valid_limit=50, dropout=0.0, log_every=4, batch_size=8)
+
+
+def test_auto_follows_the_one_table_on_every_backend():
+    auto = {name: b.precision("auto") for name, b in MODES.items()}
+    assert auto == {"tpu": "bf16", "tpu-pod": "bf16", "cuda": "fp16", "cuda-torchrun": "fp16", "cpu": "fp32",
+                    "cpu-torchrun": "fp32", "xla-cpu": "fp32", "xla-cpu-processes": "fp32"}
+    assert MODES["cpu"].precision("fp16") == "fp16"  # an explicit choice is taken as asked
+    assert precision.grad_scaler("cpu", "fp16") is not None and precision.grad_scaler("cpu", "bf16") is None
+    with pytest.raises(ValueError, match="TrainJob.precision must be one of auto, fp32, bf16, fp16, not 'fp8'"):
+        TrainJob(checkpoint="c", train_csv="t", valid_csv="v", out_dir="o", precision="fp8")
+
+
+def test_fp16_training_on_xla_is_refused_before_any_replica_starts(tiny_checkpoint, tmp_path):
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "out"), precision="fp16", **SMALL)
+    with pytest.raises(ValueError, match=r"GradScaler.*use precision='bf16'"):
+        train(job, detect_runtime(1, "xla-cpu"))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_fp16_training_steps_through_the_grad_scaler(tiny_checkpoint, tmp_path, monkeypatch):
+    """The fp16 path (auto on CUDA) runs on the CPU here: every step goes through GradScaler.step/update
+    and the loss falls. Before the backends, TrainJob refused fp16 and CUDA's auto fp16 had no scaler."""
+    calls = {"scale": 0, "step": 0, "update": 0}
+    scale, step, update = torch.amp.GradScaler.scale, torch.amp.GradScaler.step, torch.amp.GradScaler.update
+
+    def counting_scale(self, outputs):
+        calls["scale"] += 1
+        return scale(self, outputs)
+
+    def counting_step(self, optimizer, *args, **kwargs):
+        calls["step"] += 1
+        return step(self, optimizer, *args, **kwargs)
+
+    def counting_update(self, *args, **kwargs):
+        calls["update"] += 1
+        return update(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.amp.GradScaler, "scale", counting_scale)
+    monkeypatch.setattr(torch.amp.GradScaler, "step", counting_step)
+    monkeypatch.setattr(torch.amp.GradScaler, "update", counting_update)
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "out"), precision="fp16",
+                   **{**SMALL, "train_limit": 48, "valid_limit": 16})
+    history = train(job, detect_runtime(1, "cpu"))
+    steps = history["steps_per_epoch"] * job.epochs
+    assert history["precision"] == "fp16" and history["mode"] == "cpu"
+    assert calls["scale"] == calls["step"] == calls["update"] == steps == 12  # every step scaled, stepped, updated
+    losses = [e["train_loss"] for e in history["epochs"]]
+    assert all(np.isfinite(losses)) and losses[1] < losses[0]
+
+
+def test_logits_that_are_not_float32_are_refused():
+    torch.manual_seed(0)
+    logits = torch.randn(32, 1)
+    precision.check_float32_logits(logits, "rank 0")  # genuine float32 values
+    with pytest.raises(RuntimeError, match=r"rank 3: 100% of 32 float32 logits are exactly torch.bfloat16 values"):
+        precision.check_float32_logits(logits.bfloat16().float(), "rank 3")
+    with pytest.raises(RuntimeError, match="returned torch.float16 logits, not float32"):
+        precision.check_float32_logits(logits.half(), "rank 0")
+    precision.check_float32_logits(logits[:4].bfloat16().float(), "rank 0")  # too few values to tell
+
+
+def test_precision_variables_are_removed_from_a_launch_with_a_note(monkeypatch, capsys):
+    from kitlib.runtime import Runtime
+
+    monkeypatch.setenv("XLA_USE_BF16", "1")
+    monkeypatch.setenv("XLA_DOWNCAST_BF16", "0")  # off: left alone
+    env = MODES["xla-cpu"].env(Runtime("xla-cpu", 1, "test"))
+    assert env["XLA_USE_BF16"] is None and "XLA_DOWNCAST_BF16" not in env
+    assert "note: XLA_USE_BF16=1 is set" in capsys.readouterr().out
+    assert "XLA_USE_BF16" not in MODES["cpu"].env(Runtime("cpu", 1, "test"))  # eager torch never reads it
+
+
+@pytest.mark.slow
+def test_xla_use_bf16_does_not_collapse_the_predictions(sharp_checkpoint, tmp_path, monkeypatch, capsys):
+    """Issue 21.2's input: XLA_USE_BF16=1, xla-cpu, one device, precision auto gave 1 distinct
+    prediction in 200 (all 0.5), exit 0. The launch now runs without it, and says so."""
+    from kitlib.infer import InferJob, predict
+
+    test_csv = write_slice(tmp_path, 200)[0]
+    monkeypatch.setenv("XLA_USE_BF16", "1")
+    job = InferJob(checkpoint=str(sharp_checkpoint), test_csv=str(test_csv), shard_dir=str(tmp_path / "shards"),
+                   output_csv=str(tmp_path / "sub.csv"), batch_size=8, max_len=64, num_buckets=1)
+    predict(job, detect_runtime(1, "xla-cpu"))
+    sub = pd.read_csv(tmp_path / "sub.csv", dtype={"id": str}, keep_default_na=False)
+    assert len(sub) == 200 and sub["toxic"].nunique() > 150, sub["toxic"].describe()
+    assert "note: XLA_USE_BF16=1 is set" in capsys.readouterr().out
+    import os
+
+    assert os.environ["XLA_USE_BF16"] == "1"  # the caller's environment is given back
+    # bf16 asked for the kit's way: XLA's autocast, the head in float32, the run-time check passes
+    monkeypatch.delenv("XLA_USE_BF16")
+    predict(InferJob(**{**job.__dict__, "precision": "bf16", "output_csv": str(tmp_path / "bf16.csv")}),
+            detect_runtime(1, "xla-cpu"))
+    bf16 = pd.read_csv(tmp_path / "bf16.csv", dtype={"id": str}, keep_default_na=False)["toxic"]
+    assert bf16.nunique() > 150 and np.abs(bf16.to_numpy() - sub["toxic"].to_numpy()).max() < 0.05
