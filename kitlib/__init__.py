@@ -10,6 +10,9 @@ Modules, one job each:
 * :mod:`kitlib.compat`: torch_xla / transformers / Keras version drift, in one place.
 * :mod:`kitlib.infer`: ``predict(job, rt)`` and its replica program ``_mp_fn``.
 * :mod:`kitlib.train`: ``train(job, rt)`` and its replica program ``_mp_fn`` (``xm.optimizer_step`` or DDP).
+* :mod:`kitlib.recipe`: how a checkpoint is fine-tuned (one table: learning rates, schedule, frozen parts, loss).
+* :mod:`kitlib.splits`: which rows train and which are held out.
+* :mod:`kitlib.collapse`: predictions that barely vary, refused at the hand-off and never submitted silently.
 * :mod:`kitlib.keras`: the Keras side (TF or JAX backend): runtime, strategy, data, model.
 * :mod:`kitlib.shards`: the atomic per-rank shard writer.
 * :mod:`kitlib.merge`: the shard merger (also ``python -m kitlib merge``).

@@ -45,9 +45,10 @@ import numpy as np
 
 from . import provenance, quantize, storage
 from .backends.precision import check_float32_logits, check_inference
+from .collapse import POLICIES
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .merge import MergeResult, merge_shards
-from .model import check_max_len, keep_head_float32, load_model, probabilities
+from .model import check_max_len, keep_head_float32, load_model, probabilities, text_prefix
 from .replica import PeerFailed
 from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
@@ -81,6 +82,8 @@ class InferJob:
             (checked in every replica).
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
         text_col: text column; None picks ``content`` or ``comment_text``.
+        collapsed: a submission whose predictions barely vary (:mod:`kitlib.collapse`): ``"warn"``
+            (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written: the competition data).
     """
 
     checkpoint: str
@@ -94,11 +97,14 @@ class InferJob:
     precision: str = "auto"
     prediction_column: str = "toxic"
     text_col: str | None = None
+    collapsed: str = "warn"
 
     def __post_init__(self):
         for name in ("batch_size", "max_len", "num_buckets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"InferJob.{name} must be >= 1, not {getattr(self, name)}")
+        if self.collapsed not in POLICIES:
+            raise ValueError(f"InferJob.collapsed must be one of {POLICIES}, not {self.collapsed!r}")
 
 
 @dataclass(frozen=True)
@@ -162,7 +168,7 @@ def tokenize_test_set(job: InferJob, folder: Path) -> Tokens:
     from transformers import AutoTokenizer
 
     return tokenize_csv(AutoTokenizer.from_pretrained(job.checkpoint), job.test_csv, folder, job.max_len,
-                        text_col=job.text_col)
+                        text_col=job.text_col, prefix=text_prefix(job.checkpoint))
 
 
 def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult:
@@ -170,7 +176,7 @@ def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult
     ``world_size``, when known), else :class:`kitlib.merge.MergeError` (two runs share the folder)."""
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
                         test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size,
-                        writer=provenance.INFER, source=f"model {job.checkpoint}")
+                        writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed)
 
 
 def padded_lengths(lengths: np.ndarray, job: InferJob, rt: Runtime) -> tuple[int, ...]:

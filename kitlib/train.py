@@ -49,18 +49,20 @@ from pathlib import Path
 
 import numpy as np
 
+from . import recipe as recipes
 from .atomic import atomic_dir
 from .checkpoint import (HISTORY_FILE, continue_history, replacing_message, restore_training_state, resume_message,
                          resume_point, save_training_state)
 from .data import plan_batches, read_csv_checked
 from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
-from .model import check_max_len, keep_head_float32, load_classifier, probabilities
+from .model import check_max_len, keep_head_float32, load_classifier, probabilities, with_text_prefix
 from .backends.distributed import average_gradients  # noqa: F401  (was defined here)
 from .backends.precision import check as check_precision
 from .runtime import Runtime, holds_global_rank0, launch
 
 PATTERNS = ("optimizer_step", "ddp")
 VALID_PREDICTIONS_FILE = "valid_predictions.csv"
+SCORES_FILE = "heldout_scores.json"  # the training notebook's scores of the saved checkpoint (save_scores)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,10 @@ class TrainJob:
         epochs: passes over the training rows.
         batch_size: rows per step on each replica (global batch = batch_size x world size).
         max_len: tokens per row (longer texts truncated, shorter padded): the fixed sequence length.
-        lr: AdamW learning rate (constant: a per-step schedule would feed XLA a new scalar).
+        lr: AdamW learning rate of the body; 0: the recipe's (:data:`kitlib.recipe.RECIPES`).
+        recipe: ``"auto"`` (the one the checkpoint calls for, :func:`kitlib.recipe.recipe_for`) or a
+            name in :data:`kitlib.recipe.RECIPES`: head learning rate, schedule, frozen parameters,
+            loss weighting. :func:`train` makes ``recipe`` and ``lr`` concrete before launching.
         weight_decay: AdamW weight decay.
         label_col: the 0/1 (or [0, 1]) label column.
         text_col: text column; None picks ``content`` or ``comment_text``.
@@ -106,6 +111,7 @@ class TrainJob:
     max_len: int = 128
     lr: float = 2e-5
     weight_decay: float = 0.0
+    recipe: str = recipes.AUTO
     label_col: str = "toxic"
     text_col: str | None = None
     train_limit: int | None = None
@@ -120,18 +126,22 @@ class TrainJob:
     def __post_init__(self):
         if self.pattern not in PATTERNS:
             raise ValueError(f"pattern must be one of {PATTERNS}, not {self.pattern!r}")
+        if self.recipe != recipes.AUTO and self.recipe not in recipes.RECIPES:
+            raise ValueError(f"recipe must be {recipes.AUTO!r} or one of {', '.join(recipes.RECIPES)}, not {self.recipe!r}")
         check_precision(self.precision, "TrainJob.precision")
         for name in ("epochs", "batch_size", "max_len", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
 
 
-def classification_loss(logits, labels):
+def classification_loss(logits, labels, pos_weight=None):
     """Mean loss of a one- or two-logit classifier head.
 
     Args:
         logits: float tensor ``[batch, 1]`` (sigmoid head) or ``[batch, 2]`` (softmax head).
         labels: float32 tensor ``[batch]`` in [0, 1] (soft labels allowed).
+        pos_weight: None, or a float32 scalar tensor weighting the positive term of the one-logit
+            loss (``binary_cross_entropy_with_logits(pos_weight=...)``; :func:`kitlib.recipe.positive_weight`).
 
     Returns:
         A float32 scalar tensor: binary cross-entropy with logits for one logit, cross-entropy
@@ -144,7 +154,7 @@ def classification_loss(logits, labels):
     import torch.nn.functional as F
 
     if logits.shape[-1] == 1:
-        return F.binary_cross_entropy_with_logits(logits[:, 0].float(), labels)
+        return F.binary_cross_entropy_with_logits(logits[:, 0].float(), labels, pos_weight=pos_weight)
     if logits.shape[-1] == 2:
         return F.cross_entropy(logits.float(), torch.stack([1 - labels, labels], dim=1))
     raise ValueError(f"expected 1 or 2 logits per row, got {logits.shape[-1]}")
@@ -243,6 +253,9 @@ def _mp_fn(replica, job: TrainJob) -> None:
         valid_df = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=labels, limit=job.valid_limit)
         torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
         tokenizer, model = load_classifier(job.checkpoint, xla=replica.xla, head_for_training=True)
+    job = recipes.resolve(job)  # (train() has already; _mp_fn may also be launched directly)
+    recipe = recipes.RECIPES[job.recipe]
+    recipes.prepare_model(model, recipe)
     keep_head_float32(model)
     if job.dropout is not None:
         for m in model.modules():
@@ -251,7 +264,7 @@ def _mp_fn(replica, job: TrainJob) -> None:
     model.train().to(replica.device)
 
     train_set = TensorDataset(
-        *_tokenize(tokenizer, train_df["text"].tolist(), job.max_len),
+        *_tokenize(tokenizer, with_text_prefix(job.checkpoint, train_df["text"].tolist()), job.max_len),
         torch.tensor(train_df[job.label_col].to_numpy(np.float32)),
     )
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=job.seed, drop_last=True)
@@ -259,23 +272,27 @@ def _mp_fn(replica, job: TrainJob) -> None:
     if len(loader) == 0:
         raise ValueError(f"{job.train_csv}: {len(train_df)} training rows give no full global batch of "
                          f"{job.batch_size} x {world} replicas; lower batch_size or add rows")
-    valid_ids, valid_mask = _tokenize(tokenizer, valid_df["text"].tolist(), job.max_len)
+    valid_ids, valid_mask = _tokenize(tokenizer, with_text_prefix(job.checkpoint, valid_df["text"].tolist()), job.max_len)
     valid_rows = validation_rows(len(valid_df), world, rank, job.batch_size)
     valid_labels = valid_df[job.label_col].to_numpy(np.float32)
 
     net = replica.wrap_model(model, job.pattern)  # DDP, where the pattern and the backend call for it
-    optimizer = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=job.weight_decay)
+    optimizer = recipes.make_optimizer(model, recipe, job.lr, job.weight_decay)
     take_step = replica.optimizer_step(optimizer, model, net, job.precision)  # backward, exchange, step
+    scheduler = recipes.make_scheduler(optimizer, recipe, len(loader) * job.epochs)
+    stateful = {"optimizer": optimizer, "scaler": take_step.scaler, **({"scheduler": scheduler} if scheduler else {})}
+    pos_weight = recipes.positive_weight(train_df[job.label_col].to_numpy(), recipe)
+    pos_weight = None if pos_weight is None else torch.tensor(pos_weight, dtype=torch.float32, device=replica.device)
     # Resuming (kitlib.checkpoint): starting from a kit-trained folder continues its run. Restore after every
     # stateful training object exists, and pass each (scheduler=..., scaler=... when the run has them), here
     # and in save_checkpoint's training_state below.
     resumed = resume_point(job.checkpoint)
-    restored = restore_training_state(job.checkpoint, optimizer=optimizer, scaler=take_step.scaler)[1] if resumed else []
+    restored = restore_training_state(job.checkpoint, **stateful)[1] if resumed else []
 
     history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
                "pattern": job.pattern, "ddp_wrapped": net is not model, "precision": replica.precision(job.precision),
                "grad_scaler": take_step.scaler is not None,
-               "config": asdict(job), "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
+               "config": asdict(job), "recipe": recipes.describe(recipe, job.lr), "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
                "epochs": [], "step_loss": [],
                "compile_counts": None if replica.compile_count() is None else []}
     continue_history(history, resumed)
@@ -300,8 +317,10 @@ def _mp_fn(replica, job: TrainJob) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 with replica.autocast(job.precision):
                     logits = net(input_ids=ids, attention_mask=mask).logits
-                loss = classification_loss(logits, y)
+                loss = classification_loss(logits, y, pos_weight)
                 take_step(loss)
+                if scheduler is not None:
+                    scheduler.step()
                 loss_total += loss.detach()
                 global_step += 1
                 if master and global_step % job.log_every == 0:
@@ -334,7 +353,7 @@ def _mp_fn(replica, job: TrainJob) -> None:
     with replica.together("saving the checkpoint"):  # every rank learns whether the master's save worked
         if master:
             save_checkpoint(model, tokenizer, job.out_dir, history, valid_df["id"].tolist(), probs, job.label_col,
-                            training_state=dict(global_step=global_step, optimizer=optimizer, scaler=take_step.scaler))
+                            training_state=dict(global_step=global_step, **stateful))
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
@@ -378,6 +397,42 @@ def read_history(out_dir: str | os.PathLike) -> dict:
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no training history (did the training launch finish?)")
     return json.loads(p.read_text())
+
+
+def save_scores(out_dir: str | os.PathLike, scores: dict) -> Path:
+    """Write ``scores`` (the saved checkpoint's held-out ROC AUC, overall and per language, as the
+    training notebook measures it through the inference path) to ``<out_dir>/heldout_scores.json``,
+    atomically (:func:`kitlib.atomic.atomic_write`)."""
+    from .atomic import atomic_write
+
+    path = Path(out_dir) / SCORES_FILE
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(scores, indent=1)))
+    return path
+
+
+def checkpoint_report(checkpoint: str | os.PathLike) -> dict | None:
+    """What a checkpoint trained by this kit recorded about its training, or None for any other folder.
+
+    Returns:
+        ``trained_from`` (the starting checkpoint), ``recipe`` and ``lr``, ``epochs``, ``max_len``,
+        ``batch_size``, ``world_size``, ``train_rows_csv``, ``last_epoch`` (its ``train_loss``,
+        ``valid_loss``, ``valid_auc``, ``train_seconds``), ``seconds_per_step``, and
+        ``heldout`` (``heldout_scores.json``, or None).
+    """
+    p = Path(checkpoint)
+    if not (p / HISTORY_FILE).is_file():
+        return None
+    h = read_history(p)
+    cfg, last = h.get("config", {}), h["epochs"][-1] if h.get("epochs") else {}
+    steps = sum(e.get("steps", 0) for e in h.get("epochs", []))
+    seconds = sum(e.get("train_seconds", 0.0) for e in h.get("epochs", []))
+    scores = p / SCORES_FILE
+    return {"checkpoint": str(p), "trained_from": cfg.get("checkpoint"), "recipe": cfg.get("recipe"), "lr": cfg.get("lr"),
+            "epochs": cfg.get("epochs"), "max_len": cfg.get("max_len"), "batch_size": cfg.get("batch_size"),
+            "world_size": h.get("world_size"), "train_csv": cfg.get("train_csv"), "valid_csv": cfg.get("valid_csv"),
+            "last_epoch": {k: last.get(k) for k in ("epoch", "train_loss", "valid_loss", "valid_auc", "train_seconds")},
+            "seconds_per_step": seconds / steps if steps else None,
+            "heldout": json.loads(scores.read_text()) if scores.is_file() else None}
 
 
 def _label_values(path: str, label_col: str, limit: int | None) -> np.ndarray | None:
@@ -431,10 +486,12 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
         ValueError: ``max_len`` is above the model's position table; ``rt``'s launch mode has
             no collectives for more than one replica (``xla-cpu-processes``); the precision cannot
             train there (fp16 on XLA: :mod:`kitlib.backends.precision`); the training labels
-            hold one class (:func:`check_labels`); a resumed run has no epoch left to train.
+            hold one class (:func:`check_labels`); a resumed run has no epoch left to train; the
+            recipe is unknown (:func:`kitlib.recipe.resolve`).
         kitlib.runtime.ReplicaError: a replica failed; names its rank and the original error.
     """
     check_max_len(job.checkpoint, job.max_len)
+    job = recipes.resolve(job)
     check_labels(job)
     resumed = resume_point(job.checkpoint)
     if resumed:

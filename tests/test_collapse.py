@@ -1,0 +1,95 @@
+"""kitlib.collapse: a model whose predictions say nothing is refused at the hand-off and never gives a silent submission.
+
+The collapsed model here is the tiny checkpoint with its classifier's output layer zeroed: every
+row then gets sigmoid(0) = 0.5, as the collapsed runs of issue 18 gave one value for every row.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import SAMPLE, write_slice
+from kitlib.collapse import CollapsedModelError, check_checkpoint_ready, check_ready
+
+
+def test_check_ready_names_the_figure_and_the_likely_cause():
+    rng = np.random.default_rng(0)
+    spread_out = rng.uniform(0, 1, 200)
+    assert check_ready(0.9, spread_out, lr=3e-5)["problem"] is None
+    with pytest.raises(CollapsedModelError, match=r"held-out ROC AUC is 0\.2700, no better than chance.*lr=0\.001"):
+        check_ready(0.27, spread_out, lr=1e-3, recipe="standard")
+    flat = 0.0429 + rng.normal(0, 7e-7, 200)
+    with pytest.raises(CollapsedModelError, match=r"predictions barely vary \(std 7.*e-07.*learning rate too high"):
+        check_ready(0.62, flat, lr=1e-3)
+    warned = check_ready(0.27, flat, lr=1e-3, recipe="tiny", refuse=False)
+    assert warned["problem"].startswith("WARNING: checkpoint not ready") and "not refused" in warned["problem"]
+
+
+@pytest.fixture(scope="module")
+def constant_checkpoint(tiny_checkpoint, tmp_path_factory):
+    """The tiny model with its output layer zeroed: every prediction is exactly 0.5."""
+    import torch
+
+    from kitlib.model import load_classifier
+
+    tok, model = load_classifier(tiny_checkpoint)
+    with torch.no_grad():
+        model.classifier.out_proj.weight.zero_()
+        model.classifier.out_proj.bias.zero_()
+    out = tmp_path_factory.mktemp("constant")
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_hand_off_refuses_a_checkpoint_whose_held_out_predictions_are_constant(constant_checkpoint, tmp_path):
+    from kitlib.model import load_classifier
+    from kitlib.train import save_checkpoint
+
+    tok, model = load_classifier(constant_checkpoint)
+    history = {"epochs": [{"epoch": 1, "valid_auc": 0.5}], "config": {"lr": 1e-3, "recipe": "standard"}}
+    out = save_checkpoint(model, tok, tmp_path / "trained", history, [str(i) for i in range(50)], np.full(50, 0.5, np.float32), "toxic")
+    with pytest.raises(CollapsedModelError) as e:
+        check_checkpoint_ready(out)
+    msg = str(e.value)
+    assert "ROC AUC is 0.5000" in msg and "barely vary (std 0" in msg and "lr=0.001, recipe 'standard'" in msg
+
+
+def _predict(checkpoint, tmp_path, collapsed):
+    from kitlib.infer import InferJob, predict
+    from kitlib.runtime import detect_runtime
+
+    test_csv, ss = write_slice(tmp_path / "data", 40)
+    job = InferJob(checkpoint=str(checkpoint), test_csv=str(test_csv), shard_dir=str(tmp_path / "shards"),
+                   output_csv=str(tmp_path / "submission.csv"), sample_submission=str(ss), batch_size=8, max_len=32,
+                   collapsed=collapsed)
+    return predict(job, detect_runtime(1, "cpu"))
+
+
+def test_submission_that_barely_varies_is_written_with_a_loud_warning(constant_checkpoint, tmp_path):
+    with pytest.warns(UserWarning, match="the predictions barely vary"):
+        result = _predict(constant_checkpoint, tmp_path, "warn")
+    (warning,) = [n for n in result.notes if n.startswith("WARNING")]
+    assert "std 0" in warning and "chance-level submission" in warning
+    assert pd.read_csv(result.output)["toxic"].nunique() == 1
+
+
+def test_submission_that_barely_varies_is_refused_on_the_competition_data(constant_checkpoint, tmp_path):
+    from kitlib.merge import MergeError
+
+    (tmp_path / "submission.csv").write_text("id,toxic\nold,0.1\n")
+    with pytest.raises(MergeError, match=r"predictions barely vary.*nothing was written"):
+        _predict(constant_checkpoint, tmp_path, "refuse")
+    assert (tmp_path / "submission.csv").read_text() == "id,toxic\nold,0.1\n"  # the old one is left as it was
+
+
+def test_a_spread_submission_gets_no_warning(sharp_checkpoint, tmp_path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = _predict(sharp_checkpoint, tmp_path, "refuse")
+    assert not [n for n in result.notes if n.startswith("WARNING")]
