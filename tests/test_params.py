@@ -8,6 +8,7 @@ frameworks and run the job), plus one cell that prints what the parameters becam
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,4 +95,4 @@ def test_keras_notebook_reads_mixed_precision_false_as_false(tmp_path):
 def test_every_notebook_refuses_a_string_for_a_number(tmp_path, name):
     r, _ = papermill(head_of(name, tmp_path), "-r", "max_len", "32")
     assert r.returncode != 0
-    assert "ParameterTypeError" in r.stderr and "parameter 'max_len': got '32' (str), but its default 128 wants an integer" in r.stderr
+    assert "ParameterTypeError" in r.stderr and re.search(r"parameter 'max_len': got '32' \(str\), but its default \d+ wants an integer", r.stderr)
