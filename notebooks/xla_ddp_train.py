@@ -230,6 +230,7 @@ plt.show()
 scores = None
 if holdout_frac or split == "validation":
     t1 = time.perf_counter()
+    (work / "artifacts").mkdir(parents=True, exist_ok=True)  # output_dir may be elsewhere: artifacts/ may not exist yet
     ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(scratch / "shards" / "validation"),
                           output_csv=str(work / "artifacts" / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len),
                  rt, start_method)
