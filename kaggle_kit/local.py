@@ -108,6 +108,8 @@ def run_local(staged: Staged, root: Path, data_dir: Path, parameters: dict | Non
     """
     import papermill
 
+    from kitlib.backends.base import patch_environment
+
     values = check_parameters(staged.notebook, parameters or {})
     inp, work = kaggle_layout(Path(root), staged.metadata, data_dir, inputs)
     tmp = work.parent / "tmp"
@@ -116,16 +118,8 @@ def run_local(staged: Staged, root: Path, data_dir: Path, parameters: dict | Non
     tmp.mkdir()
     env = {"KAGGLE_INPUT_DIR": str(inp.resolve()), "KAGGLE_WORKING_DIR": str(work.resolve()),
            "KAGGLE_TMP_DIR": str(tmp.resolve()), "KAGGLE_KERNEL_RUN_TYPE": "Batch"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with patch_environment(env):  # the Kaggle variables for this rehearsal only
         papermill.execute_notebook(str(staged.notebook), str(work.parent / "__notebook__.ipynb"),
                                    parameters=values, cwd=str(work), kernel_name="python3",
                                    execution_timeout=timeout, progress_bar=False, log_output=log_output)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return work

@@ -386,11 +386,10 @@ MINILM_SOURCE_FILE = "kitlib-source.json"
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """Hex sha256 of a file (the one implementation is :func:`kitlib.e5_convert._sha256`)."""
+    from .e5_convert import _sha256 as sha256
+
+    return sha256(path)
 
 
 def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> Path:
