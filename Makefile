@@ -62,7 +62,7 @@ TRAIN_PARAMS := -p model multilingual-e5-small -p split validation -p epochs 2 -
 # more papermill parameters for the training notebook, e.g. TRAIN_EXTRA="-p num_devices 2 -p batch_size 8"
 # (two 1-thread gloo replicas, the same global batch of 16: faster on an oversubscribed machine)
 TRAIN_EXTRA ?=
-TRAIN_INPUTS := notebooks/xla_ddp_train.ipynb $(wildcard kitlib/*.py) $(wildcard data/jigsaw-sample/*.csv) requirements/pretrained.txt
+TRAIN_INPUTS := notebooks/xla_ddp_train.ipynb $(shell find kitlib -name "*.py" -not -path "*/__pycache__/*") $(wildcard data/jigsaw-sample/*.csv) requirements/pretrained.txt
 
 $(TRAINED_STAMP): $(TORCH_STAMP) $(TRAIN_INPUTS)
 	mkdir -p outputs

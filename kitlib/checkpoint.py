@@ -7,7 +7,12 @@ Beside ``save_pretrained``'s files (model, tokenizer) a kit-trained folder holds
 * :data:`TRAINING_STATE_FILE` (``training_state.pt``): what the next run needs to continue: the
   ``state_dict()`` of the optimizer (and of the scheduler and ``GradScaler`` when a run has them)
   as CPU tensors, and the optimizer step count. It is written inside the checkpoint's atomic
-  folder swap (:func:`kitlib.atomic.atomic_dir`), so it always belongs to the weights beside it.
+  folder swap (:func:`kitlib.atomic.atomic_dir`), so it always belongs to the weights beside it;
+* :data:`VALID_PREDICTIONS_FILE` (``valid_predictions.csv``): the in-memory model's last-epoch
+  predictions of the held-out rows (``id`` and the label column), which the training notebook's
+  hand-off checks (:func:`kitlib.collapse.check_checkpoint_ready`);
+* :data:`SCORES_FILE` (``heldout_scores.json``): the saved checkpoint's held-out scores measured
+  through the inference path, overall and per language (:func:`kitlib.train.save_scores`).
 
 Resuming (the rule, stated here only): training that *starts from* a kit-trained folder (its
 ``checkpoint`` is such a folder, for instance the ``out_dir`` of the run before) continues that
@@ -18,6 +23,12 @@ output and in the history's ``resumed`` list. The job's ``lr`` and ``weight_deca
 resumed epochs (a restored scheduler sets the learning rate itself). A folder with a history but
 no training state (an older kit) continues the count and the history with a fresh optimizer,
 and says so. ``epochs <= k`` is refused: there is nothing left to train.
+
+The kit's own ``config.json`` keys (stated here only; a fine-tuned folder keeps them, since
+``save_pretrained`` writes the config it loaded): :data:`POOLING_KEY` (``"mean"``: the
+mean-pooled head, :class:`kitlib.mean_pooling.BertMeanPooledClassifier`), :data:`PREFIX_KEY`
+(text put before every row, :func:`text_prefix`), :data:`RECIPE_KEY` (the fine-tune recipe,
+:func:`kitlib.recipe.recipe_for`). :mod:`kitlib.e5_convert` writes all three.
 """
 from __future__ import annotations
 
@@ -28,9 +39,31 @@ from pathlib import Path
 
 HISTORY_FILE = "train_history.json"
 TRAINING_STATE_FILE = "training_state.pt"
+VALID_PREDICTIONS_FILE = "valid_predictions.csv"
+SCORES_FILE = "heldout_scores.json"
+POOLING_KEY = "kitlib_pooling"  # config.json: "mean" -> BertMeanPooledClassifier
+PREFIX_KEY = "kitlib_text_prefix"  # config.json: put before every text the model reads
+RECIPE_KEY = "kitlib_recipe"  # config.json: the recipe name (kitlib.recipe.RECIPES)
 STATE_FORMAT = 1
 # config entries that may differ between a run and its resumption without a note
 _RUN_KEYS = ("checkpoint", "out_dir", "epochs", "rank_states_dir", "compile_cache_dir", "log_every")
+
+
+def text_prefix(checkpoint: str | os.PathLike) -> str:
+    """What the checkpoint's model expects before every text (``config.json`` :data:`PREFIX_KEY`), else ``""``.
+
+    multilingual-e5-small: ``"query: "`` (:mod:`kitlib.e5_convert`). Training (:mod:`kitlib.train`)
+    and inference (:mod:`kitlib.infer`) both put it there, so a fine-tuned checkpoint reads text as
+    it was trained.
+    """
+    p = Path(checkpoint) / "config.json"
+    return json.loads(p.read_text()).get(PREFIX_KEY, "") if p.is_file() else ""
+
+
+def with_text_prefix(checkpoint: str | os.PathLike, texts: list[str]) -> list[str]:
+    """``texts`` with :func:`text_prefix` put before each (the same list when there is none)."""
+    prefix = text_prefix(checkpoint)
+    return [prefix + t for t in texts] if prefix else texts
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,11 @@ notebook nor give a submission without a word:
 * :func:`check_ready` (the training notebook's hand-off): refuses a checkpoint whose held-out ROC
   AUC is at most :data:`MIN_AUC` or whose held-out predictions barely vary (:func:`barely_varies`).
 * :func:`submission_problem` (:func:`kitlib.merge.merge_shards`, so the inference notebook and
-  ``python -m kitlib merge`` alike): a loud warning, or on the competition data a refusal.
+  ``python -m kitlib merge`` alike): a loud warning, or a refusal; :func:`policy_for` says which.
+  A refusal on any test file but the bundled sample (recognised by content,
+  :mod:`kitlib.sample`): the competition's test set wherever it lies (Kaggle's mount, Colab, a
+  local copy). A warning on the sample, where the random ``tiny-random`` model's chance-level
+  output is expected (demos, tests, ``kernels.py run-local`` rehearsals).
 
 "Barely vary": the standard deviation of the predictions is below :data:`MIN_STD` (0.005). A
 working classifier on this data spreads them over tenths (multilingual-e5-small fine-tuned: std
@@ -110,11 +114,25 @@ def check_checkpoint_ready(out_dir: str | os.PathLike, *, id_col: str = "id") ->
 
     out_dir = Path(out_dir)
     history = json.loads((out_dir / "train_history.json").read_text())
-    preds = pd.read_csv(out_dir / "valid_predictions.csv", dtype={id_col: str}, keep_default_na=False)
+    from .checkpoint import VALID_PREDICTIONS_FILE
+
+    preds = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={id_col: str}, keep_default_na=False)
     column = next(c for c in preds.columns if c != id_col)
     config = history.get("config", {})
     return check_ready(history["epochs"][-1]["valid_auc"], preds[column].to_numpy(), lr=config.get("lr"),
                        recipe=config.get("recipe"), refuse=config.get("recipe") != "tiny")
+
+
+def policy_for(test_csv: str | os.PathLike) -> str:
+    """What a submission of ``test_csv``'s rows that barely varies gets (the rule: module docstring).
+
+    Returns:
+        ``"warn"`` when ``test_csv`` is the bundled sample's ``test.csv`` by content
+        (:func:`kitlib.sample.sample_file_name`), else ``"refuse"``.
+    """
+    from .sample import sample_file_name
+
+    return "warn" if sample_file_name(test_csv) == "test.csv" else "refuse"
 
 
 def submission_problem(preds: dict, policy: str, where: str) -> str | None:

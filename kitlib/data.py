@@ -391,7 +391,7 @@ def tokenize_csv(tokenizer, path: str | os.PathLike, folder: str | os.PathLike, 
     What :func:`tokenize` gives for the file's text column, written as :meth:`Tokens.save` writes it,
     with bounded memory: at any time one chunk's texts and encodings, the row lengths (8 bytes a
     row) and the ids being checked; the packed ids go to ``folder`` as they come. ``prefix`` is put
-    before every text (:func:`kitlib.model.text_prefix`: ``"query: "`` for multilingual-e5-small).
+    before every text (:func:`kitlib.checkpoint.text_prefix`: ``"query: "`` for multilingual-e5-small).
 
     Returns:
         ``Tokens.load(folder)`` (ids memory-mapped, not read back into memory).

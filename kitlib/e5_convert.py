@@ -23,7 +23,7 @@ the 197 tensors, 470 MB), ``tokenizer.json`` + ``tokenizer_config.json``
 built under a temporary name and renamed into place (:func:`kitlib.atomic.atomic_dir`).
 
 Two facts of E5 that a standard BERT config cannot say go into ``config.json`` under kitlib's
-keys (:func:`kitlib.model.text_prefix`, :func:`kitlib.model.load_classifier` read them; a
+keys (:func:`kitlib.checkpoint.text_prefix`, :func:`kitlib.model.load_classifier` read them; a
 fine-tuned checkpoint keeps them): E5 was trained for mean pooling (``kitlib_pooling``:
 ``"mean"``) and with a text prefix, ``"query: "`` for queries and symmetric tasks, which the E5
 model card advises for classification (``kitlib_text_prefix``, :data:`TEXT_PREFIX`). The
@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import atomic_dir
+from .checkpoint import POOLING_KEY, PREFIX_KEY, RECIPE_KEY
 
 E5 = "multilingual-e5-small"  # the ``model`` parameter value naming this checkpoint
 UPSTREAM = "https://huggingface.co/intfloat/multilingual-e5-small"
@@ -103,7 +104,8 @@ QK = 32  # weights per Q4_0 block
 Q4_BLOCK_BYTES = 18  # fp16 scale + 16 bytes of nibbles
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks (the kit's one file hash)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -141,7 +143,7 @@ def check_sha256(path: Path, f: PackagedFile) -> None:
     Raises:
         ValueError: ``path``'s sha256 differs from ``f.sha256``; names the file, both digests and the fix.
     """
-    got = _sha256(path)
+    got = file_sha256(path)
     if got != f.sha256:
         raise ValueError(f"{path}: sha256 {got}, not the tested {f.sha256} ({f.dist}=={f.version}); "
                          f"this is not the file kitlib converts for {E5!r}: {INSTALL}")
@@ -299,7 +301,7 @@ def bert_config(h: dict, special: dict) -> dict:
         "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
         "position_embedding_type": "absolute", "pad_token_id": special["pad"], "bos_token_id": special["bos"],
         "eos_token_id": special["eos"], "tokenizer_class": "XLMRobertaTokenizerFast",
-        "kitlib_pooling": POOLING, "kitlib_text_prefix": TEXT_PREFIX, "kitlib_recipe": RECIPE,
+        POOLING_KEY: POOLING, PREFIX_KEY: TEXT_PREFIX, RECIPE_KEY: RECIPE,
     }
 
 

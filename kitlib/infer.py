@@ -83,7 +83,8 @@ class InferJob:
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
         text_col: text column; None picks ``content`` or ``comment_text``.
         collapsed: a submission whose predictions barely vary (:mod:`kitlib.collapse`): ``"warn"``
-            (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written: the competition data).
+            (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written); the notebook asks
+            :func:`kitlib.collapse.policy_for`.
     """
 
     checkpoint: str

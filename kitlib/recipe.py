@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .checkpoint import RECIPE_KEY
+
 AUTO = "auto"
 TINY_MARKER = "kitlib-tiny.json"  # written by kitlib.model.build_tiny_checkpoint
 
@@ -75,10 +77,10 @@ def recipe_for(checkpoint: str | os.PathLike) -> str:
     """The recipe a checkpoint folder calls for (see the module docstring)."""
     checkpoint = Path(checkpoint)
     config = checkpoint / "config.json"
-    name = json.loads(config.read_text()).get("kitlib_recipe") if config.is_file() else None
+    name = json.loads(config.read_text()).get(RECIPE_KEY) if config.is_file() else None
     if name:
         if name not in RECIPES:
-            raise ValueError(f"{config}: kitlib_recipe {name!r} is not one of {', '.join(RECIPES)}")
+            raise ValueError(f"{config}: {RECIPE_KEY} {name!r} is not one of {', '.join(RECIPES)}")
         return name
     return "tiny" if (checkpoint / TINY_MARKER).is_file() else "standard"
 

@@ -51,8 +51,9 @@ import numpy as np
 
 from . import recipe as recipes
 from .atomic import atomic_dir
-from .checkpoint import (HISTORY_FILE, continue_history, replacing_message, restore_training_state, resume_message,
-                         resume_point, save_training_state)
+from .checkpoint import (HISTORY_FILE, SCORES_FILE, VALID_PREDICTIONS_FILE, continue_history,  # noqa: F401
+                         replacing_message, restore_training_state, resume_message, resume_point,
+                         save_training_state)
 from .data import plan_batches, read_csv_checked
 from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities, with_text_prefix
@@ -61,8 +62,6 @@ from .backends.precision import check as check_precision
 from .runtime import Runtime, holds_global_rank0, launch
 
 PATTERNS = ("optimizer_step", "ddp")
-VALID_PREDICTIONS_FILE = "valid_predictions.csv"
-SCORES_FILE = "heldout_scores.json"  # the training notebook's scores of the saved checkpoint (save_scores)
 
 
 @dataclass(frozen=True)

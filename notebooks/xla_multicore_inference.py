@@ -19,8 +19,8 @@
 #   is faster than XLA on a CPU.
 # * The merger drops the sampler's padding duplicates, checks that every row and every id is
 #   there, and writes the rows in `sample_submission.csv` order. It refuses, writing nothing,
-#   when something is wrong. Predictions that barely vary (a collapsed or random model) get a
-#   loud warning, and on the competition data a refusal (`kitlib/collapse.py`).
+#   when something is wrong. Predictions that barely vary (a collapsed or random model) are
+#   refused, or on the bundled sample get a loud warning (`kitlib/collapse.py`).
 #
 # The replica program (`_mp_fn`) lives in `kitlib.infer`, not in this notebook, so the
 # `spawn` start method (Colab) can import it.
@@ -70,7 +70,7 @@ if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
 
 import pandas as pd
 
-from kitlib import compat, paths, storage
+from kitlib import collapse, compat, paths, storage
 from kitlib.data import iter_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.model import resolve_checkpoint
@@ -153,7 +153,7 @@ job = InferJob(
     max_len=max_len,
     num_buckets=num_buckets,
     precision=precision,
-    collapsed="refuse" if paths.is_competition_data(data) else "warn",
+    collapsed=collapse.policy_for(test_path),
 )
 t0 = time.perf_counter()
 result = predict(job, rt, start_method)

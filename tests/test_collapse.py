@@ -93,3 +93,22 @@ def test_a_spread_submission_gets_no_warning(sharp_checkpoint, tmp_path):
         warnings.simplefilter("error")
         result = _predict(sharp_checkpoint, tmp_path, "refuse")
     assert not [n for n in result.notes if n.startswith("WARNING")]
+
+
+def test_collapse_policy_warns_only_on_the_bundled_sample_by_content(tmp_path):
+    """The sample's test.csv, wherever it lies (a run-local rehearsal copies it under a Kaggle-like
+    competition folder), gets a warning; the same file with one row changed, or any other test file,
+    gets a refusal."""
+    import shutil
+
+    from kitlib.collapse import policy_for
+
+    comp = tmp_path / "input" / "competitions" / "jigsaw-multilingual-toxic-comment-classification"
+    comp.mkdir(parents=True)
+    shutil.copy(SAMPLE / "test.csv", comp / "test.csv")
+    assert policy_for(comp / "test.csv") == "warn"
+    df = pd.read_csv(SAMPLE / "test.csv")
+    df.loc[0, "content"] = df.loc[0, "content"] + " x"
+    df.to_csv(tmp_path / "test.csv", index=False)
+    assert policy_for(tmp_path / "test.csv") == "refuse"
+    assert policy_for(SAMPLE / "validation.csv") == "refuse"  # a sample file, but not its test set

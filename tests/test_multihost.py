@@ -314,7 +314,8 @@ def _run_two_hosts(kind: str, job: dict, tmp: Path, env: dict, timeout: float = 
             ready = reports / "rank-1.ready"
             while not ready.exists():
                 assert time.perf_counter() - start < timeout, "rank 1 never started"
-                assert all(p.poll() is None for p in procs), "a host ended before rank 1 started"
+                assert all(p.poll() is None for p in procs), (
+                    "a host ended before rank 1 started:\n" + "\n".join(f.read_text()[-3000:] for f in logs))
                 time.sleep(0.2)
             host = json.loads(ready.read_text())
             killed = next(p for p in procs if p.pid == host["agent"])

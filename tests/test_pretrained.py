@@ -20,8 +20,9 @@ import pandas as pd
 import pytest
 
 from conftest import SAMPLE
-from kitlib import model as kmodel
-from kitlib.model import MINILM, MINILM_SOURCE_FILE, load_classifier, minilm_checkpoint
+from kitlib import packaged as kmodel
+from kitlib.model import load_classifier
+from kitlib.packaged import MINILM, MINILM_SOURCE_FILE, minilm_checkpoint
 
 
 @pytest.fixture(scope="module")

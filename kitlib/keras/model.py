@@ -4,7 +4,7 @@
   ``XLMRobertaTokenizer(proto=...)`` whose SentencePiece proto is trained on the sample text by
   :func:`kitlib.tokenizer.train_sentencepiece` (XLM-R id layout) and cached; nothing is downloaded.
 * a transformers folder (``config.json`` with ``model_type``), or a name of
-  :data:`kitlib.model.PRETRAINED` that unpacks into one (``"multilingual-e5-small"``,
+  :data:`kitlib.packaged.PRETRAINED` that unpacks into one (``"multilingual-e5-small"``,
   ``"all-minilm-l6-v2"``; :func:`resolve_preset`): keras-hub reads its weights, the folder's own
   tokenizer reads the text, and the head is pooled as the torch side pools it
   (:mod:`kitlib.keras.pretrained`);
@@ -69,7 +69,7 @@ def resolve_preset(preset: str, cache_dir: str | os.PathLike) -> str:
     """``preset`` as :func:`build_classifier` takes it: a packaged checkpoint's name becomes its folder.
 
     ``"tiny"``, a folder, or a keras-hub preset name come back unchanged; a name in
-    :data:`kitlib.model.PRETRAINED` (``"multilingual-e5-small"``, ``"all-minilm-l6-v2"``) is
+    :data:`kitlib.packaged.PRETRAINED` (``"multilingual-e5-small"``, ``"all-minilm-l6-v2"``) is
     unpacked (or converted) once into ``cache_dir`` and its folder returned (this imports
     :mod:`kitlib.model`, hence torch).
 
@@ -80,7 +80,7 @@ def resolve_preset(preset: str, cache_dir: str | os.PathLike) -> str:
     """
     if preset == "tiny" or Path(preset).is_dir():
         return preset
-    from ..model import PRETRAINED
+    from ..packaged import PRETRAINED
 
     return str(PRETRAINED[preset](cache_dir)) if preset in PRETRAINED else preset
 

@@ -75,7 +75,7 @@ class HFPreprocessor:
     def from_folder(cls, folder: str | os.PathLike, sequence_length: int, text_prefix: str | None = None) -> "HFPreprocessor":
         """Load the tokenizer of a transformers folder (``tokenizer.json`` and its config).
 
-        ``text_prefix=None`` takes the folder's own (:func:`kitlib.model.text_prefix`: E5's ``"query: "``).
+        ``text_prefix=None`` takes the folder's own (:func:`kitlib.checkpoint.text_prefix`: E5's ``"query: "``).
 
         Raises:
             OSError: the folder has no tokenizer transformers can read (transformers' message).
@@ -83,7 +83,7 @@ class HFPreprocessor:
         from transformers import AutoTokenizer
 
         if text_prefix is None:
-            from ..model import text_prefix as folder_prefix
+            from ..checkpoint import text_prefix as folder_prefix
 
             text_prefix = folder_prefix(folder)
         return cls(AutoTokenizer.from_pretrained(str(folder)), sequence_length, text_prefix)
@@ -140,14 +140,14 @@ def build_pretrained_classifier(folder: str | os.PathLike, *, freeze_word_embedd
         A functional ``keras.Model`` taking ``{"token_ids", "padding_mask"}`` int32 ``[B, L]`` and
         giving float32 ``[B, 1]`` probabilities: ``sigmoid(head_logit(pooled))``, where ``pooled``
         is the mean of the sequence output over the real tokens (``padding_mask``) when the
-        folder's ``config.json`` says ``kitlib_pooling: "mean"`` (:data:`kitlib.model.POOLING_KEY`),
+        folder's ``config.json`` says ``kitlib_pooling: "mean"`` (:data:`kitlib.checkpoint.POOLING_KEY`),
         else the backbone's ``pooled_output`` (BERT's pooler on the first token, as
         ``BertForSequenceClassification`` reads it). The head's layers are named ``head_*``.
 
     Raises:
         FileNotFoundError, ValueError: see :func:`kitlib.compat.keras_hub_backbone_from_hf`.
     """
-    from ..model import POOLING_KEY
+    from ..checkpoint import POOLING_KEY
 
     mean_pool = folder_config(folder).get(POOLING_KEY) == "mean"
     backbone = _load_backbone(Path(folder))
