@@ -49,6 +49,28 @@ def test_e5_schedule_warms_up_then_decays_linearly_to_zero():
     assert lr_factor(50, RECIPES["standard"], 100) == 1.0 and make_scheduler(None, RECIPES["standard"], 100) is None
 
 
+def test_the_schedule_built_after_the_optimizer_step_sees_each_step_and_warns_nothing():
+    """The training loop builds the backend's step, then the scheduler; a step that kept the bound
+    ``optimizer.step`` from before the scheduler wrapped it made torch warn "lr_scheduler.step() before
+    optimizer.step()" at the first step (seen in `make submission`'s output)."""
+    import warnings
+
+    import torch
+
+    from kitlib.backends.base import OptimizerStep
+
+    layer = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-3)
+    take_step = OptimizerStep(optimizer, None)
+    scheduler = make_scheduler(optimizer, RECIPES["e5"], 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            take_step(layer(torch.ones(2, 3)).sum())
+            scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * 4 / 20)  # warm-up step 4 of 20
+
+
 def _small_mean_pooled():
     import torch
     from transformers import BertConfig

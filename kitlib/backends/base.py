@@ -197,10 +197,15 @@ class OptimizerStep:
     and the step goes through ``scaler.step`` / ``scaler.update`` (:mod:`kitlib.backends.precision`);
     the gradients are exchanged before ``scaler.step``, so every replica sees the same gradients and
     skips the same steps.
+
+    ``step=None`` calls ``optimizer.step()`` looked up at each call, not a bound method kept from
+    construction: a learning-rate scheduler built afterwards wraps ``optimizer.step`` to see that the
+    optimizer stepped first (torch's "lr_scheduler.step() before optimizer.step()" warning otherwise).
     """
 
-    def __init__(self, optimizer, sync: Callable[[], None] | None, step: Callable[[], None], scaler=None):
-        self.optimizer, self.sync, self.step, self.scaler = optimizer, sync, step, scaler
+    def __init__(self, optimizer, sync: Callable[[], None] | None, step: Callable[[], None] | None = None, scaler=None):
+        self.optimizer, self.sync, self.scaler = optimizer, sync, scaler
+        self.step = step if step is not None else (lambda: self.optimizer.step())
 
     def __call__(self, loss) -> None:
         """Backward of ``loss`` (a float32 scalar tensor), then the exchange and the step."""
@@ -330,7 +335,7 @@ class Backend:
 
     def optimizer_step(self, replica: "Replica", optimizer, model, net, requested: str) -> OptimizerStep:
         """The :class:`OptimizerStep` for ``optimizer`` over ``model`` (``net``: what :meth:`wrap_model` gave)."""
-        return OptimizerStep(optimizer, None, optimizer.step, prec.grad_scaler(self.device, self.precision(requested)))
+        return OptimizerStep(optimizer, None, None, prec.grad_scaler(self.device, self.precision(requested)))
 
     def use_compile_cache(self, replica: "Replica", root: str) -> None:
         """Use a persistent compilation cache under ``root`` (XLA only; nothing elsewhere)."""

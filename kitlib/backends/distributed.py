@@ -112,4 +112,4 @@ class TorchDistributed(Backend):
     def optimizer_step(self, replica, optimizer, model, net, requested: str) -> OptimizerStep:
         scaler = prec.grad_scaler(self.device, self.precision(requested))
         sync = None if net is not model else (lambda: average_gradients(model, replica))  # DDP's backward averages
-        return OptimizerStep(optimizer, sync, optimizer.step, scaler)
+        return OptimizerStep(optimizer, sync, None, scaler)

@@ -112,7 +112,7 @@ class Xla(Backend):
     def optimizer_step(self, replica, optimizer, model, net, requested: str) -> OptimizerStep:
         # fp16 training is refused on XLA (check_training): no scaler here
         if net is not model:
-            return OptimizerStep(optimizer, None, optimizer.step)  # DDP's backward already averaged
+            return OptimizerStep(optimizer, None)  # DDP's backward already averaged
         return OptimizerStep(optimizer, None, lambda: compat.xla_optimizer_step(optimizer))
 
     def use_compile_cache(self, replica, root: str) -> None:
