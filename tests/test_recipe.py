@@ -110,6 +110,37 @@ def test_e5_optimizer_freezes_word_embeddings_and_gives_the_head_its_rate():
     assert max(lrs) == pytest.approx(3e-5) and lrs[-1] < lrs[19]  # warm-up to the peak, then decay
 
 
+def test_freeze_layers_keeps_the_embeddings_and_the_bottom_layers_and_trains_the_rest():
+    """``freeze_layers=1`` of a 2-layer body: the embedding block and layer 0 stay as they were
+    (no AdamW state), layer 1 and the head move; more layers than the body has is refused."""
+    import dataclasses
+
+    import torch
+    from transformers import BertConfig
+
+    from kitlib.model import BertMeanPooledClassifier
+
+    torch.manual_seed(0)
+    model = BertMeanPooledClassifier(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
+                                                num_attention_heads=2, intermediate_size=32, num_labels=1))
+    recipe = dataclasses.replace(RECIPES["e5"], freeze_layers=1)
+    recipes.prepare_model(model, recipe)
+    body = model.base_model
+    frozen = [*body.embeddings.parameters(), *body.encoder.layer[0].parameters()]
+    trained = [*body.encoder.layer[1].parameters(), *model.classifier.parameters()]
+    assert not any(p.requires_grad for p in frozen) and all(p.requires_grad for p in trained)
+    before = [p.detach().clone() for p in frozen + trained]
+    opt = make_optimizer(model, recipe, 1e-2, 0.0)
+    assert not {id(p) for p in frozen} & {id(p) for g in opt.param_groups for p in g["params"]}
+    ids = torch.randint(0, 50, (4, 6))
+    model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.pow(2).mean().backward()
+    opt.step()
+    assert all(torch.equal(p, b) for p, b in zip(frozen, before))
+    assert all(not torch.equal(p, b) for p, b in zip(trained, before[len(frozen):]) if p.dim() > 1)
+    with pytest.raises(ValueError, match="freeze_layers=3 is more than the body's 2 layers"):
+        recipes.prepare_model(model, dataclasses.replace(recipe, freeze_layers=3))
+
+
 def test_positive_weight_and_the_weighted_loss():
     import torch
 
