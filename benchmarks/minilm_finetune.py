@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--log", default=None)
     a = ap.parse_args()
 
-    from kitlib.model import minilm_checkpoint
+    from kitlib.packaged import minilm_checkpoint
     from kitlib.runtime import detect_runtime
     from kitlib.splits import english_holdout_split
     from kitlib.train import TrainJob, train

@@ -10,10 +10,11 @@ notebook nor give a submission without a word:
   AUC is at most :data:`MIN_AUC` or whose held-out predictions barely vary (:func:`barely_varies`).
 * :func:`submission_problem` (:func:`kitlib.merge.merge_shards`, so the inference notebook and
   ``python -m kitlib merge`` alike): a loud warning, or a refusal; :func:`policy_for` says which.
-  A refusal on any test file but the bundled sample (recognised by content,
-  :mod:`kitlib.sample`): the competition's test set wherever it lies (Kaggle's mount, Colab, a
-  local copy). A warning on the sample, where the random ``tiny-random`` model's chance-level
-  output is expected (demos, tests, ``kernels.py run-local`` rehearsals).
+  A warning only where chance-level output is expected: the random ``tiny-random`` model named
+  on purpose, or the bundled sample's test set (recognised by content, :mod:`kitlib.sample`:
+  demos, tests, ``kernels.py run-local`` rehearsals, which copy it under a competition path).
+  Anything else is refused: the competition's test set wherever it lies (Kaggle's mount, Colab,
+  a local copy) predicted by a trained model that collapsed.
 
 "Barely vary": the standard deviation of the predictions is below :data:`MIN_STD` (0.005). A
 working classifier on this data spreads them over tenths (multilingual-e5-small fine-tuned: std
@@ -123,16 +124,20 @@ def check_checkpoint_ready(out_dir: str | os.PathLike, *, id_col: str = "id") ->
                        recipe=config.get("recipe"), refuse=config.get("recipe") != "tiny")
 
 
-def policy_for(test_csv: str | os.PathLike) -> str:
+def policy_for(test_csv: str | os.PathLike, *, random_on_purpose: bool = False) -> str:
     """What a submission of ``test_csv``'s rows that barely varies gets (the rule: module docstring).
 
+    Args:
+        test_csv: the test file predicted.
+        random_on_purpose: the random model was asked for by name (``model="tiny-random"``).
+
     Returns:
-        ``"warn"`` when ``test_csv`` is the bundled sample's ``test.csv`` by content
-        (:func:`kitlib.sample.sample_file_name`), else ``"refuse"``.
+        ``"warn"`` when ``random_on_purpose`` or ``test_csv`` is the bundled sample's ``test.csv``
+        by content (:func:`kitlib.sample.sample_file_name`), else ``"refuse"``.
     """
     from .sample import sample_file_name
 
-    return "warn" if sample_file_name(test_csv) == "test.csv" else "refuse"
+    return "warn" if random_on_purpose or sample_file_name(test_csv) == "test.csv" else "refuse"
 
 
 def submission_problem(preds: dict, policy: str, where: str) -> str | None:

