@@ -47,7 +47,11 @@ def read_ids(path: Path) -> list[str]:
 def test_inference_notebook_on_two_devices(tmp_path, tiny_checkpoint, monkeypatch):
     work = tmp_path / "working"
     work.mkdir()
-    monkeypatch.setenv("KAGGLE_WORKING_DIR", str(work))  # shards go here, not into the repository
+    monkeypatch.setenv("KAGGLE_WORKING_DIR", str(work))  # the kernel's output folder: no shards there
+    from kitlib.paths import TMP_ENV
+
+    scratch = tmp_path / "tmp"
+    monkeypatch.setenv(TMP_ENV, str(scratch))  # the shards go to the scratch folder (kitlib.paths.scratch_dir)
     test_csv, sample_csv = write_slice(tmp_path / "data", 40, start=300)
     out_csv = tmp_path / "submission.csv"
     run_notebook("xla_multicore_inference", tmp_path, model="tiny-random", test_csv=str(test_csv),
@@ -56,7 +60,8 @@ def test_inference_notebook_on_two_devices(tmp_path, tiny_checkpoint, monkeypatc
     sub = pd.read_csv(out_csv, dtype={"id": str}, keep_default_na=False)
     assert list(sub.columns) == ["id", "toxic"] and sub["id"].tolist() == read_ids(sample_csv)
     assert sub["toxic"].between(0, 1).all()
-    shards = sorted(work.rglob("*.parquet"))
+    assert not list(work.rglob("*.parquet"))
+    shards = sorted(scratch.rglob("*.parquet"))
     from kitlib.shards import read_shard_info
 
     infos = [read_shard_info(pq.read_schema(s)) for s in shards]
