@@ -314,16 +314,25 @@ def agreed_run_id(replica, run_id: str) -> str:
     return bytes(int(v) for v in code.round().tolist()).hex()
 
 
-def replica_stats(shard_dir: str | Path) -> list[dict]:
+def replica_stats(shard_dir: str | Path, run_id: str | None = None) -> list[dict]:
     """Each shard's rank, rows and the figures its replica recorded (seconds, batches, compilations).
 
-    ``xla_compiles`` is the replica's own count; ``xla_compiles_process`` (``xla-cpu`` thread
-    replicas) is the count of the process its threads share.
+    Args:
+        shard_dir: the run's ``InferJob.shard_dir``.
+        run_id: only the shards of this run (``MergeResult.run_id``), as the merge reads them
+            (:func:`merge_run`): a folder two runs share holds the other run's shards too. None:
+            every kit shard in the folder.
+
+    Returns:
+        One dict per kit shard (a parquet file without the kit's metadata is left out), sorted by file name: ``rank``, ``world_size``, ``run_id`` and the
+        replica's stats. ``xla_compiles`` is the replica's own count; ``xla_compiles_process``
+        (``xla-cpu`` thread replicas) is the count of the process its threads share.
     """
     import pyarrow.parquet as pq
 
     out = []
     for f in sorted(p for p in storage.as_path(shard_dir).iterdir() if SHARD_RE.match(p.name)):
         info = read_shard_info(pq.read_schema(storage.readable(f)))
-        out.append({"rank": info.rank, "world_size": info.world_size, **info.stats})
+        if info is not None and (run_id is None or info.run_id == run_id):
+            out.append({"rank": info.rank, "world_size": info.world_size, "run_id": info.run_id, **info.stats})
     return out

@@ -69,7 +69,8 @@ class MergeResult:
     """What :func:`merge_shards` wrote: the path, the row count, the shard bookkeeping and notes.
 
     ``notes``: one line per column dropped or ignored (naming the files), and per id type
-    converted; the CLI prints them.
+    converted; the CLI prints them. ``run_id``: the run whose shards were merged (None when
+    :func:`merge_shards` was not given one).
     """
 
     output: Path
@@ -78,6 +79,7 @@ class MergeResult:
     num_padding_duplicates: int
     prediction_columns: tuple[str, ...]
     notes: list[str] = field(default_factory=list)
+    run_id: str | None = None
 
 
 def _plain(v):
@@ -586,4 +588,4 @@ def merge_shards(
                                          source=source or src, rows=table.num_rows)
     if replaced:
         notes.add(replaced)
-    return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines())
+    return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines(), run_id)

@@ -174,7 +174,8 @@ else:
 # process's when thread replicas share one), and the predictions by language.
 
 # %%
-display(pd.DataFrame(replica_stats(shards)).set_index("rank"))
+stats = replica_stats(shards, run_id=result.run_id if result is not None else None)  # this run's shards only
+display(pd.DataFrame(stats).drop(columns="run_id").set_index("rank"))
 
 if result is not None:  # the merging host (the only host of a one-host run)
     submission = pd.read_csv(str(out_path), dtype={"id": str}, keep_default_na=False)

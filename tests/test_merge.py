@@ -670,6 +670,24 @@ def test_a_run_merges_only_its_own_shards(tmp_path):
     assert not (tmp_path / "out.csv").exists()
 
 
+def test_the_replica_table_shows_only_the_merged_runs_shards(tmp_path):
+    """The inference notebook's per-replica table reads the run the merge read (``MergeResult.run_id``),
+    not every shard a shared folder holds. A stray parquet file without the kit's metadata is left out."""
+    from kitlib.infer import replica_stats
+
+    d = tmp_path / "shards"
+    write_run(d, 30, 4, run_id="run-a")
+    result = merge_shards([d], tmp_path / "a.csv", run_id="run-a", world_size=4)
+    assert result.run_id == "run-a"
+    write_run(tmp_path / "b", 30, 3, run_id="run-b")
+    shutil.copy(tmp_path / "b" / shard_name(0, 3), d / shard_name(0, 3))  # B's rank 0 lands beside A's shards
+    pq.write_table(pa.table({"id": ["x"]}), d / shard_name(9, 10))  # not a kit shard
+    mine = replica_stats(d, run_id=result.run_id)
+    assert [(s["rank"], s["world_size"], s["run_id"]) for s in mine] == [(r, 4, "run-a") for r in range(4)]
+    assert sorted((s["run_id"], s["world_size"]) for s in replica_stats(d)) == [("run-a", 4)] * 4 + [("run-b", 3)]
+    assert merge_shards([tmp_path / "b"], tmp_path / "b.csv").run_id is None  # no run named: none reported
+
+
 # ---- CSV rules that do not depend on the file's size (issue 21.7) ----
 
 
