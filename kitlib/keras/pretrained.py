@@ -132,7 +132,8 @@ def build_pretrained_classifier(folder: str | os.PathLike, *, freeze_word_embedd
     Args:
         folder: a transformers folder (:func:`is_hf_folder`).
         freeze_word_embeddings: ``trainable=False`` on the backbone's ``token_embedding``
-            (the recipe's ``freeze_word_embeddings``; E5: 96 M of its 117.5 M parameters).
+            (the recipe's ``freeze_word_embeddings``; E5: 96 M of its 117.5 M parameters). A
+            mean-pooled head also leaves the backbone's unused pooler (``pooled_dense``) frozen.
         dropout: before the head.
         seed: the head's initializer seed.
 
@@ -168,6 +169,12 @@ def build_pretrained_classifier(folder: str | os.PathLike, *, freeze_word_embedd
     probs = keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logit)
     if freeze_word_embeddings:
         backbone.get_layer("token_embedding").trainable = False
+    if mean_pool and any(layer.name == "pooled_dense" for layer in backbone.layers):
+        # keras-hub's BertBackbone always builds BERT's pooler; the mean-pooled head never reads it.
+        # Left trainable, its weights get no gradient (Keras warns "Gradients do not exist for
+        # variables ['pooled_dense/kernel', ...]" at every fit) and are counted as trainable, which
+        # the torch side's model (no pooler) does not have.
+        backbone.get_layer("pooled_dense").trainable = False
     return keras.Model(inputs, probs, name="pretrained_classifier")
 
 

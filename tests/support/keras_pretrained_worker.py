@@ -59,6 +59,7 @@ res = {
     "backend": keras.backend.backend(), "recipe": recipe.name, "prefix": pre.text_prefix if isinstance(pre, HFPreprocessor) else None,
     "token_ids_row0": x["token_ids"][0].tolist(), "build_seconds": built,
     "frozen": not backbone.get_layer("token_embedding").trainable,
+    "pooler_trainable": backbone.get_layer("pooled_dense").trainable,
     "trainable": sum(int(np.prod(v.shape)) for v in model.trainable_weights), "params": model.count_params(),
     "probs_std": float(probs.std()), "sched_err": sched_err, "moved": moved,
 }
