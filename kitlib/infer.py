@@ -324,9 +324,10 @@ def replica_stats(shard_dir: str | Path, run_id: str | None = None) -> list[dict
             every kit shard in the folder.
 
     Returns:
-        One dict per kit shard (a parquet file without the kit's metadata is left out), sorted by file name: ``rank``, ``world_size``, ``run_id`` and the
-        replica's stats. ``xla_compiles`` is the replica's own count; ``xla_compiles_process``
-        (``xla-cpu`` thread replicas) is the count of the process its threads share.
+        One dict per kit shard (a parquet file without the kit's metadata is left out), sorted
+        by file name: ``rank``, ``world_size``, ``run_id`` and the replica's stats.
+        ``xla_compiles`` is the replica's own count; ``xla_compiles_process`` (``xla-cpu``
+        thread replicas) is the count of the process its threads share.
     """
     import pyarrow.parquet as pq
 
