@@ -7,7 +7,8 @@
 # about 250 and 570 MB in the Kaggle twin). pip resumes a broken download only within one run
 # (`--resume-retries`, pip >= 25.1) and gives up when the server stops sending; a CI run failed so
 # ("error: incomplete-download ... 110.1 MB/572.6 MB" after 6 attempts). A later pip run starts a
-# new connection, and wheels already downloaded come from pip's cache. Only network failures are
+# new connection; wheels already downloaded come from pip's cache where pip keeps one (on some
+# machines it keeps none, and they are downloaded again). Only network failures are
 # tried again (the markers below); a resolver or build error fails at once, as plain pip would.
 # A full disk is not tried again either: it ends with where the space went and what to do (a CI run
 # failed so after 146 s; scripts/check_disk.py checks before a set-up starts).
@@ -50,5 +51,5 @@ for ((i = 1; i <= tries; i++)); do
     fi
 done
 echo "scripts/pip_install.sh: pip install failed $tries times on the network: pip install $*." \
-    "Check the connection to the package index, then run the same make command again (finished downloads are in pip's cache)." >&2
+    "Check the connection to the package index, then run the same make command again (finished downloads are in pip's cache, where pip keeps one)." >&2
 exit $rc
