@@ -145,3 +145,76 @@ def cpu_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def cpu_bf16_feature() -> str | None:
+    """The CPU feature that computes bf16 natively: ``"AMX"``, ``"avx512_bf16"``, or None (AVX2 only, say).
+
+    Read from torch's CPU probe (``torch._C._cpu._is_amx_tile_supported()`` and
+    ``_is_avx512_bf16_supported()``, cpuinfo underneath: no device is touched), else from the
+    ``flags`` line of ``/proc/cpuinfo`` (``amx_bf16``, ``avx512_bf16``). What the precision rule
+    follows on the CPU (:mod:`kitlib.backends.precision`).
+    """
+    try:
+        import torch
+
+        probe = torch._C._cpu
+        if probe._is_amx_tile_supported():
+            return "AMX"
+        if probe._is_avx512_bf16_supported():
+            return "avx512_bf16"
+        return None
+    except (ImportError, AttributeError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return None
+    return "AMX" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else None
+
+
+def cuda_compute_capability() -> tuple[int, int] | None:
+    """The smallest compute capability of the visible NVIDIA GPUs, e.g. ``(7, 5)`` for a T4, read through
+    NVML (``libnvidia-ml.so.1``, ``nvmlDeviceGetCudaComputeCapability``), so CUDA is never initialised.
+
+    ``CUDA_VISIBLE_DEVICES`` given as indices narrows the GPUs asked about (NVML itself ignores it).
+    None when there is no driver or NVML cannot say.
+    """
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        count = ctypes.c_uint()
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0 or count.value == 0:
+            return None
+        indices = list(range(count.value))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and all(v.strip().isdigit() for v in visible.split(",") if v.strip()):
+            indices = [int(v) for v in visible.split(",") if v.strip() and int(v) < count.value]
+        caps = []
+        for i in indices:
+            handle, major, minor = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
+            if (nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0 and
+                    nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) == 0):
+                caps.append((major.value, minor.value))
+        return min(caps) if caps else None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def precision_hardware(kind: str):
+    """What the precision rule reads for hardware ``kind`` (``"tpu"``, ``"cuda"``, ``"cpu"``): a
+    :class:`kitlib.backends.precision.Hardware`, probed without touching any device."""
+    from .backends.precision import Hardware
+
+    if kind == "cpu":
+        return Hardware("cpu", cpu_bf16=cpu_bf16_feature())
+    if kind == "cuda":
+        return Hardware("cuda", cuda_capability=cuda_compute_capability())
+    return Hardware(kind)

@@ -59,12 +59,6 @@ check_notebook_parameters(globals())  # kitlib/params.py
 # The backend must be chosen before anything imports `keras`: a process holds one backend.
 
 # %%
-import sys
-from pathlib import Path
-
-if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
-    sys.path.insert(0, str(Path("..").resolve()))
-
 from kitlib import compat
 from kitlib.keras.runtime import keras_runtime
 

@@ -77,12 +77,6 @@ check_notebook_parameters(globals())  # kitlib/params.py
 # touching the XLA device here would make the launch below fail.
 
 # %%
-import sys
-from pathlib import Path
-
-if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
-    sys.path.insert(0, str(Path("..").resolve()))
-
 import time
 
 import pandas as pd
@@ -91,7 +85,8 @@ from kitlib import compat, paths
 from kitlib import recipe as recipes
 from kitlib.collapse import check_ready
 from kitlib.data import read_csv_checked
-from kitlib.model import load_classifier, probabilities, resolve_checkpoint, with_text_prefix
+from kitlib.handoff import check_reload
+from kitlib.model import resolve_checkpoint
 from kitlib.infer import InferJob, predict
 from kitlib.runtime import detect_runtime
 from kitlib.splits import SPLITS, english_holdout_split, validation_split
@@ -252,27 +247,19 @@ if holdout_frac or split == "validation":
 # %% [markdown]
 # ## Hand-off check
 # The saved folder loads with `kitlib.model.load_classifier` (as the inference notebook loads
-# it) and predicts what the trained in-memory model predicted on the validation rows. A model
+# it) and predicts what the trained in-memory model predicted on the validation rows, at the run's
+# precision, within the gap that precision implies (`kitlib/handoff.py`). A model
 # whose held-out predictions say nothing (ROC AUC at most 0.5, or barely any spread: collapsed,
 # most often by a learning rate too high for a pretrained model) is refused here, by name.
 
 # %%
-import numpy as np
-import torch
-
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
 refuse = job.recipe != "tiny"  # the random tiny model (tests, rehearsals) gets a warning, not a refusal
 held = check_ready(epochs_df["valid_auc"].iloc[-1], saved["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scored, refuse=refuse)
 if scores is not None:
     check_ready(scores["roc_auc"], ml_pred["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scores["rows"], refuse=refuse)
 print(held["problem"] or f"{scored} predictions: std {held['std']:.3f}, interquartile range {held['iqr']:.3f}")
-tok, reloaded = load_classifier(out_dir)
-n = min(64, len(saved))
-enc = tok(with_text_prefix(out_dir, epoch_valid_df["text"].tolist()[:n]), padding="max_length", truncation=True,
-          max_length=max_len, return_tensors="pt")
-with torch.no_grad():
-    again = probabilities(reloaded(**enc).logits).numpy()
-gap = float(np.abs(again - saved["toxic"].to_numpy()[:n]).max())
-print(f"reloaded checkpoint vs in-memory model on {n} validation rows: max |diff| = {gap:.2e}")
-assert gap < 1e-4, gap
+reload = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved["toxic"].to_numpy(), max_len, history["precision"])
+print(f"reloaded checkpoint vs in-memory model on {reload['rows']} validation rows, both at {reload['precision']}: "
+      f"max |diff| = {reload['gap']:.2e} (a correct reload stays within {reload['tolerance']:g})")
 print(f"checkpoint ready for the inference notebook: {out_dir}")

@@ -62,12 +62,7 @@ check_notebook_parameters(globals())  # kitlib/params.py
 # touching a device here (CUDA or XLA) would make the replicas below fail to start.
 
 # %%
-import sys
 import time
-from pathlib import Path
-
-if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
-    sys.path.insert(0, str(Path("..").resolve()))
 
 import pandas as pd
 

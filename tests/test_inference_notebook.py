@@ -54,3 +54,28 @@ def test_notebook_end_to_end(tmp_path, tiny_checkpoint):
                      r"model artifacts/keras-xlmr/model.keras at .*, 45 rows\) with the output of kitlib.infer.predict", text)
     assert "Defaulting to PJRT_DEVICE" not in text and "can conflict with" not in text
     assert any("image/png" in o.get("data", {}) for c in executed["cells"] for o in c.get("outputs", []))
+
+
+def test_notebook_on_xla_cpu_runs_the_tpus_precision(tmp_path, sharp_checkpoint):
+    """Issue 28.1: a rehearsal runs its target's precision. On xla-cpu (the TPU path on PJRT CPU, 2
+    devices as threads) ``precision="auto"`` is the TPU's bf16, end to end: every replica predicts under
+    bf16 autocast, the head stays float32 (checked in the replicas) and the submission spreads."""
+    test_csv, sample_csv = write_slice(tmp_path / "data", 30, start=200)
+    out_csv = tmp_path / "submission.csv"
+    shards = tmp_path / "shards"
+    pm.execute_notebook(
+        str(ROOT / "notebooks" / "xla_multicore_inference.ipynb"),
+        str(tmp_path / "executed.ipynb"),
+        cwd=str(ROOT / "notebooks"),
+        kernel_name="python3",
+        parameters=dict(model=str(sharp_checkpoint), test_csv=str(test_csv), sample_submission=str(sample_csv),
+                        output_csv=str(out_csv), shard_dir=str(shards), accelerator="xla-cpu", num_devices=2,
+                        batch_size=8, max_len=32, num_buckets=1),
+        progress_bar=False,
+    )
+    from kitlib.infer import replica_stats
+
+    stats = replica_stats(shards)
+    assert [s["precision"] for s in stats] == ["bf16", "bf16"]
+    sub = pd.read_csv(out_csv, dtype={"id": str}, keep_default_na=False)
+    assert len(sub) == 30 and sub["toxic"].std() > 0.05 and sub["toxic"].nunique() > 25

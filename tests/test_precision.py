@@ -16,14 +16,60 @@ SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "valida
              lr=1e-3, train_limit=128, valid_limit=50, dropout=0.0, log_every=4, batch_size=8)
 
 
-def test_auto_follows_the_one_table_on_every_backend():
+@pytest.fixture
+def fake_hardware(monkeypatch):
+    """Set what the CPU and GPU probes report: ``fake_hardware(cpu_bf16=..., cuda=(major, minor))``."""
+    from kitlib import hardware
+
+    def fake(cpu_bf16=None, cuda=None):
+        monkeypatch.setattr(hardware, "cpu_bf16_feature", lambda: cpu_bf16)
+        monkeypatch.setattr(hardware, "cuda_compute_capability", lambda: cuda)
+
+    return fake
+
+
+@pytest.mark.parametrize("cpu_bf16, cuda, expected", [
+    # issue 28: bf16 on a CPU with AMX or avx512_bf16, fp32 on AVX2 only; bf16 on CUDA >= 8.0, fp16 below
+    (None, (7, 5), {"cpu": "fp32", "cuda": "fp16"}),        # AMD EPYC Zen 2/3 (AVX2), 2x T4
+    ("AMX", (8, 9), {"cpu": "bf16", "cuda": "bf16"}),       # Intel Xeon with AMX, L4
+    ("avx512_bf16", (9, 0), {"cpu": "bf16", "cuda": "bf16"}),  # AMD EPYC Zen 4, H100
+    (None, (6, 0), {"cpu": "fp32", "cuda": "fp16"}),        # P100
+    (None, None, {"cpu": "fp32", "cuda": "fp16"}),          # NVML cannot say: fp16 with its scaler is safe
+])
+def test_auto_follows_the_hardware_found(fake_hardware, cpu_bf16, cuda, expected):
+    fake_hardware(cpu_bf16=cpu_bf16, cuda=cuda)
     auto = {name: b.precision("auto") for name, b in MODES.items()}
-    assert auto == {"tpu": "bf16", "tpu-pod": "bf16", "cuda": "fp16", "cuda-torchrun": "fp16", "cpu": "fp32",
-                    "cpu-torchrun": "fp32", "xla-cpu": "fp32", "xla-cpu-processes": "fp32"}
+    cpu, gpu = expected["cpu"], expected["cuda"]
+    # the TPU is bf16; xla-cpu rehearses the TPU and runs its precision, not the CPU's
+    assert auto == {"tpu": "bf16", "tpu-pod": "bf16", "cuda": gpu, "cuda-torchrun": gpu, "cpu": cpu,
+                    "cpu-torchrun": cpu, "xla-cpu": "bf16", "xla-cpu-processes": "bf16"}
+    p = MODES["cuda"].resolve_precision("auto")
+    assert (p.grad_scaler() is not None) == (gpu == "fp16") and p.device_type == "cuda" and p.requested == "auto"
     assert MODES["cpu"].precision("fp16") == "fp16"  # an explicit choice is taken as asked
-    assert precision.grad_scaler("cpu", "fp16") is not None and precision.grad_scaler("cpu", "bf16") is None
+    assert MODES["cpu"].resolve_precision("fp32").describe() == "fp32 (asked for)"
+
+
+def test_the_probes_touch_no_device_and_read_this_machine():
+    """The CPU's bf16 feature comes from torch's cpuinfo probe; NVML answers None without a driver."""
+    from kitlib import hardware
+
+    flags = open("/proc/cpuinfo").read()
+    expected = "AMX" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else None
+    assert hardware.cpu_bf16_feature() == expected
+    assert hardware.cuda_compute_capability() is None or len(hardware.cuda_compute_capability()) == 2
+    assert not torch.cuda.is_initialized()
     with pytest.raises(ValueError, match="TrainJob.precision must be one of auto, fp32, bf16, fp16, int8, not 'fp8'"):
         TrainJob(checkpoint="c", train_csv="t", valid_csv="v", out_dir="o", precision="fp8")
+
+
+def test_a_precision_object_carries_its_autocast_and_scaler():
+    p = precision.resolve("fp16", precision.Hardware("cpu"), "cpu")
+    assert p.grad_scaler() is not None and precision.named("bf16").grad_scaler() is None
+    with p.autocast():
+        assert torch.get_autocast_dtype("cpu") == torch.float16 and torch.is_autocast_enabled("cpu")
+    with precision.named("fp32").autocast():
+        assert not torch.is_autocast_enabled("cpu")
+    assert precision.named("bf16").reload_tolerance > precision.named("fp32").reload_tolerance == 1e-4
 
 
 def test_fp16_training_on_xla_is_refused_before_any_replica_starts(tiny_checkpoint, tmp_path):

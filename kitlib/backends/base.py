@@ -228,7 +228,9 @@ class Backend:
     Attributes:
         name: the mode's name (its key in :data:`kitlib.runtime.MODES`).
         device: the torch device type replicas compute on: ``"xla"``, ``"cuda"`` or ``"cpu"``.
-        hardware: ``"tpu"``, ``"cuda"`` or ``"cpu"``: what ``precision="auto"`` follows.
+        hardware: ``"tpu"``, ``"cuda"`` or ``"cpu"``: what the replicas compute on.
+        precision_of: the hardware whose precision ``"auto"`` follows: the mode's own, or for a
+            rehearsal its target's (``xla-cpu`` rehearses the TPU: :mod:`kitlib.backends.precision`).
         collectives: ``"xla"``, ``"nccl"``, ``"gloo"``, or None (replicas cannot exchange data).
         started_by: ``"kit"`` (:func:`kitlib.runtime.launch` starts the replicas), ``"torchrun"``
             (this process is one replica) or ``"tpu-pod"`` (every TPU VM host runs the program).
@@ -239,6 +241,7 @@ class Backend:
     name = ""
     device = "cpu"
     hardware = "cpu"
+    precision_of = "cpu"
     collectives: str | None = None
     started_by = "kit"
     starts = ""
@@ -262,7 +265,7 @@ class Backend:
         if self.collectives is None and (rt.world_size or 2) > 1:
             raise ValueError(f"launch mode {self.name!r} has no collectives ({self.summary}); "
                              "train with accelerator='cpu' (gloo) or 'xla-cpu'")
-        prec.check_training(precision, self.hardware, self.device)
+        prec.check_training(self.resolve_precision(precision))
 
     def launch(self, fn: Callable, job, rt: "Runtime", start_method: str) -> None:
         """Start every replica of this host, run :func:`run_replica` in each, and wait for all."""
@@ -321,12 +324,19 @@ class Backend:
             return type(batch)(v.to(replica.device, non_blocking=True) for v in batch)
         return batch.to(replica.device, non_blocking=True)
 
+    def resolve_precision(self, requested: str) -> prec.Precision:
+        """The :class:`~kitlib.backends.precision.Precision` for ``requested`` on this mode's hardware
+        (:func:`kitlib.backends.precision.resolve`; the hardware is probed without touching a device)."""
+        from ..hardware import precision_hardware
+
+        return prec.resolve(requested, precision_hardware(self.precision_of), self.device)
+
     def precision(self, requested: str) -> str:
-        """The compute precision for ``requested`` (:func:`kitlib.backends.precision.resolve`)."""
-        return prec.resolve(requested, self.hardware)
+        """The compute precision's name for ``requested`` (:meth:`resolve_precision`)."""
+        return self.resolve_precision(requested).name
 
     def autocast(self, requested: str):
-        return prec.autocast(self.device, self.precision(requested))
+        return self.resolve_precision(requested).autocast()
 
     def wrap_model(self, replica: "Replica", model, pattern: str):
         """The module to call: ``model``, or ``DistributedDataParallel(model)`` for ``pattern="ddp"``
@@ -335,7 +345,7 @@ class Backend:
 
     def optimizer_step(self, replica: "Replica", optimizer, model, net, requested: str) -> OptimizerStep:
         """The :class:`OptimizerStep` for ``optimizer`` over ``model`` (``net``: what :meth:`wrap_model` gave)."""
-        return OptimizerStep(optimizer, None, None, prec.grad_scaler(self.device, self.precision(requested)))
+        return OptimizerStep(optimizer, None, None, self.resolve_precision(requested).grad_scaler())
 
     def use_compile_cache(self, replica: "Replica", root: str) -> None:
         """Use a persistent compilation cache under ``root`` (XLA only; nothing elsewhere)."""

@@ -13,6 +13,7 @@ class Cuda(TorchDistributed):
     name = "cuda"
     device = "cuda"
     hardware = "cuda"
+    precision_of = "cuda"
     collectives = "nccl"
     starts = "one process per GPU (torch.multiprocessing)"
     summary = "one process per GPU, nccl"

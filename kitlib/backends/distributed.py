@@ -9,7 +9,6 @@ XLA), the ``"ddp"`` pattern wraps the model in ``DistributedDataParallel``.
 from __future__ import annotations
 
 from .base import Backend, OptimizerStep, global_rank, quiet_unless_master
-from . import precision as prec
 
 
 def average_gradients(model, replica) -> None:
@@ -110,6 +109,6 @@ class TorchDistributed(Backend):
         return DDP(model, device_ids=self.ddp_device_ids(replica), gradient_as_bucket_view=True, broadcast_buffers=False)
 
     def optimizer_step(self, replica, optimizer, model, net, requested: str) -> OptimizerStep:
-        scaler = prec.grad_scaler(self.device, self.precision(requested))
+        scaler = self.resolve_precision(requested).grad_scaler()
         sync = None if net is not model else (lambda: average_gradients(model, replica))  # DDP's backward averages
         return OptimizerStep(optimizer, sync, None, scaler)

@@ -1,19 +1,32 @@
-"""The precision rule: what ``precision="auto"`` means, and how each precision runs (one home).
+"""The precision rule: what ``precision="auto"`` means on the hardware found, and how each precision runs (one home).
 
-==============  ===========================================  =====================================
-hardware        ``"auto"`` is                                 why
-==============  ===========================================  =====================================
-TPU             ``bf16`` autocast                             the MXUs compute bf16 natively
-CUDA            ``fp16`` autocast, with ``torch.amp.GradScaler``  T4 tensor cores have fp16, not bf16
-                when training
-CPU (eager or   ``fp32``                                      no speed to gain; exact
-PJRT CPU)
-==============  ===========================================  =====================================
+``"auto"`` follows the hardware, read without touching any device (:mod:`kitlib.hardware`), one row
+of :data:`AUTO_RULES` each:
+
+=======================  ================  =============================================================
+hardware                 ``"auto"`` is     why (measured where a figure is given)
+=======================  ================  =============================================================
+TPU                      ``bf16``          the MXUs compute bf16 natively
+CUDA, compute            ``bf16``          bf16 tensor cores (A100 8.0, L4 8.9, H100 9.0, H200 9.0): no
+capability >= 8.0                          scaler needed, fp32's exponent range
+CUDA below 8.0           ``fp16`` with a   T4 (7.5) and P100 (6.0) have fp16, not bf16; training scales
+                         ``GradScaler``    the loss (torch's AMP recipe)
+CPU with AMX or          ``bf16``          Intel Xeon with AMX: e5 forward 0.31x fp32's CPU time, training
+avx512_bf16                                step 0.65x, same held-out AUC (0.8838 vs 0.8840); AMD EPYC
+                                           Zen 4 (avx512_bf16, no AMX): forward 0.50x, step 0.52x
+CPU without either       ``fp32``          AMD EPYC Zen 2/3 (AVX2 only): bf16 is 6.2x slower than fp32
+=======================  ================  =============================================================
+
+(Figures: multilingual-e5-small's shape, 1 thread, batch 32 x 64 tokens forward and 16 x 64 for a
+training step; BENCHMARKS.md section 4 gives the whole-job ratios and the CPU of each row.)
+
+A rehearsal runs its target's precision: ``xla-cpu`` and ``xla-cpu-processes`` rehearse the TPU
+path on PJRT CPU, so their ``"auto"`` is the TPU's ``bf16``, which is what the TPU runs
+(:attr:`kitlib.backends.base.Backend.precision_of`).
 
 ``"int8"`` (dynamic int8 ``nn.Linear``, :mod:`kitlib.quantize`) is for inference on the eager CPU
-only: refused on XLA devices and CUDA (no kernels for those modules there) and for training (int8
-weights have no gradient). It is never what ``"auto"`` picks: on the AVX2-only CPUs measured here it
-was only 4-6% faster than fp32 and moves predictions (BENCHMARKS.md section 4).
+only: refused on XLA devices and CUDA and for training (int8 weights have no gradient). It is
+never what ``"auto"`` picks (BENCHMARKS.md section 4).
 
 An explicit ``"fp32"``, ``"bf16"`` or ``"fp16"`` is taken as asked, with two rules:
 
@@ -28,6 +41,11 @@ Whatever the compute precision, the classifier head and the loss run in float32
 (:func:`kitlib.model.keep_head_float32`), so probabilities come from float32 logits; inference
 checks that at run time (:func:`check_float32_logits`).
 
+A resolved precision is one :class:`Precision` object (as Lightning's precision plugins are): its
+autocast, its scaler, the head's dtype, and how far a correct reload of the checkpoint may
+predict from the in-memory model (:attr:`Precision.reload_tolerance`, the training notebook's
+hand-off, :mod:`kitlib.handoff`).
+
 torch_xla also changes precision behind the program's back when ``XLA_USE_BF16``,
 ``XLA_DOWNCAST_BF16`` or ``XLA_USE_FP16`` is set (old Kaggle TPU notebooks set the first): every
 float32 tensor is then stored as bf16 (or fp16) while still calling itself float32, so the
@@ -38,11 +56,50 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
-# hardware -> what "auto" is (the table above); any other hardware: fp32
-AUTO = {"tpu": "bf16", "cuda": "fp16"}
 PRECISION_ENV_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_USE_FP16")
+
+# How far a correct reload may predict from the in-memory model on the same rows, by compute
+# precision (largest |difference| of probabilities). fp32: float noise (measured below 1e-6). bf16 and
+# fp16 keep 8 and 11 significant bits, and the reload runs on other kernels than the training did
+# (eager CPU, not XLA; autocast's op lists differ per device), so rounding lands differently: measured
+# on the tests' widely spread tiny XLM-R (weights std 0.2) trained on xla-cpu at bf16, 0.024 against
+# a bf16 reload and 0.021 against an fp32 one; issue 28 measured 0.0048 on multilingual-e5-small
+# (bf16 training, fp32 reload). A folder that is not the trained model differs by tenths.
+RELOAD_TOLERANCE = {"fp32": 1e-4, "int8": 1e-4, "fp16": 0.02, "bf16": 0.05}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the precision rule reads of the hardware (:func:`kitlib.hardware.precision_hardware`).
+
+    Attributes:
+        kind: ``"tpu"``, ``"cuda"`` or ``"cpu"``.
+        cpu_bf16: the CPU feature that computes bf16 (``"AMX"`` or ``"avx512_bf16"``), or None.
+        cuda_capability: the smallest compute capability of the visible GPUs, e.g. ``(7, 5)``; None off CUDA
+            or when NVML cannot say.
+    """
+
+    kind: str
+    cpu_bf16: str | None = None
+    cuda_capability: tuple[int, int] | None = None
+
+
+def auto_precision(hw: Hardware) -> tuple[str, str]:
+    """``(precision, why)`` that ``"auto"`` is on ``hw``: the table of the module doc, one row each."""
+    if hw.kind == "tpu":
+        return "bf16", "TPU: bf16 is native"
+    if hw.kind == "cuda":
+        cc = hw.cuda_capability
+        if cc is not None and cc >= (8, 0):
+            return "bf16", f"CUDA compute capability {cc[0]}.{cc[1]} >= 8.0: bf16 is native"
+        shown = "unknown" if cc is None else f"{cc[0]}.{cc[1]}"
+        return "fp16", f"CUDA compute capability {shown} < 8.0 (T4, P100): fp16, with a GradScaler when training"
+    if hw.cpu_bf16:
+        return "bf16", f"CPU with {hw.cpu_bf16}: bf16 is faster than fp32 (BENCHMARKS.md section 4)"
+    return "fp32", "CPU without AMX or avx512_bf16: bf16 would be about 6x slower than fp32"
 
 
 def check(requested: str, what: str = "precision") -> None:
@@ -51,29 +108,96 @@ def check(requested: str, what: str = "precision") -> None:
         raise ValueError(f"{what} must be one of {', '.join(PRECISIONS)}, not {requested!r}")
 
 
-def resolve(requested: str, hardware: str) -> str:
-    """The compute precision for ``requested`` on ``hardware`` (``"tpu"``, ``"cuda"`` or ``"cpu"``).
+@dataclass(frozen=True)
+class Precision:
+    """One resolved compute precision on one device type (what a replica holds).
 
-    ``"auto"`` follows :data:`AUTO` (the module's table); anything else is returned as asked.
+    Attributes:
+        name: ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"int8"``.
+        device_type: the torch device type autocast runs on (``"cpu"``, ``"cuda"``, ``"xla"``).
+        requested: what was asked for (``"auto"`` or the name itself).
+        reason: why, for ``"auto"`` (the table row), else ``"asked for"``.
+    """
+
+    name: str
+    device_type: str
+    requested: str = ""
+    reason: str = ""
+
+    head_dtype = "float32"  # the classifier head and the loss, whatever the compute precision
+
+    def __str__(self) -> str:
+        return self.name
+
+    def autocast(self):
+        """``torch.autocast(device_type, dtype)`` for bf16/fp16; a null context for fp32 and for int8
+        (which lives in the model's modules: :func:`kitlib.quantize.for_precision`)."""
+        if self.name in ("fp32", "int8"):
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.autocast(self.device_type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[self.name])
+
+    def grad_scaler(self):
+        """A new ``torch.amp.GradScaler(device_type)`` for fp16 training; None for any other precision."""
+        if self.name != "fp16":
+            return None
+        import torch
+
+        return torch.amp.GradScaler(self.device_type)
+
+    @property
+    def reload_tolerance(self) -> float:
+        """How far a correct reload may predict from the in-memory model (:data:`RELOAD_TOLERANCE`)."""
+        return RELOAD_TOLERANCE[self.name]
+
+    def on(self, device_type: str) -> "Precision":
+        """The same precision, run on ``device_type`` (the hand-off reloads on the CPU what trained on XLA)."""
+        return Precision(self.name, device_type, self.requested, self.reason)
+
+    def describe(self) -> str:
+        """E.g. ``"bf16 (auto: CPU with AMX: ...)"`` or ``"fp32 (asked for)"``."""
+        return f"{self.name} ({'auto: ' + self.reason if self.requested == 'auto' else 'asked for'})"
+
+
+def resolve(requested: str, hw: Hardware, device_type: str) -> Precision:
+    """The :class:`Precision` for ``requested`` on ``hw``, computing on ``device_type``.
+
+    ``"auto"`` follows :func:`auto_precision` (the module's table); anything else is taken as asked.
 
     Raises:
         ValueError: ``requested`` is not one of :data:`PRECISIONS`.
     """
     check(requested)
-    return AUTO.get(hardware, "fp32") if requested == "auto" else requested
+    if requested == "auto":
+        name, why = auto_precision(hw)
+        return Precision(name, device_type, "auto", why)
+    return Precision(requested, device_type, requested, "asked for")
 
 
-def check_training(requested: str, hardware: str, device_type: str) -> None:
-    """Refuse a training precision that cannot run (see the module doc): fp16 on an XLA device.
+def named(name: str, device_type: str = "cpu") -> Precision:
+    """The :class:`Precision` of a concrete ``name`` (e.g. a history's ``"bf16"``) on ``device_type``.
+
+    Raises:
+        ValueError: ``name`` is ``"auto"`` or not one of :data:`PRECISIONS`.
+    """
+    check(name)
+    if name == "auto":
+        raise ValueError("named() takes a resolved precision, not 'auto' (use resolve())")
+    return Precision(name, device_type, name, "as recorded")
+
+
+def check_training(p: Precision) -> None:
+    """Refuse a training precision that cannot run (see the module doc): int8, and fp16 on an XLA device.
 
     Raises:
         ValueError: naming the precision and what to use instead.
     """
-    if resolve(requested, hardware) == "int8":
+    if p.name == "int8":
         raise ValueError("precision='int8' is for inference on the eager CPU (kitlib.quantize); int8 weights have no "
                          "gradient: train with precision='auto' or 'fp32'")
-    if resolve(requested, hardware) == "fp16" and device_type == "xla":
-        raise ValueError(f"precision={requested!r} trains in fp16, which needs torch.amp.GradScaler, and that does "
+    if p.name == "fp16" and p.device_type == "xla":
+        raise ValueError(f"precision={p.requested!r} trains in fp16, which needs torch.amp.GradScaler, and that does "
                          "not run on XLA devices; use precision='bf16' (no scaler needed) or 'fp32'")
 
 
@@ -86,27 +210,8 @@ def check_inference(requested: str, device_type: str) -> None:
     check(requested)
     if requested == "int8" and device_type != "cpu":
         raise ValueError(f"precision='int8' (dynamic int8 nn.Linear, kitlib.quantize) runs on the eager CPU only, not "
-                         f"on {device_type!r} devices: use precision='auto' there (bf16 on TPU, fp16 on CUDA), or "
+                         f"on {device_type!r} devices: use precision='auto' there (bf16 on TPU, bf16 or fp16 on CUDA), or "
                          "accelerator='cpu' for int8")
-
-
-def autocast(device_type: str, precision: str):
-    """``torch.autocast(device_type, dtype)`` for a resolved ``precision`` (a null context for fp32, and for
-    int8, which lives in the model's modules: :func:`kitlib.quantize.for_precision`)."""
-    if precision in ("fp32", "int8"):
-        return contextlib.nullcontext()
-    import torch
-
-    return torch.autocast(device_type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[precision])
-
-
-def grad_scaler(device_type: str, precision: str):
-    """``torch.amp.GradScaler(device_type)`` for a resolved ``fp16``; None for any other precision."""
-    if precision != "fp16":
-        return None
-    import torch
-
-    return torch.amp.GradScaler(device_type)
 
 
 def precision_env_overrides(environ=None) -> dict[str, None]:

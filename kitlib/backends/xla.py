@@ -25,6 +25,7 @@ class Xla(Backend):
     name = "tpu"
     device = "xla"
     hardware = "tpu"
+    precision_of = "tpu"
     collectives = "xla"
     starts = "torch_xla.launch: one process per TPU chip"
     summary = "torch_xla.launch, one process per TPU chip"

@@ -1,0 +1,67 @@
+"""The training notebook's hand-off: the saved checkpoint predicts what the trained model predicted.
+
+The replicas record the in-memory model's predictions of the held-out rows
+(:data:`kitlib.checkpoint.VALID_PREDICTIONS_FILE`) at the run's compute precision. The hand-off
+reloads the saved folder the way inference loads it (:func:`kitlib.model.load_classifier`), predicts
+the first rows again at the same precision (compare like with like: a bf16 run is checked under
+bf16 autocast), and allows the gap that precision implies
+(:attr:`kitlib.backends.precision.Precision.reload_tolerance`). A larger gap means the folder is not
+the trained model (a head not saved, weights of another run): :class:`HandoffMismatch`, naming both
+figures. Whether the predictions say anything at all is :func:`kitlib.collapse.check_ready`'s rule.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .backends.precision import named
+
+
+class HandoffMismatch(RuntimeError):
+    """The saved checkpoint does not predict what the in-memory model predicted."""
+
+
+def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndarray, max_len: int,
+                 precision: str, rows: int = 64) -> dict:
+    """Reload ``checkpoint`` on the CPU and compare its predictions with the in-memory model's.
+
+    Args:
+        checkpoint: the folder the training run saved.
+        texts: the held-out texts in the order of ``saved`` (without the model's text prefix: it is
+            put before each here, :func:`kitlib.model.with_text_prefix`).
+        saved: float ``[len(texts)]``, the in-memory model's probabilities of those rows.
+        max_len: tokens per row, as trained (rows are padded to it, as the replicas padded them).
+        precision: the run's compute precision as recorded (``"fp32"``, ``"bf16"``, ``"fp16"``:
+            ``train_history.json``'s ``precision``); the reload runs under it.
+        rows: how many of the first rows to predict again.
+
+    Returns:
+        ``{"rows", "gap", "tolerance", "precision"}``: the largest |difference| of the probabilities
+        and the tolerance it was held to.
+
+    Raises:
+        HandoffMismatch: the gap is above the precision's tolerance; the message gives both figures.
+        ValueError: ``precision`` is not a resolved precision name.
+    """
+    import torch
+
+    from .model import keep_head_float32, load_classifier, probabilities, with_text_prefix
+
+    p = named(precision, "cpu")
+    n = min(rows, len(texts), len(saved))
+    tok, model = load_classifier(checkpoint)
+    keep_head_float32(model)
+    enc = tok(with_text_prefix(checkpoint, list(texts[:n])), padding="max_length", truncation=True,
+              max_length=max_len, return_tensors="pt")
+    with torch.no_grad(), p.autocast():
+        again = probabilities(model(**enc).logits).numpy()
+    gap = float(np.abs(again - np.asarray(saved, dtype=np.float64)[:n]).max()) if n else 0.0
+    result = {"rows": n, "gap": gap, "tolerance": p.reload_tolerance, "precision": p.name}
+    if not gap <= p.reload_tolerance:
+        raise HandoffMismatch(
+            f"{checkpoint}: reloaded, it predicts the first {n} held-out rows up to {gap:.3g} away from the trained "
+            f"model (both at {p.name}; a correct reload stays within {p.reload_tolerance:g}, "
+            "kitlib.backends.precision.RELOAD_TOLERANCE). The folder is not the model that was trained: train again, "
+            "and check that nothing else writes this folder")
+    return result
