@@ -33,7 +33,7 @@ def import_torch_xla():
     torch_xla warns "`tensorflow` can conflict with `torch-xla`" whenever the full ``tensorflow``
     wheel is installed (Kaggle's TPU image has it through keras-nlp), even when nothing imports it,
     and logs "Defaulting to PJRT_DEVICE=CPU" when no device was chosen. The kit chooses the device
-    itself (the XLA backends' ``env``, :mod:`kitlib.backends.xla`) and refuses the one import order that breaks
+    itself (the XLA accelerator's ``env``, :mod:`kitlib.backends.accelerators`) and refuses the one import order that breaks
     (TensorFlow before torch_xla), so both are filtered here, for this import only.
     """
     import logging

@@ -154,7 +154,7 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
             shard_dir = storage.as_path(job.shard_dir)
             shard_dir.mkdir(parents=True, exist_ok=True)
             clear_shards(shard_dir)
-        launch(_mp_fn, plan, rt, start_method)
+        launch(_mp_fn, plan, rt, start_method, precision=job.precision)
     if job.output_csv is None or not holds_global_rank0(rt):
         return None
     return merge_run(job, plan.run_id, rt.world_size)
@@ -194,7 +194,7 @@ def padded_lengths(lengths: np.ndarray, job: InferJob, rt: Runtime) -> tuple[int
     Args:
         lengths: int ``[num_rows]``, tokens per row after truncation.
     """
-    if rt.backend.device == "xla":
+    if rt.backend.static_shapes:
         return choose_bucket_lengths(lengths, job.max_len, job.num_buckets)
     return choose_bucket_lengths(lengths, job.max_len, job.max_len, multiple=1)
 
@@ -217,11 +217,11 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
     buckets = plan.bucket_lengths if len(plan.bucket_lengths) > 1 else ()
     positions = np.arange(len(rows), dtype=np.int64)
     plans = plan_batches(positions, job.batch_size, plan.bucket_lengths[-1], tokens.lengths[rows], buckets,
-                         fill_last=replica.xla)
+                         fill_last=replica.static_shapes)
     dataset = PlannedBatches(tokens, plans, index=rows)
     loader = replica.loader(DataLoader(dataset, batch_size=None, shuffle=False, num_workers=0))
     out = []
-    with torch.no_grad(), replica.autocast(job.precision):
+    with torch.no_grad(), replica.autocast():
         for batch in tqdm(loader, total=len(plans), desc="predict (master)", disable=not replica.is_master):
             out.append(model(**replica.to_device(batch)).logits.cpu())
     logits = torch.cat(out) if out else torch.zeros(0, 1)
@@ -256,12 +256,12 @@ def _mp_fn(replica, plan: _Plan) -> None:
     tokens = Tokens.load(plan.tokens_file)
     model = load_model(job.checkpoint, xla=replica.xla)
     keep_head_float32(model)
-    model = quantize.for_precision(model, replica.precision(job.precision)).to(replica.device)
+    model = quantize.for_precision(model, replica.precision.name).to(replica.device)
     start = time.perf_counter()
     positions, probs = predict_rows(model, tokens, rows, plan, replica)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
              "seconds": round(time.perf_counter() - start, 3), "device": replica.device_name(),
-             "precision": replica.precision(job.precision), **replica.compile_stats()}
+             "precision": replica.precision.name, **replica.compile_stats()}
     ids = read_ids(job.test_csv)
     done = rows[positions]
 

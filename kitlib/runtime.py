@@ -3,12 +3,11 @@
 ``detect_runtime()`` looks at the machine without touching any device (:mod:`kitlib.hardware`)
 and returns a :class:`Runtime`: a launch mode (a row of :data:`MODES`), how many replicas, and
 why. ``launch(fn, job, rt)`` starts the replicas and calls ``fn(replica, job)`` in each, where
-``replica`` is a :class:`kitlib.replica.Replica` (device, rank, world size, collectives). Job
+``replica`` is a :class:`kitlib.replica.Replica` (device, rank, world size, collectives, precision). Job
 configs describe the job only; everything about where it runs comes from here.
 
-:data:`MODES` maps each mode's name to its backend (:mod:`kitlib.backends`), which owns how its
-replicas start and stop, their rank, world size and device, the collectives, the optimizer
-step, the precision rule's default and the environment the launch needs:
+:data:`MODES` maps each mode's name to its backend (:mod:`kitlib.backends`), built from three
+parts: how its replicas start (a launcher), the device (an accelerator) and the collectives:
 
 ==================  ===========================================  ==================================  ===========
 mode                replicas start                               rank and world size from            collectives
@@ -38,7 +37,7 @@ terminated and joined before ``launch`` returns (:func:`kitlib.backends.base.own
 
 The start method is ``fork`` (a Kaggle notebook) or ``spawn`` (Colab, scripts: ``fn`` must be
 importable, which is why every replica program lives in ``kitlib``). The ``cpu`` backend starts
-multi-threaded replicas with ``spawn`` under ``fork``, and says so (:mod:`kitlib.backends.cpu`).
+multi-threaded replicas with ``spawn`` under ``fork``, and says so (:mod:`kitlib.backends.launchers`).
 """
 from __future__ import annotations
 
@@ -47,22 +46,36 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import compat, hardware
+from .backends import accelerators, collectives, launchers
 from .backends.base import Backend, ReplicaError, owning_replicas, patch_environment
-from .backends.cpu import Cpu
-from .backends.cuda import Cuda
-from .backends.torchrun import CpuTorchrun, CudaTorchrun
-from .backends.xla import TpuPod, Xla
-from .backends.xla_processes import XlaCpuProcesses
-from .backends.xla_threads import XlaCpuThreads
+from .backends.xla_threads import ThreadedXla
 
 __all__ = ["MODES", "ACCELERATORS", "Runtime", "ReplicaError", "detect_runtime", "launch", "holds_global_rank0"]
 START_METHODS = ("fork", "spawn")
 
 
-MODES: dict[str, Backend] = {
-    b.name: b
-    for b in (Xla(), TpuPod(), Cuda(), CudaTorchrun(), Cpu(), CpuTorchrun(), XlaCpuThreads(), XlaCpuProcesses())
-}
+MODES: dict[str, Backend] = {b.name: b for b in (
+    Backend("tpu", launchers.XlaLaunch(), accelerators.Xla("TPU"), collectives.Xla,
+            "torch_xla.launch: one process per TPU chip", "torch_xla.launch, one process per TPU chip"),
+    Backend("tpu-pod", launchers.XlaLaunch(started_by="tpu-pod"), accelerators.Xla("TPU"), collectives.Xla,
+            "torch_xla.launch on every host of the slice: one process per TPU chip",
+            "torch_xla.launch on every host of a TPU pod slice, one process per chip"),
+    Backend("cuda", launchers.Processes(), accelerators.Cuda(), collectives.Nccl,
+            "one process per GPU (torch.multiprocessing)", "one process per GPU, nccl"),
+    Backend("cuda-torchrun", launchers.Torchrun(), accelerators.Cuda(), collectives.Nccl,
+            "by torchrun: this process is one replica", "one process per GPU, started by torchrun, nccl"),
+    Backend("cpu", launchers.HereOrProcesses(), accelerators.Cpu(), collectives.TorchDistributed,
+            "in the calling process (one replica), or N processes with their share of the cores",
+            "eager torch on the CPU, gloo"),
+    Backend("cpu-torchrun", launchers.Torchrun(), accelerators.Cpu(), collectives.TorchDistributed,
+            "by torchrun: this process is one replica", "eager torch on the CPU, started by torchrun, gloo"),
+    Backend("xla-cpu", launchers.XlaLaunch(threads_share_process=True), accelerators.Xla("CPU"), ThreadedXla,
+            "torch_xla.launch on PJRT CPU: N devices as threads of one process (a rehearsal of the TPU path)",
+            "torch_xla on PJRT CPU, devices as threads of one process (a rehearsal of the TPU path)"),
+    Backend("xla-cpu-processes", launchers.Processes(), accelerators.Xla("CPU", devices_per_process="one"),
+            collectives.NoCollectives, "N processes, one PJRT CPU device each (inference)",
+            "torch_xla on PJRT CPU, one process per device, no collectives"),
+)}
 # what a user may name (accelerator= / prefer=): the modes the kit starts itself
 ACCELERATORS = ("auto", *[name for name, b in MODES.items() if b.started_by == "kit"])
 CORES_PER_CPU_REPLICA = 4  # eager CPU default: one replica per 4 cores (at least 1), each with its share
@@ -216,7 +229,7 @@ def holds_global_rank0(rt: Runtime) -> bool:
     return rt.backend.holds_global_rank0(rt)
 
 
-def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork") -> None:
+def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork", precision: str = "auto") -> None:
     """Run ``fn(replica, job)`` once per replica of ``rt`` and wait for all of them.
 
     Args:
@@ -226,6 +239,9 @@ def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork") -> None:
         job: the job config (picklable).
         rt: from :func:`detect_runtime`.
         start_method: ``"fork"`` or ``"spawn"`` (Python ``multiprocessing`` start methods).
+        precision: the compute precision asked for (:data:`kitlib.backends.precision.PRECISIONS`),
+            resolved here, once, for this mode's hardware; every replica holds the result as
+            ``replica.precision``.
 
     The backend's variables (:meth:`kitlib.backends.base.Backend.env`) are set for the launch and
     restored when it returns or raises. On any exception here, KeyboardInterrupt included, every
@@ -237,7 +253,7 @@ def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork") -> None:
             replica's whole traceback (``.traceback``, shown in the message). The other replicas
             are stopped (processes are terminated; replicas waiting in a collective learn of the
             failure through :meth:`kitlib.replica.Replica.together` and return).
-        ValueError: unknown start method, or ``spawn`` with a function defined in ``__main__``.
+        ValueError: unknown start method or precision, or ``spawn`` with a function defined in ``__main__``.
         RuntimeError: torch_xla cannot start: the XLA runtime was already touched in this process,
             or TensorFlow was imported before torch_xla.
     """
@@ -249,6 +265,7 @@ def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork") -> None:
             "(a notebook cell). Use a kitlib replica program or start_method='fork'."
         )
     backend = rt.backend
+    resolved = backend.resolve_precision(precision)
     backend.check_parent(rt)
     with patch_environment(backend.env(rt)), owning_replicas():
-        backend.launch(fn, job, rt, start_method)
+        backend.launch(fn, job, rt, start_method, resolved)

@@ -57,7 +57,7 @@ from .checkpoint import (HISTORY_FILE, SCORES_FILE, VALID_PREDICTIONS_FILE, cont
 from .data import plan_batches, read_csv_checked
 from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities, with_text_prefix
-from .backends.distributed import average_gradients  # noqa: F401  (was defined here)
+from .backends.collectives import average_gradients  # noqa: F401  (was defined here)
 from .backends.precision import check as check_precision
 from .runtime import Runtime, holds_global_rank0, launch
 
@@ -221,7 +221,7 @@ def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, job: Train
     loader = replica.loader(DataLoader(TensorDataset(input_ids[idx], attention_mask[idx]), batch_size=job.batch_size, shuffle=False))
     out = []
     model.eval()
-    with torch.no_grad(), replica.autocast(job.precision):
+    with torch.no_grad(), replica.autocast():
         for batch in loader:
             ids, mask = replica.to_device(batch)
             out.append(probabilities(model(input_ids=ids, attention_mask=mask).logits))
@@ -229,8 +229,44 @@ def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, job: Train
     return torch.cat(out)
 
 
+@dataclass
+class _Data:
+    """What one replica trains and validates on (:func:`_read_data`)."""
+
+    train_df: "object"
+    valid_df: "object"
+    loader: "object"
+    sampler: "object"
+    valid_ids: "object"
+    valid_mask: "object"
+    valid_rows: np.ndarray
+    valid_labels: np.ndarray
+
+
+@dataclass
+class _Training:
+    """One replica's model and what steps it (:func:`_optimization`)."""
+
+    model: "object"
+    net: "object"
+    optimizer: "object"
+    take_step: "object"
+    scheduler: "object"
+    pos_weight: "object"
+
+    @property
+    def stateful(self) -> dict:
+        """The objects whose state a checkpoint keeps, by name (:func:`kitlib.checkpoint.save_training_state`)."""
+        return {"optimizer": self.optimizer, "scaler": self.take_step.scaler,
+                **({"scheduler": self.scheduler} if self.scheduler else {})}
+
+
 def _mp_fn(replica, job: TrainJob) -> None:
     """One replica's training: train, validate after every epoch, and (master) save the checkpoint.
+
+    The phases, each a function: :func:`_load_model`, :func:`_read_data`, :func:`_optimization`,
+    :func:`_start_history` (resuming, :mod:`kitlib.checkpoint`), then per epoch :func:`_train_epoch` and
+    :func:`_validate`, and last :func:`_save`.
 
     Args:
         replica: the :class:`kitlib.replica.Replica` the launcher built.
@@ -241,118 +277,181 @@ def _mp_fn(replica, job: TrainJob) -> None:
             :func:`kitlib.data.read_csv_checked`.
     """
     import torch
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-    from tqdm.auto import tqdm
 
-    rank, world, master = replica.rank, replica.world_size, replica.is_master
     replica.use_compile_cache(job.compile_cache_dir)
-    labels = (job.label_col,)
-    with replica.together("reading the data and loading the model"):
-        train_df = read_csv_checked(job.train_csv, text_col=job.text_col, label_cols=labels, limit=job.train_limit)
-        valid_df = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=labels, limit=job.valid_limit)
-        torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
-        tokenizer, model = load_classifier(job.checkpoint, xla=replica.xla, head_for_training=True)
     job = recipes.resolve(job)  # (train() has already; _mp_fn may also be launched directly)
-    recipe = recipes.RECIPES[job.recipe]
-    recipes.prepare_model(model, recipe)
+    with replica.together("reading the data and loading the model"):
+        tokenizer, model = _load_model(replica, job)
+        data = _read_data(replica, job, tokenizer)
+    run = _optimization(replica, job, model, data)
+    history, resumed = _start_history(replica, job, run, data)
+    global_step, done_loss = resumed.steps_done if resumed else 0, 0.0
+    # One running total for the whole run: a fresh zero tensor per epoch would be a new little
+    # XLA graph at the next epoch's first step.
+    loss_total = torch.zeros((), device=replica.device)
+    probs = None
+    for epoch in range(resumed.epochs_done if resumed else 0, job.epochs):
+        t0 = time.perf_counter()
+        global_step = _train_epoch(replica, job, run, data, epoch, global_step, loss_total, history)
+        run_loss = replica.all_reduce_sum(loss_total.clone()).item()  # sum over replicas and steps so far
+        train_loss, done_loss = (run_loss - done_loss) / (len(data.loader) * replica.world_size), run_loss
+        probs = _validate(replica, job, run, data, epoch, train_loss, time.perf_counter() - t0, history)
+    _save(replica, job, tokenizer, run, data, history, probs, global_step)
+
+
+def _load_model(replica, job: TrainJob):
+    """``(tokenizer, model)``: the checkpoint with the recipe's frozen parts, the float32 head and the
+    job's dropout, on the replica's device in train mode (the same head on every replica: one seed)."""
+    import torch
+
+    torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
+    tokenizer, model = load_classifier(job.checkpoint, xla=replica.xla, head_for_training=True)
+    recipes.prepare_model(model, recipes.RECIPES[job.recipe])
     keep_head_float32(model)
     if job.dropout is not None:
         for m in model.modules():
             if isinstance(m, torch.nn.Dropout):
                 m.p = job.dropout
-    model.train().to(replica.device)
+    return tokenizer, model.train().to(replica.device)
 
+
+def _read_data(replica, job: TrainJob, tokenizer) -> _Data:
+    """The training loader (this rank's share: ``DistributedSampler(drop_last=True)``, fixed
+    ``[batch_size, max_len]`` batches) and the validation rows, tokenized.
+
+    Raises:
+        ValueError: a CSV fails :func:`kitlib.data.read_csv_checked`, or the rows give no full global batch.
+    """
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    labels = (job.label_col,)
+    train_df = read_csv_checked(job.train_csv, text_col=job.text_col, label_cols=labels, limit=job.train_limit)
+    valid_df = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=labels, limit=job.valid_limit)
     train_set = TensorDataset(
         *_tokenize(tokenizer, with_text_prefix(job.checkpoint, train_df["text"].tolist()), job.max_len),
         torch.tensor(train_df[job.label_col].to_numpy(np.float32)),
     )
-    sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=job.seed, drop_last=True)
+    sampler = DistributedSampler(train_set, num_replicas=replica.world_size, rank=replica.rank, shuffle=True,
+                                 seed=job.seed, drop_last=True)
     loader = DataLoader(train_set, batch_size=job.batch_size, sampler=sampler, drop_last=True)
     if len(loader) == 0:
         raise ValueError(f"{job.train_csv}: {len(train_df)} training rows give no full global batch of "
-                         f"{job.batch_size} x {world} replicas; lower batch_size or add rows")
+                         f"{job.batch_size} x {replica.world_size} replicas; lower batch_size or add rows")
     valid_ids, valid_mask = _tokenize(tokenizer, with_text_prefix(job.checkpoint, valid_df["text"].tolist()), job.max_len)
-    valid_rows = validation_rows(len(valid_df), world, rank, job.batch_size)
-    valid_labels = valid_df[job.label_col].to_numpy(np.float32)
+    return _Data(train_df, valid_df, loader, sampler, valid_ids, valid_mask,
+                 validation_rows(len(valid_df), replica.world_size, replica.rank, job.batch_size),
+                 valid_df[job.label_col].to_numpy(np.float32))
 
-    net = replica.wrap_model(model, job.pattern)  # DDP, where the pattern and the backend call for it
+
+def _optimization(replica, job: TrainJob, model, data: _Data) -> _Training:
+    """The module to call (DDP where the pattern and the collectives call for it), the recipe's
+    optimizer and schedule, the step (backward, gradient exchange, optimizer step, scaler) and the
+    loss's positive weight."""
+    import torch
+
+    recipe = recipes.RECIPES[job.recipe]
+    net = replica.wrap_model(model, job.pattern)
     optimizer = recipes.make_optimizer(model, recipe, job.lr, job.weight_decay)
-    take_step = replica.optimizer_step(optimizer, model, net, job.precision)  # backward, exchange, step
-    scheduler = recipes.make_scheduler(optimizer, recipe, len(loader) * job.epochs)
-    stateful = {"optimizer": optimizer, "scaler": take_step.scaler, **({"scheduler": scheduler} if scheduler else {})}
-    pos_weight = recipes.positive_weight(train_df[job.label_col].to_numpy(), recipe)
-    pos_weight = None if pos_weight is None else torch.tensor(pos_weight, dtype=torch.float32, device=replica.device)
-    # Resuming (kitlib.checkpoint): starting from a kit-trained folder continues its run. Restore after every
-    # stateful training object exists, and pass each (scheduler=..., scaler=... when the run has them), here
-    # and in save_checkpoint's training_state below.
-    resumed = resume_point(job.checkpoint)
-    restored = restore_training_state(job.checkpoint, **stateful)[1] if resumed else []
+    take_step = replica.optimizer_step(optimizer, model, net)  # backward, exchange, step
+    scheduler = recipes.make_scheduler(optimizer, recipe, len(data.loader) * job.epochs)
+    pos_weight = recipes.positive_weight(data.train_df[job.label_col].to_numpy(), recipe)
+    if pos_weight is not None:
+        pos_weight = torch.tensor(pos_weight, dtype=torch.float32, device=replica.device)
+    return _Training(model, net, optimizer, take_step, scheduler, pos_weight)
 
-    history = {"world_size": world, "mode": replica.mode.name, "collectives": replica.mode.collectives,
-               "pattern": job.pattern, "ddp_wrapped": net is not model, "precision": replica.precision(job.precision),
-               "grad_scaler": take_step.scaler is not None,
-               "config": asdict(job), "recipe": recipes.describe(recipe, job.lr), "steps_per_epoch": len(loader), "global_batch": job.batch_size * world,
-               "epochs": [], "step_loss": [],
-               "compile_counts": None if replica.compile_count() is None else []}
+
+def _start_history(replica, job: TrainJob, run: _Training, data: _Data):
+    """``(history, resumed)``: the run's history, continued from the earlier run when this one resumes
+    (:mod:`kitlib.checkpoint`: restored after every stateful object exists), and the resume point or None."""
+    from tqdm.auto import tqdm
+
+    resumed = resume_point(job.checkpoint)
+    restored = restore_training_state(job.checkpoint, **run.stateful)[1] if resumed else []
+    history = {"world_size": replica.world_size, "mode": replica.mode.name, "collectives": replica.mode.collectives,
+               "pattern": job.pattern, "ddp_wrapped": run.net is not run.model, "precision": replica.precision.name,
+               "grad_scaler": run.take_step.scaler is not None, "config": asdict(job),
+               "recipe": recipes.describe(recipes.RECIPES[job.recipe], job.lr),
+               "steps_per_epoch": len(data.loader), "global_batch": job.batch_size * replica.world_size,
+               "epochs": [], "step_loss": [], "compile_counts": None if replica.compile_count() is None else []}
     continue_history(history, resumed)
-    if master and resumed:
+    if replica.is_master and resumed:
         tqdm.write(f"resumed from {job.checkpoint} after epoch {resumed.epochs_done}; restored: {', '.join(restored) or 'nothing'}")
+    return history, resumed
+
+
+def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, epoch: int, global_step: int,
+                 loss_total, history: dict) -> int:
+    """One pass over this rank's training rows; returns the global step count after it.
+
+    ``loss_total`` (a scalar tensor on the device) gains every step's loss; the master logs the step
+    loss every ``log_every`` steps and, on XLA, the compile count after every step."""
+    from tqdm.auto import tqdm
+
+    master = replica.is_master
 
     def log_loss(step: int, loss) -> None:
         value = float(loss.item())
         history["step_loss"].append([step, value])
         tqdm.write(f"step {step}: loss {value:.4f}")
 
-    global_step, done_loss = resumed.steps_done if resumed else 0, 0.0
-    # One running total for the whole run: a fresh zero tensor per epoch would be a new little
-    # XLA graph at the next epoch's first step.
-    loss_total = torch.zeros((), device=replica.device)
-    for epoch in range(resumed.epochs_done if resumed else 0, job.epochs):
-        sampler.set_epoch(epoch)
-        t0 = time.perf_counter()
-        for batch in tqdm(replica.loader(loader), total=len(loader), desc=f"epoch {epoch + 1} (master)", disable=not master):
-            with replica.step():
-                ids, mask, y = replica.to_device(batch)
-                optimizer.zero_grad(set_to_none=True)
-                with replica.autocast(job.precision):
-                    logits = net(input_ids=ids, attention_mask=mask).logits
-                loss = classification_loss(logits, y, pos_weight)
-                take_step(loss)
-                if scheduler is not None:
-                    scheduler.step()
-                loss_total += loss.detach()
-                global_step += 1
-                if master and global_step % job.log_every == 0:
-                    replica.after_step(log_loss, (global_step, loss))
-            if master and history["compile_counts"] is not None:
-                history["compile_counts"].append(replica.compile_count())
-        run_loss = replica.all_reduce_sum(loss_total.clone()).item()  # sum over replicas and steps so far
-        train_loss, done_loss = (run_loss - done_loss) / (len(loader) * world), run_loss
-        train_seconds = time.perf_counter() - t0
+    data.sampler.set_epoch(epoch)
+    for batch in tqdm(replica.loader(data.loader), total=len(data.loader), desc=f"epoch {epoch + 1} (master)",
+                      disable=not master):
+        with replica.step():
+            ids, mask, y = replica.to_device(batch)
+            run.optimizer.zero_grad(set_to_none=True)
+            with replica.autocast():
+                logits = run.net(input_ids=ids, attention_mask=mask).logits
+            loss = classification_loss(logits, y, run.pos_weight)
+            run.take_step(loss)
+            if run.scheduler is not None:
+                run.scheduler.step()
+            loss_total += loss.detach()
+            global_step += 1
+            if master and global_step % job.log_every == 0:
+                replica.after_step(log_loss, (global_step, loss))
+        if master and history["compile_counts"] is not None:
+            history["compile_counts"].append(replica.compile_count())
+    return global_step
 
-        t0 = time.perf_counter()
-        gathered = replica.all_gather(predict_valid(model, valid_ids, valid_mask, valid_rows, job, replica))
-        probs = merge_gathered(gathered.cpu().numpy(), len(valid_df), world, job.batch_size)
-        p = np.clip(probs, 1e-7, 1 - 1e-7)
-        valid_loss = float(-np.mean(valid_labels * np.log(p) + (1 - valid_labels) * np.log(1 - p)))
-        auc, auc_shown = auc_text(valid_labels, probs, slice_name(job.valid_csv, job.valid_limit), job.label_col)
-        record = {"epoch": epoch + 1, "train_loss": train_loss, "valid_loss": valid_loss,
-                  "valid_auc": auc, "train_seconds": train_seconds,
-                  "valid_seconds": time.perf_counter() - t0, "steps": len(loader),
-                  "compile_count": replica.compile_count()}
-        history["epochs"].append(record)
-        if master:
-            tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "
-                       f"valid ROC AUC {auc_shown}, {train_seconds:.1f} s training")
+
+def _validate(replica, job: TrainJob, run: _Training, data: _Data, epoch: int, train_loss: float,
+              train_seconds: float, history: dict) -> np.ndarray:
+    """Predict the validation rows on every replica, gather them (each row once), record the epoch's
+    figures in ``history`` and return the probabilities (float32 ``[validation rows]``)."""
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    gathered = replica.all_gather(predict_valid(run.model, data.valid_ids, data.valid_mask, data.valid_rows, job, replica))
+    probs = merge_gathered(gathered.cpu().numpy(), len(data.valid_df), replica.world_size, job.batch_size)
+    p = np.clip(probs, 1e-7, 1 - 1e-7)
+    labels = data.valid_labels
+    valid_loss = float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+    auc, auc_shown = auc_text(labels, probs, slice_name(job.valid_csv, job.valid_limit), job.label_col)
+    history["epochs"].append({"epoch": epoch + 1, "train_loss": train_loss, "valid_loss": valid_loss,
+                              "valid_auc": auc, "train_seconds": train_seconds,
+                              "valid_seconds": time.perf_counter() - t0, "steps": len(data.loader),
+                              "compile_count": replica.compile_count()})
+    if replica.is_master:
+        tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "
+                   f"valid ROC AUC {auc_shown}, {train_seconds:.1f} s training")
+    return probs
+
+
+def _save(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, history: dict, probs, global_step: int):
+    """Every rank's final parameters when asked (``rank_states_dir``), then the master's checkpoint
+    (every rank learns whether the save worked: ``replica.together``)."""
+    import torch
 
     if job.rank_states_dir:
         Path(job.rank_states_dir).mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        torch.save(state, Path(job.rank_states_dir) / f"rank-{rank}.pt")
-    with replica.together("saving the checkpoint"):  # every rank learns whether the master's save worked
-        if master:
-            save_checkpoint(model, tokenizer, job.out_dir, history, valid_df["id"].tolist(), probs, job.label_col,
-                            training_state=dict(global_step=global_step, **stateful))
+        state = {k: v.detach().cpu() for k, v in run.model.state_dict().items()}
+        torch.save(state, Path(job.rank_states_dir) / f"rank-{replica.rank}.pt")
+    with replica.together("saving the checkpoint"):
+        if replica.is_master:
+            save_checkpoint(run.model, tokenizer, job.out_dir, history, data.valid_df["id"].tolist(), probs,
+                            job.label_col, training_state=dict(global_step=global_step, **run.stateful))
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
@@ -498,5 +597,5 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
     elif note := replacing_message(job.out_dir, job.checkpoint):
         print(note)
     rt.backend.check_training(rt, job.precision)
-    launch(_mp_fn, job, rt, start_method)
+    launch(_mp_fn, job, rt, start_method, precision=job.precision)
     return read_history(job.out_dir) if holds_global_rank0(rt) else None

@@ -240,7 +240,6 @@ def test_a_tpu_pod_replica_takes_its_global_ordinal_from_torch_xla(tpu_pod_vm, m
     import torch
 
     from kitlib import compat
-    from kitlib.replica import start_replica
 
     monkeypatch.setattr(hardware, "_on_google_compute_engine", lambda: True)
     rt = detect_runtime()
@@ -251,12 +250,14 @@ def test_a_tpu_pod_replica_takes_its_global_ordinal_from_torch_xla(tpu_pod_vm, m
 
     verbosity = hf_logging.get_verbosity()
     try:
-        replica = start_replica(5, rt)  # (a replica other than host 0's first quiets transformers' logs)
+        # what launch does in replica 5 (a replica other than host 0's first quiets transformers' logs)
+        replica = rt.backend.open(5, rt, "fork", rt.backend.resolve_precision("auto"))
     finally:
         hf_logging.set_verbosity(verbosity)
         hf_logging.enable_progress_bar()
     assert (replica.rank, replica.world_size, replica.local_rank, replica.host, replica.num_hosts) == (21, 32, 5, 2, 4)
     assert shard_name(replica.rank, replica.world_size) == "shard-00021-of-00032.parquet"
+    assert replica.precision.name == "bf16" and replica.static_shapes  # the TPU's precision, resolved once
 
 
 # --- two torchrun hosts on 127.0.0.1 (slow) ---

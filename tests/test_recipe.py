@@ -57,7 +57,7 @@ def test_the_schedule_built_after_the_optimizer_step_sees_each_step_and_warns_no
 
     import torch
 
-    from kitlib.backends.base import OptimizerStep
+    from kitlib.replica import OptimizerStep
 
     layer = torch.nn.Linear(3, 1)
     optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-3)

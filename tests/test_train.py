@@ -47,6 +47,7 @@ SMALL = dict(
     valid_limit=50,
     dropout=0.0,
     log_every=4,
+    precision="fp32",  # exactness is the point: "auto" is bf16 on xla-cpu and on AMX / avx512_bf16 CPUs
 )
 GLOBAL_BATCH = 8
 
@@ -186,7 +187,7 @@ def xla_run(sharp_checkpoint, tmp_path_factory):
     (xla-cpu's "auto" is the TPU's bf16): the saved checkpoint is compared with eager fp32 at 2e-5."""
     tmp = tmp_path_factory.mktemp("xla")
     job = TrainJob(checkpoint=str(sharp_checkpoint), out_dir=str(tmp / "ckpt"), pattern="optimizer_step",
-                   batch_size=GLOBAL_BATCH, compile_cache_dir=str(tmp / "xla-cache"), precision="fp32", **SMALL)
+                   batch_size=GLOBAL_BATCH, compile_cache_dir=str(tmp / "xla-cache"), **SMALL)
     return job, train(job, detect_runtime(1, "xla-cpu"), "spawn")
 
 
@@ -230,7 +231,8 @@ def test_saved_checkpoint_predicts_like_the_in_memory_model(xla_run, tmp_path):
     valid.to_csv(tmp_path / "valid50.csv", index=False)
 
     predict(InferJob(checkpoint=str(ckpt), test_csv=str(tmp_path / "valid50.csv"), shard_dir=str(tmp_path / "shards"),
-                     output_csv=str(tmp_path / "pred.csv"), batch_size=GLOBAL_BATCH, max_len=job.max_len, num_buckets=1),
+                     output_csv=str(tmp_path / "pred.csv"), batch_size=GLOBAL_BATCH, max_len=job.max_len, num_buckets=1,
+                     precision="fp32"),
             detect_runtime(1, "cpu"))
     pred = pd.read_csv(tmp_path / "pred.csv", dtype={"id": str}, keep_default_na=False)
     assert pred["id"].tolist() == in_memory["id"].tolist()

@@ -40,7 +40,8 @@ from kitlib.train import PATTERNS, TrainJob, read_history, train
 WORKER = ROOT / "tests" / "support" / "xla_worker.py"
 # 64 rows, 2 epochs of 8 steps with a global batch of 8, no dropout: deterministic and quick.
 SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2, max_len=32,
-             lr=1e-3, train_limit=64, valid_limit=32, dropout=0.0, log_every=4)
+             lr=1e-3, train_limit=64, valid_limit=32, dropout=0.0, log_every=4,
+             precision="fp32")  # exactness is the point: "auto" is bf16 on xla-cpu and on AMX / avx512_bf16 CPUs
 GLOBAL_BATCH = 8
 TOL = 2e-4  # as the gloo test: float rounding of a sum taken in another order, over 16 Adam steps
 

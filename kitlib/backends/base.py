@@ -1,20 +1,26 @@
-"""What every backend is asked, and what they share (the global rank, the launch environment, owning replicas).
+"""A launch mode's backend, built from its parts, and what every mode shares (the global rank, the
+launch environment, owning replicas, running a replica).
 
-A backend (one per launch mode, a row of :data:`kitlib.runtime.MODES`) answers, for its mode:
+A backend (one per launch mode, a row of :data:`kitlib.runtime.MODES`) is three parts, each a small
+class that is asked, never branched on (Lightning's accelerator / strategy / precision split):
 
-* in the calling process: :meth:`Backend.env` (the variables the launch needs; set for the launch
-  only and restored afterwards, as Accelerate's ``patch_environment`` does), :meth:`Backend.check_parent`
-  (what must not have happened in this process), :meth:`Backend.check_training` and
-  :meth:`Backend.launch` (start every replica of this host, run :func:`run_replica` in each, wait);
-* in each replica: :meth:`Backend.open` (rank, world size, device, threads, process group) and
-  :meth:`Backend.close`; the collectives; the training step (:meth:`Backend.wrap_model`,
-  :meth:`Backend.optimizer_step`); the precision (:mod:`kitlib.backends.precision`) and autocast;
-  the device loader and step context; compile counts.
+* a **launcher** (:mod:`kitlib.backends.launchers`): how replicas start (processes, one in this
+  process, ``torch_xla.launch``, torchrun) and where their rank and world size come from;
+* an **accelerator** (:mod:`kitlib.backends.accelerators`): the device (CPU, CUDA, XLA), its loader,
+  step, compile counts, and the hardware the precision rule follows;
+* a **collectives** class (:mod:`kitlib.backends.collectives`): one object per replica holding what
+  it joined (a process group, a turnstile), the reductions, DDP, the gradient exchange.
 
-Replica programs never see a backend directly: :class:`kitlib.replica.Replica` is a thin handle
-that passes each call to its backend with itself.
+In the calling process a backend answers :meth:`Backend.env` (the variables the launch needs; set
+for the launch only and restored afterwards, as Accelerate's ``patch_environment`` does),
+:meth:`Backend.check_parent` (what must not have happened in this process),
+:meth:`Backend.check_training`, :meth:`Backend.resolve_precision` (the precision rule,
+:mod:`kitlib.backends.precision`, resolved once per launch) and :meth:`Backend.launch` (start every
+replica of this host, run :func:`run_replica` in each, wait). In each replica :meth:`Backend.open`
+builds the :class:`kitlib.replica.Replica` the replica program is handed.
 
-Adding a mode: one module with one :class:`Backend` subclass, and one row in ``MODES``.
+Adding a mode: one row in ``MODES``, from the parts (a new part only for a new way of starting,
+a new device or new collectives).
 """
 from __future__ import annotations
 
@@ -23,18 +29,14 @@ import os
 import signal
 import threading
 import traceback as tb_module
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from ..replica import PeerFailed, Replica
 from . import precision as prec
 
 if TYPE_CHECKING:
-    from ..replica import Replica
     from ..runtime import Runtime
-
-
-class PeerFailed(RuntimeError):
-    """Another rank failed (inside :meth:`kitlib.replica.Replica.together`, or before a graph thread
-    replicas launch in turn); this rank stops without an error of its own."""
 
 
 class ReplicaError(RuntimeError):
@@ -147,15 +149,18 @@ def owning_replicas():
             signal.signal(signal.SIGINT, previous)
 
 
-def run_replica(index: int, fn: Callable, job, rt: "Runtime", start_method: str, errors_dir: str | None = None) -> None:
+def run_replica(index: int, fn: Callable, job, rt: "Runtime", start_method: str, precision: prec.Precision,
+                errors_dir: str | None = None) -> None:
     """What every replica runs: open its :class:`~kitlib.replica.Replica`, call ``fn``, report a failure.
+
+    ``precision`` is the launch's, resolved once in the calling process (:meth:`Backend.resolve_precision`).
 
     A failure is raised as :class:`ReplicaError` (rank, message, whole traceback). With
     ``errors_dir`` it is also written to ``<errors_dir>/index-<index>.pkl``, for a launcher that only
     gets text back from its processes. Another rank's failure (:class:`~kitlib.replica.PeerFailed`)
     ends this replica quietly: the one error reported is the original.
     """
-    replica = rt.backend.open(index, rt, start_method)
+    replica = rt.backend.open(index, rt, start_method, precision)
     try:
         fn(replica, job)
     except PeerFailed:
@@ -174,7 +179,7 @@ def run_replica(index: int, fn: Callable, job, rt: "Runtime", start_method: str,
             raise
         raise err from e
     finally:
-        rt.backend.close(replica)
+        replica.close()
 
 
 def quiet_unless_master(master: bool) -> None:
@@ -190,75 +195,86 @@ def quiet_unless_master(master: bool) -> None:
         pass
 
 
-class OptimizerStep:
-    """``backward``, the gradient exchange and the optimizer step of one replica, as one call.
-
-    Under fp16 the loss is scaled by ``scaler`` (a ``torch.amp.GradScaler``) before ``backward``
-    and the step goes through ``scaler.step`` / ``scaler.update`` (:mod:`kitlib.backends.precision`);
-    the gradients are exchanged before ``scaler.step``, so every replica sees the same gradients and
-    skips the same steps.
-
-    ``step=None`` calls ``optimizer.step()`` looked up at each call, not a bound method kept from
-    construction: a learning-rate scheduler built afterwards wraps ``optimizer.step`` to see that the
-    optimizer stepped first (torch's "lr_scheduler.step() before optimizer.step()" warning otherwise).
-    """
-
-    def __init__(self, optimizer, sync: Callable[[], None] | None, step: Callable[[], None] | None = None, scaler=None):
-        self.optimizer, self.sync, self.scaler = optimizer, sync, scaler
-        self.step = step if step is not None else (lambda: self.optimizer.step())
-
-    def __call__(self, loss) -> None:
-        """Backward of ``loss`` (a float32 scalar tensor), then the exchange and the step."""
-        if self.scaler is None:
-            loss.backward()
-            if self.sync:
-                self.sync()
-            self.step()
-            return
-        self.scaler.scale(loss).backward()
-        if self.sync:
-            self.sync()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
 
 
+@dataclass(frozen=True)
 class Backend:
-    """One launch mode's behaviour. Subclasses set the attributes and override what differs.
+    """One launch mode: a row of :data:`kitlib.runtime.MODES`, built from its parts (module doc).
 
     Attributes:
-        name: the mode's name (its key in :data:`kitlib.runtime.MODES`).
-        device: the torch device type replicas compute on: ``"xla"``, ``"cuda"`` or ``"cpu"``.
-        hardware: ``"tpu"``, ``"cuda"`` or ``"cpu"``: what the replicas compute on.
-        precision_of: the hardware whose precision ``"auto"`` follows: the mode's own, or for a
-            rehearsal its target's (``xla-cpu`` rehearses the TPU: :mod:`kitlib.backends.precision`).
-        collectives: ``"xla"``, ``"nccl"``, ``"gloo"``, or None (replicas cannot exchange data).
-        started_by: ``"kit"`` (:func:`kitlib.runtime.launch` starts the replicas), ``"torchrun"``
-            (this process is one replica) or ``"tpu-pod"`` (every TPU VM host runs the program).
+        name: the mode's name (its key in ``MODES``).
+        launcher: how replicas start (:mod:`kitlib.backends.launchers`).
+        accelerator: the device part (:mod:`kitlib.backends.accelerators`).
+        collectives_class: the collectives each replica holds one of (:mod:`kitlib.backends.collectives`).
         starts: how replicas start, in words (the table in :mod:`kitlib.runtime`).
         summary: one line for :meth:`kitlib.runtime.Runtime.describe`.
     """
 
-    name = ""
-    device = "cpu"
-    hardware = "cpu"
-    precision_of = "cpu"
-    collectives: str | None = None
-    started_by = "kit"
-    starts = ""
-    summary = ""
-    threaded = False  # replicas are threads of one process (per-process counters are shared)
+    name: str
+    launcher: object
+    accelerator: object
+    collectives_class: type
+    starts: str
+    summary: str
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"
+
+    @property
+    def device(self) -> str:
+        """The torch device type replicas compute on: ``"xla"``, ``"cuda"`` or ``"cpu"``."""
+        return self.accelerator.device_type
+
+    @property
+    def hardware(self) -> str:
+        """What the replicas compute on: ``"tpu"``, ``"cuda"`` or ``"cpu"`` (PJRT CPU is the CPU)."""
+        return self.accelerator.kind
+
+    @property
+    def collectives(self) -> str | None:
+        """``"xla"``, ``"nccl"``, ``"gloo"``, or None (replicas cannot exchange data)."""
+        return self.collectives_class.name
+
+    @property
+    def started_by(self) -> str:
+        """``"kit"`` (:func:`kitlib.runtime.launch` starts the replicas), ``"torchrun"`` (this process is
+        one replica) or ``"tpu-pod"`` (every TPU VM host runs the program)."""
+        return self.launcher.started_by
+
+    @property
+    def threaded(self) -> bool:
+        """Replicas are threads of one process (per-process counters are shared)."""
+        return self.launcher.threads_share_process
+
+    @property
+    def static_shapes(self) -> bool:
+        """Every model call should be one of a few fixed shapes (XLA compiles one graph per shape)."""
+        return self.accelerator.static_shapes
 
     # ------------------------------------------------------------ in the calling process
 
     def env(self, rt: "Runtime") -> dict[str, str | None]:
         """Variables the launch needs: a string sets one, None removes it; restored after the launch."""
-        return {}
+        return {**self.launcher.env(rt), **self.accelerator.env(rt), **self.collectives_class.env(rt, self.launcher)}
 
     def check_parent(self, rt: "Runtime") -> None:
         """Raise RuntimeError if this process can no longer start this mode's replicas."""
+        self.accelerator.check_parent(rt)
+
+    def resolve_precision(self, requested: str) -> prec.Precision:
+        """The :class:`~kitlib.backends.precision.Precision` for ``requested`` on this mode's hardware
+        (:func:`kitlib.backends.precision.resolve`; the hardware is probed without touching a device).
+
+        Raises:
+            ValueError: ``requested`` is not one of :data:`kitlib.backends.precision.PRECISIONS`.
+        """
+        from ..hardware import precision_hardware
+
+        return prec.resolve(requested, precision_hardware(self.accelerator.precision_of), self.device)
+
+    def precision(self, requested: str) -> str:
+        """The compute precision's name for ``requested`` (:meth:`resolve_precision`)."""
+        return self.resolve_precision(requested).name
 
     def check_training(self, rt: "Runtime", precision: str) -> None:
         """Raise ValueError if this mode cannot train (no collectives for several replicas; an fp16 it cannot scale)."""
@@ -267,13 +283,13 @@ class Backend:
                              "train with accelerator='cpu' (gloo) or 'xla-cpu'")
         prec.check_training(self.resolve_precision(precision))
 
-    def launch(self, fn: Callable, job, rt: "Runtime", start_method: str) -> None:
+    def launch(self, fn: Callable, job, rt: "Runtime", start_method: str, precision: prec.Precision) -> None:
         """Start every replica of this host, run :func:`run_replica` in each, and wait for all."""
-        raise NotImplementedError
+        self.launcher.launch(fn, job, rt, start_method, precision)
 
     def holds_global_rank0(self, rt: "Runtime") -> bool:
         """True in the process that runs (or started) the replica of global rank 0."""
-        return rt.host == 0
+        return self.launcher.holds_global_rank0(rt)
 
     def multi_host(self, rt: "Runtime") -> bool:
         """True when every host runs the same program (the replicas must agree across hosts)."""
@@ -286,77 +302,20 @@ class Backend:
 
     # ------------------------------------------------------------ in each replica
 
-    def open(self, index: int, rt: "Runtime", start_method: str) -> "Replica":
-        """Build the replica with launcher index ``index`` (called inside it)."""
-        raise NotImplementedError
+    def open(self, index: int, rt: "Runtime", start_method: str, precision: prec.Precision) -> Replica:
+        """Build the :class:`~kitlib.replica.Replica` with launcher index ``index`` (called inside it):
+        its rank and world size, device, threads, precision, and its own collectives object, opened."""
+        quiet_unless_master(index == 0 and rt.host == 0)
+        rank, world = self.launcher.rank_and_world(index, rt)
+        device = self.accelerator.device(index)
+        threads, restore = self.launcher.threads(rt, start_method)
+        import torch
 
-    def close(self, replica: "Replica") -> None:
-        """Leave what :meth:`open` joined (a process group), give back what it took (threads)."""
-
-    def _no_collectives(self, replica: "Replica", what: str) -> None:
-        raise RuntimeError(f"{what} needs collectives, which launch mode {self.name!r} does not have "
-                           f"({self.summary}); use accelerator='cpu' or 'xla-cpu' for training")
-
-    def all_reduce_sum(self, replica: "Replica", tensor):
-        self._no_collectives(replica, "all_reduce_sum")
-
-    def all_gather(self, replica: "Replica", tensor):
-        self._no_collectives(replica, "all_gather")
-
-    def barrier(self, replica: "Replica", tag: str) -> None:
-        self._no_collectives(replica, "barrier")
-
-    def step(self, replica: "Replica"):
-        """Context around one training step (nothing, off XLA)."""
-        return contextlib.nullcontext()
-
-    def after_step(self, replica: "Replica", fn: Callable, args: tuple) -> None:
-        """Call ``fn(*args)`` once the step's results can be read (at once, off XLA)."""
-        fn(*args)
-
-    def loader(self, replica: "Replica", loader):
-        return loader
-
-    def to_device(self, replica: "Replica", batch):
-        if isinstance(batch, dict):
-            return {k: v.to(replica.device, non_blocking=True) for k, v in batch.items()}
-        if isinstance(batch, (list, tuple)):
-            return type(batch)(v.to(replica.device, non_blocking=True) for v in batch)
-        return batch.to(replica.device, non_blocking=True)
-
-    def resolve_precision(self, requested: str) -> prec.Precision:
-        """The :class:`~kitlib.backends.precision.Precision` for ``requested`` on this mode's hardware
-        (:func:`kitlib.backends.precision.resolve`; the hardware is probed without touching a device)."""
-        from ..hardware import precision_hardware
-
-        return prec.resolve(requested, precision_hardware(self.precision_of), self.device)
-
-    def precision(self, requested: str) -> str:
-        """The compute precision's name for ``requested`` (:meth:`resolve_precision`)."""
-        return self.resolve_precision(requested).name
-
-    def autocast(self, requested: str):
-        return self.resolve_precision(requested).autocast()
-
-    def wrap_model(self, replica: "Replica", model, pattern: str):
-        """The module to call: ``model``, or ``DistributedDataParallel(model)`` for ``pattern="ddp"``
-        where there is something to average."""
-        return model
-
-    def optimizer_step(self, replica: "Replica", optimizer, model, net, requested: str) -> OptimizerStep:
-        """The :class:`OptimizerStep` for ``optimizer`` over ``model`` (``net``: what :meth:`wrap_model` gave)."""
-        return OptimizerStep(optimizer, None, None, self.resolve_precision(requested).grad_scaler())
-
-    def use_compile_cache(self, replica: "Replica", root: str) -> None:
-        """Use a persistent compilation cache under ``root`` (XLA only; nothing elsewhere)."""
-
-    def compile_count(self, replica: "Replica") -> int | None:
-        """Graphs compiled so far (XLA), or None where nothing is compiled."""
-        return None
-
-    def compile_stats(self, replica: "Replica") -> dict:
-        return {}
-
-    def device_name(self, replica: "Replica") -> str:
-        """What the replica computes on, read inside it."""
-        return str(replica.device)
+        if threads is not None:
+            torch.set_num_threads(threads)
+        replica = Replica(rank=rank, world_size=world, local_rank=index, host=rt.host, num_hosts=rt.num_hosts,
+                          threads=torch.get_num_threads(), device=device, precision=precision, mode=self,
+                          accelerator=self.accelerator, collectives=self.collectives_class.for_replica(world),
+                          threaded=self.threaded, restore_threads=restore)
+        replica.collectives.open(replica)
+        return replica

@@ -13,8 +13,6 @@ import pickle
 import tempfile
 from typing import Callable
 
-from .base import ReplicaError, global_rank, run_replica
-
 
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (for ``MASTER_PORT``)."""
@@ -30,18 +28,21 @@ def rendezvous_env() -> dict[str, str]:
     return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
 
 
-def start_processes(fn: Callable, job, rt, start_method: str) -> None:
-    """Run :func:`run_replica` in ``rt.num_replicas`` processes started with ``start_method``; wait for all.
+def start_processes(fn: Callable, job, rt, start_method: str, precision) -> None:
+    """Run :func:`~kitlib.backends.base.run_replica` in ``rt.num_replicas`` processes started with
+    ``start_method``; wait for all.
 
     Raises:
         ReplicaError: a replica raised (its rank, message and traceback) or died (its exit code).
     """
     import torch.multiprocessing as tmp
 
+    from .base import ReplicaError, global_rank, run_replica
+
     with tempfile.TemporaryDirectory(prefix="kitlib-errors-") as errors:
         try:
-            tmp.start_processes(run_replica, args=(fn, job, rt, start_method, errors), nprocs=rt.num_replicas,
-                                start_method=start_method, join=True)
+            tmp.start_processes(run_replica, args=(fn, job, rt, start_method, precision, errors),
+                                nprocs=rt.num_replicas, start_method=start_method, join=True)
         except tmp.ProcessRaisedException as e:
             record = os.path.join(errors, f"index-{e.error_index}.pkl")
             if os.path.isfile(record):

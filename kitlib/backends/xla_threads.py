@@ -27,11 +27,11 @@ What threads need, that processes do not:
   ``ProcessGroupXla``). Gradients as bucket views are never averaged when replicas are threads of
   one process (pytorch/xla#8841): each gradient keeps its own copy.
 * **transformers imported before the threads load models.** transformers resolves its classes
-  lazily, and that lazy import is not thread-safe when replicas load at once: :meth:`XlaCpuThreads.open`
+  lazily, and that lazy import is not thread-safe when replicas load at once: :meth:`ThreadedXla.for_replica`
   imports them under a lock first (:func:`import_model_classes`), so the rest of the kit imports
   transformers only where it uses it.
 * One compile counter per process (``xla_compiles_process``), and no persistent compilation cache
-  (threads would share one writable folder).
+  (threads would share one writable folder): :attr:`kitlib.replica.Replica.threaded` says so.
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ import threading
 import time
 
 from .. import compat
-from .base import PeerFailed
-from .xla import Xla
+from ..replica import PeerFailed
+from .collectives import Xla
 
 TURN_TIMEOUT_S = 1800.0  # longest wait for the other thread replicas at one launch (rank 0 may be compiling)
 
@@ -51,7 +51,7 @@ class _Turnstile:
 
     Each rank counts the graphs it launches through :meth:`launch`. Rank 0 launches its
     ``k``-th when every rank has arrived at its ``k``-th; rank ``r > 0`` when rank ``r - 1``
-    has launched its ``k``-th. A rank that leaves (:meth:`leave`, from :meth:`XlaCpuThreads.close`)
+    has launched its ``k``-th. A rank that leaves (:meth:`leave`, from :meth:`ThreadedXla.close`)
     before reaching the ``k``-th makes the ranks waiting there raise :class:`PeerFailed`.
     """
 
@@ -181,58 +181,57 @@ def _install_thread_process_groups() -> None:
         ProcessGroupXla._kitlib_submits = True
 
 
-class XlaCpuThreads(Xla):
-    name = "xla-cpu"
-    hardware = "cpu"
-    pjrt_device = "CPU"
-    starts = "torch_xla.launch on PJRT CPU: N devices as threads of one process (a rehearsal of the TPU path)"
-    summary = "torch_xla on PJRT CPU, devices as threads of one process (a rehearsal of the TPU path)"
-    threaded = True
+class ThreadedXla(Xla):
+    """torch_xla's collectives between thread replicas of one process (``xla-cpu``, more than one
+    device): every graph launched in turn through the process's :class:`_Turnstile`, DDP over a
+    per-thread process group, gradients never bucket views (module doc)."""
 
-    def env(self, rt):
-        """PJRT CPU with N devices; ``PJRT_CPU_ASYNC_CLIENT=false`` and ``XLA_THREAD_POOL_SIZE >= N``
-        (collectives between thread replicas need both)."""
+    gradient_as_bucket_view = False  # pytorch/xla#8841 (module doc)
+
+    def __init__(self, turnstile: _Turnstile):
+        self.turnstile = turnstile
+
+    @classmethod
+    def for_replica(cls, world_size: int):
+        """One replica alone needs no turn: plain :class:`~kitlib.backends.collectives.Xla`."""
+        import_model_classes()
+        return cls(_shared_turnstile(world_size)) if world_size > 1 else Xla()
+
+    @staticmethod
+    def env(rt, launcher):
+        """``PJRT_CPU_ASYNC_CLIENT=false`` and ``XLA_THREAD_POOL_SIZE >= N``: collectives between thread
+        replicas need both."""
         import os
 
         from ..hardware import cpu_cores
 
-        env = {**super().env(rt), "CPU_NUM_DEVICES": str(rt.num_replicas)}
+        env = {}
         if "PJRT_CPU_ASYNC_CLIENT" not in os.environ:
             env["PJRT_CPU_ASYNC_CLIENT"] = "false"
         if int(os.environ.get("XLA_THREAD_POOL_SIZE", "0")) < rt.num_replicas:
             env["XLA_THREAD_POOL_SIZE"] = str(max(rt.num_replicas, cpu_cores()))
         return env
 
-    def open(self, index: int, rt, start_method: str):
-        import_model_classes()
-        replica = super().open(index, rt, start_method)
-        if replica.world_size > 1:
-            replica.state["turnstile"] = _shared_turnstile(replica.world_size)
-        return replica
-
     def close(self, replica) -> None:
-        turnstile = replica.state.pop("turnstile", None)
-        if turnstile is not None:  # the others stop (PeerFailed) at the next graph this one never launches
-            turnstile.leave(replica.rank)
+        self.turnstile.leave(replica.rank)  # the others stop (PeerFailed) at the next graph this one never launches
         super().close(replica)
 
     def _in_turn(self, replica, what: str, tensors=None) -> None:
         """Launch the pending graph (of ``tensors``, or of every live tensor) in rank order, then run
         the step closures outside the turn (they may read results, which needs the others' launches)."""
-        replica.state["turnstile"].launch(replica.rank, what, lambda: compat.xla_submit(tensors))
+        self.turnstile.launch(replica.rank, what, lambda: compat.xla_submit(tensors))
         compat.xla_finish_sync()
 
-    def _launched(self, replica, tensor, what: str):
-        if "turnstile" in replica.state:
-            self._in_turn(replica, what, [tensor])
-        return tensor
-
     def all_reduce_sum(self, replica, tensor):
-        return self._launched(replica, compat.xla_all_reduce_sum(tensor), "all_reduce_sum")
+        out = compat.xla_all_reduce_sum(tensor)
+        self._in_turn(replica, "all_reduce_sum", [out])
+        return out
 
     def all_gather(self, replica, tensor):
         # one graph for all ranks: XLA's all-gather, not the padded all-reduce
-        return self._launched(replica, compat.xla_all_gather(tensor, pin_layout=False), "all_gather")
+        out = compat.xla_all_gather(tensor, pin_layout=False)
+        self._in_turn(replica, "all_gather", [out])
+        return out
 
     def barrier(self, replica, tag: str) -> None:
         import torch
@@ -240,20 +239,13 @@ class XlaCpuThreads(Xla):
         # xm.rendezvous launches and reads several graphs: one all-reduce instead
         self.all_reduce_sum(replica, torch.zeros(1, device=replica.device)).cpu()
 
-    def step(self, replica):
-        if "turnstile" not in replica.state:
-            return super().step(replica)
-        return self._step_in_turn(replica)
-
     @contextlib.contextmanager
-    def _step_in_turn(self, replica):
+    def step(self, replica):
         self._in_turn(replica, "the pending graph before a step")
         yield
         self._in_turn(replica, "a training step")
 
     def join_process_group(self, replica) -> None:
-        if "turnstile" not in replica.state:
-            return super().join_process_group(replica)
         import torch.distributed as dist
 
         _install_thread_process_groups()
@@ -263,15 +255,3 @@ class XlaCpuThreads(Xla):
         # thread its own range.
         dist.distributed_c10d._world.group_count = 1_000_000 * replica.rank
         compat.xla_init_process_group()
-
-    def gradient_as_bucket_view(self, replica) -> bool:
-        return "turnstile" not in replica.state  # pytorch/xla#8841 (module doc)
-
-    def use_compile_cache(self, replica, root: str) -> None:
-        """Nothing for thread replicas: they share one process, which must not share a writable cache."""
-        if "turnstile" not in replica.state:
-            super().use_compile_cache(replica, root)
-
-    def compile_stats(self, replica) -> dict:
-        key = "xla_compiles_process" if replica.world_size > 1 else "xla_compiles"
-        return {key: compat.xla_compile_count()}
