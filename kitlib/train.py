@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +98,9 @@ class TrainJob:
             ``<dir>/rank-<r>.pt`` (to check that replicas hold identical parameters).
         precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"`` (with a ``GradScaler``): the rule,
             and what ``"auto"`` is on each device, is :mod:`kitlib.backends.precision`'s.
+        tags: what this run is part of, recorded in the history (``tags``) as given: e.g.
+            ``{"cv": "<id>", "fold": 2, "folds": 5}`` for one fold of a cross-validation run
+            (:mod:`kitlib.folds`), or ``{"seed_group": "<id>"}``. JSON-serialisable values only.
     """
 
     checkpoint: str
@@ -121,6 +124,7 @@ class TrainJob:
     compile_cache_dir: str | None = None
     rank_states_dir: str | None = None
     precision: str = "auto"
+    tags: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.pattern not in PATTERNS:
@@ -372,6 +376,7 @@ def _start_history(replica, job: TrainJob, run: _Training, data: _Data):
                "pattern": job.pattern, "ddp_wrapped": run.net is not run.model, "precision": replica.precision.name,
                "grad_scaler": run.take_step.scaler is not None, "config": asdict(job),
                "recipe": recipes.describe(recipes.RECIPES[job.recipe], job.lr),
+               "tags": dict(job.tags),
                "steps_per_epoch": len(data.loader), "global_batch": job.batch_size * replica.world_size,
                "epochs": [], "step_loss": [], "compile_counts": None if replica.compile_count() is None else []}
     continue_history(history, resumed)
