@@ -35,8 +35,8 @@ from pathlib import Path
 
 from .client import CredentialsError, kaggle_api, kaggle_username
 from .local import MountError, run_local
-from .parameters import ParameterError, notebook_defaults, parse_assignments, parse_value
-from .project import chain, entry_problems, load_project_metadata
+from .parameters import ParameterError, effective_table, notebook_defaults, parse_assignments, parse_value, split_parameters
+from .project import chain, check_order, entry_problems, load_project_metadata
 from .remote import DEFAULT_WAIT_S, DownloadError, PushError, WaitTimeout, download, output_command, push, wait
 from .rules import VENDOR_TAG, MetadataError
 from .stage import notebook_paths, read_notebook, stage
@@ -146,29 +146,15 @@ def _competition(a, project: dict | None = None) -> str:
     return comps[0]
 
 
-def _split_parameters(values: dict, notebooks: list[Path]) -> dict[Path, dict]:
-    """``-p`` values -> per notebook the ones its parameters cell defines.
-
-    Raises:
-        ParameterError: a name no notebook defines (naming the notebooks' parameters).
-    """
-    defaults = {py: (notebook_defaults(read_notebook(py)) or {}) for py in notebooks}
-    unknown = [k for k in values if not any(k in d for d in defaults.values())]
-    if unknown and len(notebooks) == 1:
-        return {notebooks[0]: values}  # check_parameters names the closest one
-    if unknown:
-        raise ParameterError(f"unknown parameter(s) {', '.join(map(repr, unknown))}: no notebook of "
-                             f"{', '.join(p.stem for p in notebooks)} defines them")
-    return {py: {k: v for k, v in values.items() if k in d} for py, d in defaults.items()}
-
-
-def _stage_all(a, api, owner, project, notebooks: list[Path]):
-    """Stage each notebook; returns (staged, number invalid)."""
-    per = _split_parameters(parse_assignments(a.parameter), notebooks)
+def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = False):
+    """Stage each notebook (``-p`` routed to its members, :func:`~.parameters.split_parameters`);
+    with ``table`` (or any ``-p``), print every member's effective parameters. Returns (staged, number invalid)."""
+    defaults = {py.stem: notebook_defaults(read_notebook(py)) for py in notebooks}
+    per = split_parameters(a.parameter, defaults)
     staged, invalid = [], 0
     for py in notebooks:
         try:
-            st = stage(py, a.out, owner, project, KITLIB, api, parameters=per[py])
+            st = stage(py, a.out, owner, project, KITLIB, api, parameters=per[py.stem])
         except MetadataError as e:
             _error([f"error: {py}: invalid kernel:"] + [f"  {msg}" for msg in e.problems])
             invalid += 1
@@ -184,6 +170,8 @@ def _stage_all(a, api, owner, project, notebooks: list[Path]):
         print(f"{py}: staged {st.folder} as {st.kernel_id} ({st.accelerator}, "
               f"{st.metadata.get('machine_shape') or 'no accelerator'}; kitlib {n} modules vendored"
               + (f"; parameters {given}" if given else "") + ")")
+    if (table or a.parameter) and staged:
+        print(effective_table({st.source.stem: (defaults[st.source.stem] or {}, dict(st.parameters)) for st in staged}), flush=True)
     return staged, invalid
 
 
@@ -309,10 +297,11 @@ def main(argv: list[str] | None = None) -> int:
             return _run_local(a, api, owner, project, notebooks_dir)
         if a.cmd == "run":
             names = [n for t in a.targets for n in chain(project, Path(t).stem if t.endswith((".py", ".ipynb")) else t)]
+            check_order(project, names, "run " + " ".join(a.targets))
             notebooks = notebook_paths(names, notebooks_dir)
         else:
             notebooks = notebook_paths(a.notebooks or None, notebooks_dir)
-        staged, invalid = _stage_all(a, api, owner, project, notebooks)
+        staged, invalid = _stage_all(a, api, owner, project, notebooks, table=a.cmd == "run")
         if invalid:
             return 2
         if a.cmd in ("stage", "validate") or getattr(a, "dry_run", False):

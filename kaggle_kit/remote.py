@@ -70,6 +70,7 @@ def push(staged: Staged, api, *, retries: int = 10, retry_wait: float = 30.0, ti
 
 TERMINAL = {"COMPLETE": True, "ERROR": False, "CANCEL_REQUESTED": False, "CANCEL_ACKNOWLEDGED": False}
 # Kaggle's longest session (TPU: 9 hours; GPU and CPU: 12): a run cannot outlast it, so waiting longer is pointless.
+# keyed by the accelerator's kind (accelerators.Accelerator.kind)
 SESSION_LIMIT_S = {"tpu": 9 * 3600, "gpu": 12 * 3600, "none": 12 * 3600}
 DEFAULT_WAIT_S = SESSION_LIMIT_S["tpu"]
 HEARTBEAT_S = 300.0  # a status line at least this often while waiting

@@ -149,6 +149,8 @@ def _accelerator(c: Checked) -> list[str]:
     row = ACCELERATORS.get(c.accelerator)
     if row is None:
         return [f"accelerator: {c.accelerator!r} is not one of {sorted(ACCELERATORS)}"]
+    if row.refused:
+        return [f"accelerator: {c.accelerator!r} ({row.machine_shape}) is refused: {row.refused}"]
     out = []
     for key, want in (("enable_tpu", row.enable_tpu), ("enable_gpu", row.enable_gpu)):
         have = c.flag(key)
@@ -164,7 +166,7 @@ def _accelerator(c: Checked) -> list[str]:
 
 def _docker_image(c: Checked) -> list[str]:
     image = c.meta.get("docker_image")
-    if image and c.accelerator == "tpu":
+    if image and getattr(ACCELERATORS.get(c.accelerator), "kind", None) == "tpu":
         return [f"docker_image: pinned to {image!r} together with the TPU accelerator (enable_tpu, machine_shape "
                 f"{c.meta.get('machine_shape')!r}): Kaggle then runs the pinned image, a CPU/GPU image without "
                 "torch_xla. Remove docker_image (kernels pull writes it) and let Kaggle pick its TPU image"]
@@ -251,8 +253,10 @@ def notebook_parameter(nb, name: str):
     ``parameters`` cell's literal; None when neither assigns a literal."""
     from kitlib.params import parameter_defaults
 
+    from .offline import PARAMETER_TAGS
+
     value = None
-    for tag in ("parameters", "injected-parameters"):
+    for tag in PARAMETER_TAGS:
         for cell in nb.cells:
             if cell.cell_type == "code" and tag in (cell.get("metadata", {}).get("tags") or []):
                 try:
@@ -304,6 +308,20 @@ def _auto_model(c: Checked) -> list[str]:
     return []
 
 
+def _accelerator_parameter(c: Checked) -> list[str]:
+    """The notebook's effective ``accelerator`` parameter (``-p`` included) must be one the kernel's
+    machine has: ``auto`` always; else one of the accelerator's runtimes (:data:`~.accelerators.ACCELERATORS`)."""
+    nb = c.notebook
+    value = notebook_parameter(nb, "accelerator") if nb is not None else None
+    row = ACCELERATORS.get(c.accelerator)
+    if not isinstance(value, str) or value == "auto" or row is None or value in row.runtimes:
+        return []
+    fits = sorted(k for k, r in ACCELERATORS.items() if value in r.runtimes)
+    return [f"accelerator: the notebook runs with accelerator={value!r}, but the kernel's machine is {c.accelerator!r} "
+            f"(runtimes {', '.join(row.runtimes) or 'none'}): pass -p accelerator=auto"
+            + (f", or give the entry accelerator {' or '.join(map(repr, fits))}" if fits else "")]
+
+
 class Rule(NamedTuple):
     fields: str
     requirement: str
@@ -320,7 +338,7 @@ RULES: tuple[Rule, ...] = (
     Rule("kernel_type", "notebook", "what this kit stages", _is("kernel_type", "notebook")),
     Rule("is_private, enable_*", "true/false or \"true\"/\"false\"", "KaggleApi.get_bool", _bools),
     Rule("enable_tpu, enable_gpu, machine_shape", "agree with the accelerator (accelerators.ACCELERATORS)",
-         "Kaggle's sessions: TPU v5e-8, 2x T4", _accelerator),
+         "Kaggle's machine shapes (kaggle-cli docs/kernels.md); P100: kaggle-cli #1156", _accelerator),
     Rule("docker_image", "absent with a TPU", "a pinned image (kernels pull writes one) runs without torch_xla", _docker_image),
     Rule("docker_image_pinning_type", "original or latest", "KaggleApi.valid_push_pinning_types", _pinning),
     Rule("*_sources", "lists of normalised strings of the kind's form (SOURCE_KINDS)",
@@ -332,6 +350,8 @@ RULES: tuple[Rule, ...] = (
          "Kaggle runs the kernel without network access", _internet),
     Rule("model_sources, dataset_sources, kernel_sources", "what model=\"auto\" loads is attached",
          "kitlib.model.resolve_checkpoint refuses 'auto' on the competition data", _auto_model),
+    Rule("accelerator (the notebook parameter)", "auto, or a runtime of the kernel's machine (ACCELERATORS.runtimes)",
+         "kitlib.runtime.detect_runtime refuses an accelerator it does not find", _accelerator_parameter),
 )
 
 
