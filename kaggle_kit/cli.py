@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -40,7 +41,8 @@ from .project import chain, check_order, entry_problems, load_project_metadata
 from .remote import DEFAULT_WAIT_S, DownloadError, PushError, WaitTimeout, download, output_command, push, wait
 from .rules import VENDOR_TAG, MetadataError
 from .stage import notebook_paths, read_notebook, stage
-from .submit import SubmitError, check_allowance, format_submission, list_submissions, submit_code, submit_file, wait_scored
+from .submit import (SubmitError, check_allowance, competition_sample, format_submission, list_submissions, precheck,
+                     submit_code, submit_file, wait_scored)
 from .vendor import KITLIB, vendored_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("-m", "--message", default="", help="submission description")
         sp.add_argument("--score-timeout", type=float, default=SCORE_TIMEOUT_S, help=f"seconds to wait for the score (default {SCORE_TIMEOUT_S})")
         sp.add_argument("--score-poll", type=float, default=10, help="seconds between score checks (default 10)")
+        sp.add_argument("--sample-submission", type=Path,
+                        help="check the file against this (default: the competition's sample_submission.csv, downloaded)")
+        sp.add_argument("--force", action="store_true", help="submit without the local check of the file")
 
     for name, what in (("stage", "stage kernel folders (vendored kitlib + kernel-metadata.json) and validate them"),
                        ("validate", "= push --dry-run: stage and validate, send nothing")):
@@ -150,7 +155,7 @@ def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = Fals
     """Stage each notebook (``-p`` routed to its members, :func:`~.parameters.split_parameters`);
     with ``table`` (or any ``-p``), print every member's effective parameters. Returns (staged, number invalid)."""
     defaults = {py.stem: notebook_defaults(read_notebook(py)) for py in notebooks}
-    per = split_parameters(a.parameter, defaults)
+    per = split_parameters(a.parameter, defaults, chain=a.cmd == "run")
     staged, invalid = [], 0
     for py in notebooks:
         try:
@@ -214,14 +219,35 @@ def _run_local(a, api, owner, project, notebooks_dir) -> int:
     return 0
 
 
-def _download(kernel_id: str, api, dest: Path, version: int | None = None) -> bool:
+def _download(kernel_id: str, api, dest: Path, version: int | None = None) -> list[Path] | None:
+    """Download one version's output into ``dest``; returns the files written (None when any failed)."""
     try:
-        download(kernel_id, api, dest, version=version)
-        return True
+        return download(kernel_id, api, dest, version=version)
     except DownloadError as e:
         _error([f"error: {kernel_id}: {len(e.failed)} output file(s) not downloaded:"]
                + [f"  {name}: {why}" for name, why in e.failed.items()])
-        return False
+        return None
+
+
+def version_dir(root: Path, slug: str, version: int | None) -> Path:
+    """Where one version's output goes: ``root/<slug>/v<N>/`` (``root/<slug>/latest/`` when the
+    version is unknown), so files of different versions never mix."""
+    return Path(root) / slug / (f"v{version}" if version else "latest")
+
+
+def _listed(written: list[Path] | None, dest: Path, name: str, kernel_id: str, version) -> Path:
+    """``dest/name`` when the version's output listing held ``name`` (it was just downloaded).
+
+    Raises:
+        SubmitError: the listing did not hold it: the file is never taken from an earlier run.
+    """
+    path = dest / name
+    if written is None or path not in written:
+        held = sorted(p.relative_to(dest).as_posix() for p in written or [] if p.suffix != ".log")
+        raise SubmitError(f"{kernel_id} version {version}: its output listing holds no {name!r} (it holds: "
+                          f"{', '.join(held) or 'nothing'}): nothing was submitted (a file of an earlier run is never "
+                          "submitted). Pass -f NAME for another output file")
+    return path
 
 
 def _score(a, api, competition: str, ref: int) -> int:
@@ -231,22 +257,26 @@ def _score(a, api, competition: str, ref: int) -> int:
     return 0
 
 
-def _push_wait_download(a, st, api, dest_root: Path) -> tuple[int | None, bool]:
-    """Push one staged kernel, wait, download its version's output; returns (version, ok)."""
+def _push_wait_download(a, st, api, dest_root: Path) -> tuple[int | None, bool, Path, list[Path] | None]:
+    """Push one staged kernel, wait, download its version's output into its own folder
+    (:func:`version_dir`); returns (version, ok, that folder, the files written)."""
     resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
     version = resp.version_number or None
     print(f"{st.kernel_id}: pushed version {resp.version_number}: {resp.url}", flush=True)
-    dest = dest_root / st.folder.name
+    dest = version_dir(dest_root, st.folder.name, version)
+    if dest.exists():  # an earlier download of this very version: replaced whole, never mixed
+        shutil.rmtree(dest)
     try:
-        wait(st.kernel_id, api, timeout=a.timeout, poll=a.poll, version=version, dest=dest)
+        wait(st.kernel_id, api, timeout=a.timeout, poll=a.poll, version=version, dest=dest_root)
     except WaitTimeout as e:
         _error(f"error: {e}")
-        return version, False
+        return version, False, dest, None
     except PushError as e:  # ERROR / CANCEL: the version's log (and what it wrote) still comes back
         _error(f"error: {e}")
         _download(st.kernel_id, api, dest, version)
-        return version, False
-    return version, _download(st.kernel_id, api, dest, version)
+        return version, False, dest, None
+    written = _download(st.kernel_id, api, dest, version)
+    return version, written is not None, dest, written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{a.kernel}: {status}" + (f": {resp.failure_message}" if resp.failure_message else ""))
             return 0 if status != "ERROR" else 1
         if a.cmd == "output":
-            return 0 if _download(a.kernel, api, a.dest / a.kernel.split("/")[-1], a.version) else 1
+            dest = version_dir(a.dest, a.kernel.split("/")[-1], a.version)
+            return 0 if _download(a.kernel, api, dest, a.version) is not None else 1
         if a.cmd == "submissions":
             competition = _competition(a)
             subs = list_submissions(api, competition)
@@ -313,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         for st in staged:
             try:
                 if a.wait:
-                    _, ok = _push_wait_download(a, st, api, a.output) if a.output else _push_wait(a, st, api)
+                    ok = _push_wait_download(a, st, api, a.output)[1] if a.output else _push_wait(a, st, api)[1]
                     failed += not ok
                 else:
                     resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
@@ -349,10 +380,10 @@ def _run(a, api, project: dict, staged) -> int:
     Then, with --submit, the last kernel's output is submitted and its score read back."""
     import requests
 
-    version = None
+    version, dest, written = None, None, None
     for i, st in enumerate(staged):
         try:
-            version, ok = _push_wait_download(a, st, api, a.output)
+            version, ok, dest, written = _push_wait_download(a, st, api, a.output)
         except (PushError, requests.RequestException) as e:
             _error(f"error: {e}")
             ok = False
@@ -365,14 +396,31 @@ def _run(a, api, project: dict, staged) -> int:
         return 0
     last = staged[-1]
     competition = _competition(a, project)
+    path = _listed(written, dest, a.file, last.kernel_id, version)
+    _precheck(a, api, competition, path)
     left = check_allowance(api, competition)
     print(f"{competition}: {left} submission(s) left today", flush=True)
     if a.code:
         ref = submit_code(api, competition, last.kernel_id, version, a.file, a.message or f"{last.kernel_id} v{version}")
     else:
-        ref = submit_file(api, competition, a.output / last.folder.name / a.file, a.message or f"{last.kernel_id} v{version}")
+        ref = submit_file(api, competition, path, a.message or f"{last.kernel_id} v{version}")
     print(f"{competition}: submitted as {ref}; waiting for the score", flush=True)
     return _score(a, api, competition, ref)
+
+
+def _precheck(a, api, competition: str, path: Path) -> None:
+    """The local check of a file before a submission is spent on it (:func:`~.submit.precheck`);
+    ``--force`` skips it, ``--code`` too (Kaggle reruns the kernel on the hidden test set).
+
+    Raises:
+        SubmitError: the file breaks a rule, or the sample submission could not be had.
+    """
+    if a.force or a.code:
+        if a.force:
+            print(f"{path}: not checked (--force)", flush=True)
+        return
+    sample = a.sample_submission or competition_sample(api, competition, Path(tempfile.mkdtemp(prefix="kaggle-sample-")))
+    print(precheck(path, sample), flush=True)
 
 
 def _submit(a, api) -> int:
@@ -380,20 +428,22 @@ def _submit(a, api) -> int:
     if (a.file is None) == (a.kernel is None):
         _error("error: submit: give a FILE, or --kernel OWNER/SLUG [--version N] [-f OUTPUT_FILE]")
         return 2
+    if a.kernel and a.code and a.version is None:
+        _error("error: submit --code: --version N is required (the number push printed)")
+        return 2
+    path = a.file
+    if a.kernel:  # that version's output, downloaded into a folder of its own; the file must be in its listing
+        dest = Path(tempfile.mkdtemp(prefix="kaggle-output-"))
+        written = _download(a.kernel, api, dest, a.version)
+        if written is None:
+            return 1
+        path = _listed(written, dest, a.file_name, a.kernel, a.version or "latest")
+    _precheck(a, api, competition, path)
     left = check_allowance(api, competition)
     print(f"{competition}: {left} submission(s) left today", flush=True)
     if a.kernel and a.code:
-        if a.version is None:
-            _error("error: submit --code: --version N is required (the number push printed)")
-            return 2
         ref = submit_code(api, competition, a.kernel, a.version, a.file_name, a.message or f"{a.kernel} v{a.version}")
     else:
-        path = a.file
-        if a.kernel:
-            dest = Path(tempfile.mkdtemp(prefix="kaggle-output-"))
-            if not _download(a.kernel, api, dest, a.version):
-                return 1
-            path = dest / a.file_name
         ref = submit_file(api, competition, path, a.message or path.name)
     print(f"{competition}: submitted as {ref}; waiting for the score", flush=True)
     return _score(a, api, competition, ref)

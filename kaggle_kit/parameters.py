@@ -162,13 +162,16 @@ def parse_qualified(items: list[str]) -> list[tuple[str | None, str, object]]:
     return out
 
 
-def split_parameters(items: list[str], defaults: dict[str, dict | None]) -> dict[str, dict]:
+def split_parameters(items: list[str], defaults: dict[str, dict | None], chain: bool = True) -> dict[str, dict]:
     """Route ``-p`` items to the notebooks of a run (one notebook, or the members of a chain).
 
     Args:
         items: the raw ``-p`` strings (:func:`parse_qualified`).
         defaults: member (notebook stem) -> its parameters cell's defaults (None: no parameters cell),
             in run order.
+        chain: the members run as a chain (one reads another's output): names of
+            :data:`ROLE_PARAMETERS` are then refused unqualified; False (notebooks staged or pushed
+            side by side) sends them to every member that defines them.
 
     Returns:
         member -> ``{name: value}`` for that member (every member present, maybe empty).
@@ -201,7 +204,7 @@ def split_parameters(items: list[str], defaults: dict[str, dict | None]) -> dict
                 continue
             raise ParameterError(f"-p {name}=...: unknown parameter: no notebook of {', '.join(members)} defines it"
                                  + _closest(name, {k for d in defaults.values() for k in (d or {})}))
-        if len(having) > 1 and name in ROLE_PARAMETERS:
+        if chain and len(having) > 1 and name in ROLE_PARAMETERS:
             raise ParameterError(
                 f"-p {name}=...: {name!r} means a different thing in each notebook of this run that has it "
                 f"({ROLE_PARAMETERS[name]}): {', '.join(having)}. Aim it at one: "

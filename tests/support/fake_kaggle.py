@@ -94,6 +94,8 @@ class FakeKaggle:
         labels: dict[str, int] | None = None,
         daily_limit: int = 5,
         pending_polls: int = 1,
+        data_files: dict[str, bytes] | None = None,
+        datasets: dict[str, list[dict]] | None = None,
     ) -> None:
         bad = [s for s in statuses if s not in STATUSES]
         if bad or not statuses:
@@ -113,6 +115,13 @@ class FakeKaggle:
         self.labels = dict(labels or {})
         self.daily_limit = daily_limit
         self.pending_polls = pending_polls
+        # the competition's files (DownloadDataFile); without them, a sample submission of the labels' ids
+        self.data_files = dict(data_files or {})
+        if "sample_submission.csv" not in self.data_files and self.labels:
+            self.data_files["sample_submission.csv"] = ("id,toxic\n" + "".join(f"{i},0.5\n" for i in self.labels)).encode()
+        # datasets: "owner/slug" -> its versions, each {"notes", "files": {name: bytes}} (CreateDataset, CreateDatasetVersion)
+        self.datasets: dict[str, list[dict]] = {k: list(v) for k, v in (datasets or {}).items()}
+        self.blobs: dict[str, dict] = {}  # StartBlobUpload token -> {"name", "data"}
         self.uploads: dict[str, bytes] = {}
         self.upload_names: dict[str, str] = {}
         self.submissions: list[dict] = []
@@ -210,6 +219,13 @@ class FakeKaggle:
             if self.record:
                 with open(self.record, "a") as f:
                     f.write(json.dumps(rec) + "\n")
+        if verb == "PUT" and path.startswith("/fake-blob/"):
+            token = path[len("/fake-blob/"):]
+            if token not in self.blobs:
+                return self._reply(h, 404, {"code": 404, "message": f"no blob upload {token}"})
+            self.blobs[token]["data"] = raw
+            rec["body"] = {"_bytes": len(raw)}
+            return self._reply(h, 200, {})
         if verb == "PUT" and path.startswith("/fake-upload/"):
             token = path[len("/fake-upload/"):]
             if token not in self.uploads:
@@ -217,6 +233,18 @@ class FakeKaggle:
             self.uploads[token] = raw
             rec["body"] = {"_bytes": len(raw)}
             return self._reply(h, 200, {})
+        if verb == "GET" and path.startswith("/fake-data/"):
+            name = unquote(path[len("/fake-data/"):])
+            if name not in self.data_files:
+                return self._reply(h, 404, {"code": 404, "message": f"no data file {name}"})
+            data = self.data_files[name]
+            h.send_response(200)
+            h.send_header("Content-Type", "text/csv")
+            h.send_header("Content-Length", str(len(data)))
+            h.send_header("Last-Modified", "Tue, 01 Dec 2026 10:00:00 GMT")
+            h.end_headers()
+            h.wfile.write(data)
+            return None
         if verb == "GET" and path.startswith("/fake-output/"):
             rest = unquote(path[len("/fake-output/"):])
             files = self.outputs
@@ -266,6 +294,8 @@ class FakeKaggle:
                 return self._reply(h, 200, {"active": True, "username": self.username})
             if method in self._COMPETITION_METHODS:
                 return self._competition(h, method, body)
+            if method in self._DATASET_METHODS:
+                return self._dataset(h, method, body)
         return self._reply(h, 404, {"code": 404, "message": f"the fake does not serve {method}"})
 
 
@@ -288,7 +318,7 @@ class FakeKaggle:
 
     # -- competitions ------------------------------------------------------------------------
     _COMPETITION_METHODS = ("StartSubmissionUpload", "CreateSubmission", "CreateCodeSubmission", "GetSubmission",
-                            "ListSubmissions", "GetSubmissionLimits")
+                            "ListSubmissions", "GetSubmissionLimits", "DownloadDataFile")
 
     def score(self, data: bytes) -> tuple[str, str | None, str | None]:
         """(status, public score, private score) of submission bytes, or ("ERROR", reason, None)."""
@@ -341,7 +371,51 @@ class FakeKaggle:
             out["errorDescription"] = s["public"]
         return out
 
+    # -- datasets (publishing a checkpoint) -----------------------------------------------------
+    _DATASET_METHODS = ("StartBlobUpload", "CreateDatasetVersion", "CreateDataset", "GetDataset")
+
+    def _dataset(self, h, method: str, body: dict):
+        if method == "StartBlobUpload":
+            token = f"dblob-{len(self.blobs) + 1}"
+            self.blobs[token] = {"name": body.get("name", ""), "data": None}
+            return self._reply(h, 200, {"token": token, "createUrl": f"http://localhost/fake-blob/{token}"})
+        if method in ("CreateDatasetVersion", "CreateDataset"):
+            spec = body.get("body", body)
+            if method == "CreateDataset":
+                ref = f"{body.get('ownerSlug')}/{body.get('slug')}"
+                if ref in self.datasets:
+                    return self._reply(h, 200, {"error": f"dataset {ref} already exists", "status": "error"})
+                self.datasets[ref] = []
+            else:
+                ref = f"{body.get('ownerSlug')}/{body.get('datasetSlug')}"
+                if ref not in self.datasets:
+                    return self._reply(h, 404, {"code": 404, "message": f"no dataset {ref}"})
+            files = {}
+            for f in spec.get("files") or []:
+                blob = self.blobs.get(f.get("token", ""))
+                if blob is None or blob["data"] is None:
+                    return self._reply(h, 400, {"code": 400, "message": f"file token {f.get('token')!r} was not uploaded"})
+                files[blob["name"]] = blob["data"]
+            self.datasets[ref].append({"notes": spec.get("versionNotes", ""), "files": files})
+            return self._reply(h, 200, {"ref": ref, "url": f"http://localhost/datasets/{ref}", "status": "ok",
+                                        "versionNumber": len(self.datasets[ref])})
+        if method == "GetDataset":
+            ref = f"{body.get('ownerSlug')}/{body.get('datasetSlug')}"
+            if ref not in self.datasets:
+                return self._reply(h, 404, {"code": 404, "message": f"no dataset {ref}"})
+            return self._reply(h, 200, {"ref": ref, "title": ref.split("/")[1]})
+        raise AssertionError(method)
+
     def _competition(self, h, method: str, body: dict):
+        if method == "DownloadDataFile":
+            name = body.get("fileName", "")
+            if name not in self.data_files:
+                return self._reply(h, 404, {"code": 404, "message": f"no data file {name}"})
+            h.send_response(302)  # as Kaggle: a redirect to the file's storage URL, which names the file
+            h.send_header("Location", f"http://localhost/fake-data/{name}")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return None
         if method == "StartSubmissionUpload":
             token = f"blob-{len(self.uploads) + 1}"
             self.uploads[token] = b""
@@ -405,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labels", help="CSV id,toxic: the hidden labels submissions are scored against")
     p.add_argument("--daily-limit", type=int, default=5, help="submissions allowed per day")
     p.add_argument("--pending-polls", type=int, default=1, help="GetSubmission answers PENDING this many times first")
+    p.add_argument("--data-file", action="append", default=[], metavar="NAME=FILE",
+                   help="a competition data file (DownloadDataFile; default sample_submission.csv: the labels' ids)")
     a = p.parse_args(argv)
     outputs = {}
     for spec in a.output:
@@ -415,6 +491,10 @@ def main(argv: list[str] | None = None) -> int:
         where, _, file = spec.partition("=")
         slug, version, name = where.split(":", 2)
         kernel_outputs.setdefault(slug, {}).setdefault(int(version), {})[name] = Path(file).read_bytes()
+    data_files = {}
+    for spec in a.data_file:
+        name, _, file = spec.partition("=")
+        data_files[name] = Path(file).read_bytes()
     labels = {}
     if a.labels:
         import csv
@@ -424,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     fake = FakeKaggle(push_error=a.push_error, conflicts=a.conflicts, statuses=tuple(a.statuses.split(",")),
                       outputs=outputs, log=a.log, page_size=a.page_size, missing=tuple(a.missing), record=a.record,
                       kernel_outputs=kernel_outputs, labels=labels, daily_limit=a.daily_limit,
-                      pending_polls=a.pending_polls)
+                      pending_polls=a.pending_polls, data_files=data_files)
     port = fake.start(a.port)
     print(f"fake Kaggle API on http://127.0.0.1:{port} (use HTTP_PROXY=http://127.0.0.1:{port} KAGGLE_API_ENVIRONMENT=LOCALHOST NO_PROXY=)", flush=True)
     try:
