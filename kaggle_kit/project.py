@@ -23,7 +23,8 @@ from .rules import KEY_ORDER, MetadataError, normalise_metadata
 
 
 # Keys of the top-level file that are this kit's, not Kaggle's: the per-notebook table and the chains.
-PROJECT_KEYS = ("notebooks", "chains")
+# packaged_sources: packaged model name -> the data set it was published as (kaggle_kit publish).
+PROJECT_KEYS = ("notebooks", "chains", "packaged_sources")
 
 
 def kernel_id(project: dict, stem: str, owner: str) -> str:

@@ -98,6 +98,7 @@ class Checked:
     folder: Path | None
     api: object
     notebook: object = None  # the nbformat notebook, for the enable_internet rule
+    attached_packaged: tuple = ()  # packaged model names whose published dataset is attached (project packaged_sources)
     warnings: list[str] = field(default_factory=list)
 
     def flag(self, key: str):
@@ -239,7 +240,7 @@ def _internet(c: Checked) -> list[str]:
     if nb is None:
         return []
     out = []
-    for need in internet_needs(nb, skip_tag=VENDOR_TAG):
+    for need in internet_needs(nb, skip_tag=VENDOR_TAG, attached_packaged=c.attached_packaged):
         msg = f"enable_internet: false, but notebook cell {need.cell} {need.what}"
         if need.sure:
             out.append(msg + "; or set enable_internet: true")
@@ -355,7 +356,8 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def validate_metadata(meta: dict, accelerator: str, folder: Path | None = None, api=None, notebook=None) -> list[str]:
+def validate_metadata(meta: dict, accelerator: str, folder: Path | None = None, api=None, notebook=None,
+                      attached_packaged: tuple = ()) -> list[str]:
     """Refuse kernel metadata that Kaggle would refuse, misread or run on the wrong machine (:data:`RULES`).
 
     Args:
@@ -376,7 +378,7 @@ def validate_metadata(meta: dict, accelerator: str, folder: Path | None = None, 
         from .client import kaggle_api
 
         api = kaggle_api(require_credentials=False)
-    c = Checked(meta, accelerator, Path(folder) if folder is not None else None, api, notebook)
+    c = Checked(meta, accelerator, Path(folder) if folder is not None else None, api, notebook, tuple(attached_packaged))
     problems = [p for rule in RULES for p in rule.check(c)]
     if problems:
         raise MetadataError(problems, str(meta.get("id") or meta.get("title") or ""))

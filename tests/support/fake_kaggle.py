@@ -26,6 +26,12 @@ fake can listen on any free port and receives absolute-URI requests. Served:
   (id -> 0/1, known only to the fake): ROC AUC of the ``toxic`` column on the public ids (every
   other id in sorted order) and on the private ones; an id set that differs, a missing column
   or a value that is not a finite number ends in ERROR, as Kaggle's scorer does.
+* ``competitions.CompetitionApiService/DownloadDataFile``: a redirect to the competition file
+  (``data_files``; by default ``sample_submission.csv`` with the labels' ids), served by GET.
+* datasets (publishing a checkpoint): ``blobs.BlobApiService/StartBlobUpload`` answers a token and
+  an upload URL taking the file by PUT; ``datasets.DatasetApiService/GetDatasetStatus`` (HTTP 404
+  for an unknown data set), ``CreateDataset`` and ``CreateDatasetVersion`` record each version's
+  notes and files (``FakeKaggle.datasets``).
 * kernels by version: ``kernel_outputs`` ({slug: {version: {name: bytes}}}) holds each version's
   output; ``ListKernelSessionOutput`` with ``versionLabel`` lists that version's, without it the
   latest complete version's (on Kaggle, while a new version runs, the previous one's).
@@ -372,7 +378,7 @@ class FakeKaggle:
         return out
 
     # -- datasets (publishing a checkpoint) -----------------------------------------------------
-    _DATASET_METHODS = ("StartBlobUpload", "CreateDatasetVersion", "CreateDataset", "GetDataset")
+    _DATASET_METHODS = ("StartBlobUpload", "CreateDatasetVersion", "CreateDataset", "GetDatasetStatus")
 
     def _dataset(self, h, method: str, body: dict):
         if method == "StartBlobUpload":
@@ -399,11 +405,11 @@ class FakeKaggle:
             self.datasets[ref].append({"notes": spec.get("versionNotes", ""), "files": files})
             return self._reply(h, 200, {"ref": ref, "url": f"http://localhost/datasets/{ref}", "status": "ok",
                                         "versionNumber": len(self.datasets[ref])})
-        if method == "GetDataset":
+        if method == "GetDatasetStatus":
             ref = f"{body.get('ownerSlug')}/{body.get('datasetSlug')}"
             if ref not in self.datasets:
                 return self._reply(h, 404, {"code": 404, "message": f"no dataset {ref}"})
-            return self._reply(h, 200, {"ref": ref, "title": ref.split("/")[1]})
+            return self._reply(h, 200, {"status": "ready"})
         raise AssertionError(method)
 
     def _competition(self, h, method: str, body: dict):
