@@ -168,7 +168,7 @@ def list_outputs(kernel_id: str, api, max_pages: int = 1000, version: int | None
                  page_size: int | None = None) -> tuple[list[tuple[str, str]], str]:
     """Every output file of the latest run, following ``nextPageToken`` through every page.
 
-    ``KaggleApi.kernels_output`` (kaggle 2.2.1) reads only the first page of
+    ``KaggleApi.kernels_output`` (kaggle 2.2.1 and 2.2.5) reads only the first page of
     ``ListKernelSessionOutput`` (Kaggle pages it, 500 files a page); this asks for each page in
     turn with the client's own request type.
 

@@ -3,7 +3,7 @@
 Each row names the field(s), what is required, where the rule comes from, and the function that
 checks it; :func:`validate_metadata` runs every row and reports every problem, each message
 starting with its field. The keys are Kaggle's kernel metadata keys (github.com/Kaggle/kaggle-api
-``docs/kernels_metadata.md``, as read by ``KaggleApi.kernels_push`` in kaggle 2.2.1).
+``docs/kernels_metadata.md``, as read by ``KaggleApi.kernels_push`` in kaggle 2.2.5).
 """
 from __future__ import annotations
 

@@ -706,8 +706,8 @@ def test_non_ascii_notebook_is_sent_as_written_under_any_locale(tmp_path, fake, 
 
 # 7. a notebook saved by Kaggle's editor names its accelerator Kaggle's way
 @pytest.mark.parametrize("kaggle_name,entry,ok", [
-    ("tpuV5e8", "tpu", True), ("nvidiaTeslaT4", "gpu", True), ("nvidiaTeslaP100", "gpu", True),
-    ("nvidiaTeslaT4", "tpu", False), ("tpuV9000", "tpu", False),
+    ("tpuV5e8", "tpu", True), ("nvidiaTeslaT4", "gpu", True), ("TpuV6E8", "tpu-v6e", True), ("NvidiaH100", "h100", True),
+    ("nvidiaTeslaT4", "tpu", False), ("tpuV9000", "tpu", False), ("nvidiaTeslaP100", "gpu", False),
 ])
 def test_kaggle_accelerator_names_are_understood(tmp_path, kaggle_name, entry, ok):
     proj = make_project(tmp_path / "p", [])
