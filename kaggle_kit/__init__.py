@@ -13,6 +13,7 @@ One module per part:
 * :mod:`.publish`: a checkpoint as a new data set version, attached by name;
 * :mod:`.parameters`: ``-p NAME=VALUE``, checked and injected as papermill would;
 * :mod:`.remote`: push, wait, download (one version at a time);
+* :mod:`.fanout`: a chain fanned out over folds or seeds, within the account's concurrent sessions;
 * :mod:`.submit` (+ :mod:`.sdk`, the kagglesdk calls KaggleApi does not wrap): submit, wait for the score, list submissions;
 * :mod:`.local`: run a staged kernel as Kaggle would (papermill);
 * :mod:`.cli`: the command line.

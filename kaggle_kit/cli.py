@@ -6,6 +6,7 @@
     python scripts/kernels.py validate    [NOTEBOOK ...] [-p NAME=VALUE] [--owner NAME]   # = push --dry-run
     python scripts/kernels.py push        NOTEBOOK ... | --all  [-p NAME=VALUE] [--dry-run] [--wait] [--output DIR]
     python scripts/kernels.py run         CHAIN|NOTEBOOK ... [-p NAME=VALUE] [--submit] [-m MSG] [--output DIR]
+                                          [--folds K | --seeds 0,1,2] [--max-concurrent N]
     python scripts/kernels.py submit      FILE | --kernel OWNER/SLUG [--version N] [-f submission.csv] [--code] [-m MSG]
     python scripts/kernels.py submissions [--competition SLUG]
     python scripts/kernels.py status      OWNER/SLUG [--version N]
@@ -39,6 +40,7 @@ import tempfile
 from pathlib import Path
 
 from .client import CredentialsError, kaggle_api, kaggle_username
+from .fanout import DEFAULT_CONCURRENT
 from .local import MountError, run_local
 from .parameters import ParameterError, effective_table, notebook_defaults, parse_assignments, parse_value, split_parameters
 from .project import chain, check_order, entry_problems, load_project_metadata
@@ -103,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     project_args(sp)
     waiting(sp, DEFAULT_WAIT_S)
     sp.add_argument("--output", type=Path, default=OUTPUTS, help="output folder, one per kernel (default outputs/kernels)")
+    sp.add_argument("--folds", type=int, default=0, metavar="K",
+                    help="one training kernel per fold (-p fold=i folds=K), then the chain's next kernels on all of them")
+    sp.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",") if x.strip()], metavar="S,S,...",
+                    help="one training kernel per seed (-p seed=S), then the chain's next kernels on all of them")
+    sp.add_argument("--max-concurrent", type=int, default=DEFAULT_CONCURRENT, metavar="N",
+                    help=f"kernels of a fan-out running at once (default {DEFAULT_CONCURRENT}); the rest are queued")
     sp.add_argument("--submit", action="store_true", help="submit the last kernel's output file when it completes")
     sp.add_argument("-f", "--file", default="submission.csv", help="the output file to submit (default submission.csv)")
     sp.add_argument("--code", action="store_true", help="a code competition: submit the kernel version, not the file")
@@ -163,20 +171,40 @@ def _competition(a, project: dict | None = None) -> str:
     return comps[0]
 
 
-def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = False):
-    """Stage each notebook (``-p`` routed to its members, :func:`~.parameters.split_parameters`);
-    with ``table`` (or any ``-p``), print every member's effective parameters. Returns (staged, number invalid)."""
-    defaults = {py.stem: notebook_defaults(read_notebook(py)) for py in notebooks}
+def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = False, units=None):
+    """Stage each notebook, or each unit of a fan-out (:func:`~.fanout.plan`), with ``-p`` routed
+    to its members (:func:`~.parameters.split_parameters`) and a unit's own fold or seed on top;
+    with ``table`` (or any ``-p``), print every kernel's effective parameters.
+
+    Returns:
+        (staged, number invalid, the wave of each staged kernel).
+
+    Raises:
+        ParameterError: a ``-p`` that a fan-out sets itself (``fold``, ``folds``, ``seed``).
+    """
+    from .fanout import Unit, resolve_sources
+
+    by_stem = {py.stem: py for py in notebooks}
+    defaults = {stem: notebook_defaults(read_notebook(py)) for stem, py in by_stem.items()}
     per = split_parameters(a.parameter, defaults, chain=a.cmd == "run")
-    staged, invalid = [], 0
-    for py in notebooks:
+    units = units or [Unit(py.stem, py.stem, project, {}, i) for i, py in enumerate(notebooks)]
+    staged, invalid, waves, labels = [], 0, [], []
+    for unit in units:
+        unit = resolve_sources(unit, owner)
+        py = by_stem[unit.stem]
+        clash = sorted(set(unit.extra) & set(per[unit.stem]))
+        if clash:
+            raise ParameterError(f"-p {', '.join(clash)}: set by the fan-out itself for each kernel ({unit.label}: "
+                                 f"{', '.join(f'{k}={v}' for k, v in unit.extra.items())}); leave it out")
         try:
-            st = stage(py, a.out, owner, project, KITLIB, api, parameters=per[py.stem])
+            st = stage(py, a.out, owner, unit.project, KITLIB, api, parameters={**per[unit.stem], **unit.extra})
         except MetadataError as e:
             _error([f"error: {py}: invalid kernel:"] + [f"  {msg}" for msg in e.problems])
             invalid += 1
             continue
         staged.append(st)
+        waves.append(unit.wave)
+        labels.append(unit.label)
         for w in st.warnings:
             _error(f"warning: {py}: {w}")
         for n in st.notes:
@@ -187,9 +215,10 @@ def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = Fals
         print(f"{py}: staged {st.folder} as {st.kernel_id} ({st.accelerator}, "
               f"{st.metadata.get('machine_shape') or 'no accelerator'}; kitlib {n} modules vendored"
               + (f"; parameters {given}" if given else "") + ")")
-    if (table or a.parameter) and staged:
-        print(effective_table({st.source.stem: (defaults[st.source.stem] or {}, dict(st.parameters)) for st in staged}), flush=True)
-    return staged, invalid
+    if (table or a.parameter or len(units) > len(notebooks)) and staged:
+        print(effective_table({label: (defaults[st.source.stem] or {}, dict(st.parameters))
+                               for label, st in zip(labels, staged)}), flush=True)
+    return staged, invalid, waves
 
 
 def _run_local(a, api, owner, project, notebooks_dir) -> int:
@@ -354,20 +383,26 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if a.cmd == "run-local":
             return _run_local(a, api, owner, project, notebooks_dir)
+        units = None
         if a.cmd == "run":
             names = [n for t in a.targets for n in chain(project, Path(t).stem if t.endswith((".py", ".ipynb")) else t)]
             check_order(project, names, "run " + " ".join(a.targets))
             notebooks = notebook_paths(names, notebooks_dir)
+            if a.folds or a.seeds is not None:
+                from .fanout import plan
+
+                units = plan(project, names, folds=a.folds, seeds=a.seeds,
+                             defaults={py.stem: notebook_defaults(read_notebook(py)) for py in notebooks})
         else:
             notebooks = notebook_paths(a.notebooks or None, notebooks_dir)
-        staged, invalid = _stage_all(a, api, owner, project, notebooks, table=a.cmd == "run")
+        staged, invalid, waves = _stage_all(a, api, owner, project, notebooks, table=a.cmd == "run", units=units)
         if invalid:
             return 2
         if a.cmd in ("stage", "validate") or getattr(a, "dry_run", False):
             print(f"{len(staged)} kernel(s) valid" + ("; dry run: nothing sent" if a.cmd != "stage" else ""))
             return 0
         if a.cmd == "run":
-            return _run(a, api, project, staged)
+            return _run(a, api, project, staged, waves)
         failed = 0
         for st in staged:
             try:
@@ -403,22 +438,37 @@ def _push_wait(a, st, api) -> tuple[int | None, bool]:
     return resp.version_number, True
 
 
-def _run(a, api, project: dict, staged) -> int:
+def _run(a, api, project: dict, staged, waves=None) -> int:
     """Each staged kernel in order: push, wait, download its version; stop at the first failure.
-    Then, with --submit, the last kernel's output is submitted and its score read back."""
+    The kernels of one wave (a fan-out's folds or seeds) run at once, at most ``--max-concurrent``,
+    the rest queued (:func:`~.fanout.run_wave`). Then, with --submit, the last kernel's output is
+    submitted and its score read back."""
     import requests
 
+    from .fanout import run_wave
+
+    waves = waves or list(range(len(staged)))
+    groups: list[list[int]] = []
+    for i, w in enumerate(waves):
+        if groups and waves[groups[-1][0]] == w:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
     version, dest, written = None, None, None
-    for i, st in enumerate(staged):
+    for g in groups:
+        wave = [staged[i] for i in g]
         try:
-            version, ok, dest, written = _push_wait_download(a, st, api, a.output)
+            if len(wave) == 1:
+                version, ok, dest, written = _push_wait_download(a, wave[0], api, a.output)
+            else:
+                ok, done = run_wave(a, api, wave, a.output, download_one=_download, version_dir=version_dir)
         except (PushError, requests.RequestException) as e:
             _error(f"error: {e}")
             ok = False
         if not ok:
-            rest = [s.kernel_id for s in staged[i + 1:]]
+            rest = [s.kernel_id for s in staged[g[-1] + 1:]]
             if rest:
-                _error(f"error: not pushed: {', '.join(rest)} (they read {st.kernel_id}'s output)")
+                _error(f"error: not pushed: {', '.join(rest)} (they read {', '.join(s.kernel_id for s in wave)}'s output)")
             return 1
     if not a.submit:
         return 0

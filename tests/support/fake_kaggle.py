@@ -10,7 +10,9 @@ fake can listen on any free port and receives absolute-URI requests. Served:
 * ``kernels.KernelsApiService/SaveKernel``: answers ``{ref, url, versionNumber, error}``; can answer
   HTTP 409 (a version still running) a given number of times first, or carry an ``error``.
 * ``kernels.KernelsApiService/GetKernelSessionStatus``: walks through a list of statuses
-  (e.g. QUEUED, RUNNING, COMPLETE), one per call, repeating the last.
+  (e.g. QUEUED, RUNNING, COMPLETE), one per call for each kernel since its push, repeating the
+  last. With ``max_sessions``, a push while that many kernels run (pushed, no terminal status
+  answered yet) is refused as Kaggle refuses it: "Maximum batch TPU session count of N reached."
 * ``kernels.KernelsApiService/ListKernelSessionOutput``: ``{files: [{fileName, url}], log,
   nextPageToken}``, paged as Kaggle pages it (``page_size`` files a page, 500 on Kaggle; the
   request's ``pageSize`` when smaller; ``pageToken`` picks the page); each url is
@@ -102,6 +104,7 @@ class FakeKaggle:
         pending_polls: int = 1,
         data_files: dict[str, bytes] | None = None,
         datasets: dict[str, list[dict]] | None = None,
+        max_sessions: int | None = None,
     ) -> None:
         bad = [s for s in statuses if s not in STATUSES]
         if bad or not statuses:
@@ -133,6 +136,12 @@ class FakeKaggle:
         self.submissions: list[dict] = []
         self.kernel_versions: dict[str, int] = {}  # slug -> latest pushed version
         self._status_calls = 0
+        self._status_by_slug: dict[str, int] = {}  # slug -> status calls since its last push
+        # sessions: Kaggle runs at most this many batch sessions of an account at once and refuses a
+        # push beyond ("Maximum batch ... session count of N reached"); a session ends at a terminal status
+        self.max_sessions = max_sessions
+        self.running: set[str] = set()
+        self.peak_running = 0
         self._versions = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -270,17 +279,28 @@ class FakeKaggle:
                 if self.conflicts > 0:
                     self.conflicts -= 1
                     return self._reply(h, 409, {"code": 409, "message": "A version of this kernel is still running"})
+                slug = body.get("slug") or "unknown/unknown"
+                short = slug.split("/")[-1]
+                if self.max_sessions is not None and len(self.running - {short}) >= self.max_sessions:
+                    return self._reply(h, 200, {"error": f"Maximum batch TPU session count of {self.max_sessions} reached."})
                 self._versions += 1
                 self._status_calls = 0
-                slug = body.get("slug") or "unknown/unknown"
-                self.kernel_versions[slug.split("/")[-1]] = self._versions
+                self._status_by_slug[short] = 0
+                self.kernel_versions[short] = self._versions
+                self.running.add(short)
+                self.peak_running = max(self.peak_running, len(self.running))
                 return self._reply(h, 200, {
                     "ref": f"/code/{slug}", "url": f"http://localhost/code/{slug}",
                     "versionNumber": self._versions, "error": self.push_error,
                 })
             if method == "GetKernelSessionStatus":
-                status = self.statuses[min(self._status_calls, len(self.statuses) - 1)]
+                short = body.get("kernelSlug", "")
+                n = self._status_by_slug.get(short, self._status_calls)
+                status = self.statuses[min(n, len(self.statuses) - 1)]
                 self._status_calls += 1
+                self._status_by_slug[short] = n + 1
+                if status in ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED"):
+                    self.running.discard(short)
                 reply = {"status": status}
                 if status == "ERROR" and self.failure_message:
                     reply["failureMessage"] = self.failure_message
@@ -310,7 +330,8 @@ class FakeKaggle:
         """The newest version of ``slug`` whose output exists and whose run is not the one going on."""
         versions = sorted(self.kernel_outputs.get(slug, {}))
         running = self.kernel_versions.get(slug)
-        status = self.statuses[min(max(self._status_calls - 1, 0), len(self.statuses) - 1)]
+        calls = self._status_by_slug.get(slug, self._status_calls)
+        status = self.statuses[min(max(calls - 1, 0), len(self.statuses) - 1)]
         done = [v for v in versions if v != running or status == "COMPLETE"]
         return done[-1] if done else None
 
