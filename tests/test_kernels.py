@@ -1,5 +1,5 @@
 """scripts/kernels.py (the package kaggle_kit): staging with vendored kitlib, metadata
-rules, and pushes through the real ``kaggle`` client (2.2.1 / kagglesdk 0.1.28) to the fake Kaggle
+rules, and pushes through the real ``kaggle`` client (2.2.5 / kagglesdk 0.1.38) to the fake Kaggle
 API of tests/support/fake_kaggle.py on 127.0.0.1 (reached through ``HTTP_PROXY`` with
 ``KAGGLE_API_ENVIRONMENT=LOCALHOST``)."""
 from __future__ import annotations

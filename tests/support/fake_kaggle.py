@@ -1,6 +1,6 @@
 """A fake Kaggle API server on 127.0.0.1, for testing ``kaggle_kit`` (``scripts/kernels.py``) with the real ``kaggle`` client.
 
-The ``kaggle`` package (2.2.1, kagglesdk 0.1.28) sends every call as ``POST
+The ``kaggle`` package (2.2.5, kagglesdk 0.1.38) sends every call as ``POST
 {base}/api/v1/<service>/<Method>`` with a camelCase JSON body (``kagglesdk/kaggle_http_client.py``);
 with ``KAGGLE_API_ENVIRONMENT=LOCALHOST`` the base is ``http://localhost`` (port 80,
 ``kagglesdk/kaggle_env.py``). Rather than bind port 80, point ``HTTP_PROXY`` at this server: the
