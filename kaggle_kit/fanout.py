@@ -92,6 +92,8 @@ def plan(project: dict, names: list[str], *, folds: int = 0, seeds: list[int] | 
                     raise MetadataError([f"notebooks.{n}.title: {title!r} (the title with the {suffix.split()[0]}) is over "
                                          "Kaggle's 50 characters: shorten the title"])
                 e["title"] = title
+                if e.get("id"):  # an explicit id: each fold its own kernel too
+                    e["id"] = f"{e['id']}-{suffix.replace(' ', '-')}"
                 units.append(Unit(f"{n} {suffix}", n, proj, extra, wave))
             kernel_ids[n] = [u for u in units if u.stem == n]
             wave += 1
@@ -119,12 +121,11 @@ def resolve_sources(unit: Unit, owner: str | None) -> Unit:
     fanned = e.get("fanned_uses")
     if not fanned:
         return unit
-    proj = copy.deepcopy({k: v for k, v in unit.project.items()})
+    proj = copy.deepcopy(unit.project)
     e = proj["notebooks"][unit.stem]
     del e["fanned_uses"]
     own = (e.get("id") or "").split("/")[0] or owner
-    ids = [kernel_id(p, stem, own).split("/", 1)[1] for p, stem in fanned]
-    e["kernel_sources"] = list(e.get("kernel_sources") or []) + [f"{own}/{slug}" for slug in ids]
+    e["kernel_sources"] = list(e.get("kernel_sources") or []) + [kernel_id(p, stem, own) for p, stem in fanned]
     return Unit(unit.label, unit.stem, proj, unit.extra, unit.wave)
 
 
@@ -177,8 +178,6 @@ def run_wave(a, api, staged: list, dest_root: Path, *, download_one, version_dir
             running[st.kernel_id] = (st, version, "")
             _say(f"{st.kernel_id}: pushed version {resp.version_number}: {resp.url}"
                  + (f" ({len(queue)} queued)" if queue else ""))
-        if queue and len(running) >= a.max_concurrent:
-            pass  # the queue waits for a running kernel to end
         for kid, (st, version, last) in list(running.items()):
             owner, slug, _ = api.parse_kernel_string(kid)
             with api.build_kaggle_client() as kaggle:

@@ -8,14 +8,12 @@ import json
 import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from slugify import slugify
 
 from test_kaggle_loop import INFER_SLUG, SAMPLE_IDS, TRAIN_SLUG, labels_and_predictions  # noqa: E402
-from test_kernels import COMPETITION, ROOT, add_notebook, cli, make_project, meta_args  # noqa: E402
+from test_kernels import COMPETITION, ROOT, cli, make_project, meta_args  # noqa: E402
 
 import kaggle_kit as kernels  # noqa: E402
 from support.fake_kaggle import FakeKaggle  # noqa: E402
