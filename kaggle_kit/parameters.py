@@ -122,3 +122,120 @@ def inject_parameters(nb, parameters: dict):
             c.id = INJECTED_TAG
     nb.metadata.pop("papermill", None)
     return nb
+
+
+# Parameters whose meaning depends on the notebook's role in a chain: the same name means another
+# thing in a training and in an inference notebook, so an unqualified ``-p`` of one of them is
+# refused when several members of a chain define it (write ``-p MEMBER:NAME=VALUE``).
+ROLE_PARAMETERS = {
+    "model": "the checkpoint a training notebook starts from, or the one an inference notebook predicts with",
+    "preset": "the checkpoint a training notebook starts from",
+    "output_dir": "the folder this notebook writes its output to",
+    "output_csv": "the file this notebook writes",
+    "submission": "the file this notebook writes",
+    "work_dir": "the folder this notebook writes its output to",
+    "shard_dir": "the folder this notebook writes its shards to",
+    "train_csv": "an input file of this notebook's role",
+    "valid_csv": "an input file of this notebook's role",
+    "test_csv": "an input file of this notebook's role",
+}
+
+
+def parse_qualified(items: list[str]) -> list[tuple[str | None, str, object]]:
+    """``-p`` items -> ``[(member or None, name, value), ...]`` in order.
+
+    ``MEMBER:NAME=VALUE`` aims a value at one notebook of a chain (its stem, e.g.
+    ``xla_ddp_train:model=multilingual-e5-small``); ``NAME=VALUE`` is unqualified. The item is
+    split at its first ``=`` first, so a value may hold ``:`` (``model=gs://bucket/x``).
+
+    Raises:
+        ParameterError: an item without ``=``, or with an empty member or name.
+    """
+    out = []
+    for item in items:
+        left, eq, value = item.partition("=")
+        member, colon, name = left.strip().rpartition(":")
+        if not eq or not name.strip() or (colon and not member.strip()):
+            raise ParameterError(f"-p {item!r}: write NAME=VALUE or MEMBER:NAME=VALUE (e.g. -p lr=1e-5, "
+                                 "-p xla_ddp_train:model=multilingual-e5-small)")
+        out.append((member.strip() or None, name.strip(), parse_value(value)))
+    return out
+
+
+def split_parameters(items: list[str], defaults: dict[str, dict | None], chain: bool = True) -> dict[str, dict]:
+    """Route ``-p`` items to the notebooks of a run (one notebook, or the members of a chain).
+
+    Args:
+        items: the raw ``-p`` strings (:func:`parse_qualified`).
+        defaults: member (notebook stem) -> its parameters cell's defaults (None: no parameters cell),
+            in run order.
+        chain: the members run as a chain (one reads another's output): names of
+            :data:`ROLE_PARAMETERS` are then refused unqualified; False (notebooks staged or pushed
+            side by side) sends them to every member that defines them.
+
+    Returns:
+        member -> ``{name: value}`` for that member (every member present, maybe empty).
+
+    Rules:
+        * ``MEMBER:NAME=VALUE`` goes to MEMBER only (an unknown member is refused, naming the members);
+        * ``NAME=VALUE`` goes to every member whose parameters cell defines NAME, except a name of
+          :data:`ROLE_PARAMETERS` that several members define: that is refused, naming them;
+        * a name no member defines is refused (with one notebook, it is left for
+          :func:`check_parameters`, which names the closest one);
+        * a qualified value overrides an unqualified one for its member.
+
+    Raises:
+        ParameterError: naming the item, the members and the fix.
+    """
+    members = list(defaults)
+    plain: dict[str, dict] = {m: {} for m in members}
+    aimed: dict[str, dict] = {m: {} for m in members}
+    for member, name, value in parse_qualified(items):
+        if member is not None:
+            if member not in defaults:
+                raise ParameterError(f"-p {member}:{name}=...: {member!r} is not a notebook of this run "
+                                     f"({', '.join(members)}){_closest(member, members)}")
+            aimed[member][name] = value
+            continue
+        having = [m for m in members if name in (defaults[m] or {})]
+        if not having:
+            if len(members) == 1:
+                plain[members[0]][name] = value
+                continue
+            raise ParameterError(f"-p {name}=...: unknown parameter: no notebook of {', '.join(members)} defines it"
+                                 + _closest(name, {k for d in defaults.values() for k in (d or {})}))
+        if chain and len(having) > 1 and name in ROLE_PARAMETERS:
+            raise ParameterError(
+                f"-p {name}=...: {name!r} means a different thing in each notebook of this run that has it "
+                f"({ROLE_PARAMETERS[name]}): {', '.join(having)}. Aim it at one: "
+                + " or ".join(f"-p {m}:{name}=..." for m in having))
+        for m in having:
+            plain[m][name] = value
+    return {m: {**plain[m], **aimed[m]} for m in members}
+
+
+def _closest(name: str, names) -> str:
+    near = difflib.get_close_matches(name, sorted(names), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def effective_table(members: dict[str, tuple[dict, dict]]) -> str:
+    """The effective parameters of each member, as a text table: the parameters cell's defaults
+    overlaid by the ``-p`` values (marked ``*``); ``-`` where a member has no such parameter.
+
+    Args:
+        members: member -> (defaults of its parameters cell, the values given with ``-p``), in run order.
+    """
+    names = list(dict.fromkeys(n for d, given in members.values() for n in (*d, *given)))
+    cols = list(members)
+
+    def cell(m: str, n: str) -> str:
+        d, given = members[m]
+        if n in given:
+            return f"{given[n]!r} *"
+        return repr(d[n]) if n in d else "-"
+
+    rows = [["parameter", *cols]] + [[n, *(cell(m, n) for m in cols)] for n in names]
+    width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, width)).rstrip() for r in rows]
+    return "\n".join(["effective parameters (the parameters cell; * = set with -p):"] + ["  " + ln for ln in lines])

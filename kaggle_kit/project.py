@@ -23,7 +23,8 @@ from .rules import KEY_ORDER, MetadataError, normalise_metadata
 
 
 # Keys of the top-level file that are this kit's, not Kaggle's: the per-notebook table and the chains.
-PROJECT_KEYS = ("notebooks", "chains")
+# packaged_sources: packaged model name -> the data set it was published as (kaggle_kit publish).
+PROJECT_KEYS = ("notebooks", "chains", "packaged_sources")
 
 
 def kernel_id(project: dict, stem: str, owner: str) -> str:
@@ -62,11 +63,49 @@ def chain(project: dict, name: str) -> list[str]:
         bad = [n for n in order if n not in entries] if isinstance(order, list) else [order]
         if bad or not order:
             raise MetadataError([f"chains.{name}: must list notebooks of the table in run order, got {order!r}"])
+        check_order(project, list(order), f"chains.{name}")
         return list(order)
     if name in entries:
         return [name]
     raise MetadataError([f"no chain or notebook {name!r}{_closest(name, list(chains) + list(entries))} "
                          f"(chains: {', '.join(chains) or 'none'})"])
+
+
+def check_order(project: dict, order: list[str], where: str = "run") -> None:
+    """Refuse a run order that is not a valid order of the ``uses`` dependency graph.
+
+    The graph: each entry's ``uses`` (the notebooks whose output it reads, as ``kernel_sources``).
+    Checked before anything is pushed: no notebook twice; every member that uses another member
+    runs after it (else it would read that kernel's previous output); and no cycle among the
+    entries' ``uses`` (then no order exists). A member may use a notebook outside the run: it
+    reads that kernel's output already on Kaggle.
+
+    Raises:
+        MetadataError: naming both notebooks (or the cycle) and the fix.
+    """
+    import graphlib
+
+    entries = project.get("notebooks", {})
+    seen, problems = set(), []
+    for n in order:
+        if n in seen:
+            problems.append(f"{where}: {n} is listed twice: each notebook runs once in a chain")
+        seen.add(n)
+    graph = {n: [u for u in (e.get("uses") or []) if isinstance(u, str)] for n, e in entries.items() if isinstance(e, dict)}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as e:
+        cycle = e.args[1]
+        problems.append(f"notebooks.*.uses: {', '.join(cycle[:-1])} use each other in a cycle ({' -> '.join(cycle)}), "
+                        "so none of them can run first: remove one of those uses")
+    position = {n: i for i, n in enumerate(order)}
+    for n in order:
+        for u in graph.get(n, []):
+            if u in position and position[u] > position[n]:
+                problems.append(f"{where}: {n} runs before {u}, but notebooks.{n}.uses {u} (it would read {u}'s "
+                                f"previous output): list {u} before {n}")
+    if problems:
+        raise MetadataError(problems)
 
 
 def load_project_metadata(path: Path) -> dict:

@@ -70,6 +70,7 @@ def push(staged: Staged, api, *, retries: int = 10, retry_wait: float = 30.0, ti
 
 TERMINAL = {"COMPLETE": True, "ERROR": False, "CANCEL_REQUESTED": False, "CANCEL_ACKNOWLEDGED": False}
 # Kaggle's longest session (TPU: 9 hours; GPU and CPU: 12): a run cannot outlast it, so waiting longer is pointless.
+# keyed by the accelerator's kind (accelerators.Accelerator.kind)
 SESSION_LIMIT_S = {"tpu": 9 * 3600, "gpu": 12 * 3600, "none": 12 * 3600}
 DEFAULT_WAIT_S = SESSION_LIMIT_S["tpu"]
 HEARTBEAT_S = 300.0  # a status line at least this often while waiting
@@ -167,7 +168,7 @@ def list_outputs(kernel_id: str, api, max_pages: int = 1000, version: int | None
                  page_size: int | None = None) -> tuple[list[tuple[str, str]], str]:
     """Every output file of the latest run, following ``nextPageToken`` through every page.
 
-    ``KaggleApi.kernels_output`` (kaggle 2.2.1) reads only the first page of
+    ``KaggleApi.kernels_output`` (kaggle 2.2.1 and 2.2.5) reads only the first page of
     ``ListKernelSessionOutput`` (Kaggle pages it, 500 files a page); this asks for each page in
     turn with the client's own request type.
 

@@ -3,7 +3,7 @@
 Each row names the field(s), what is required, where the rule comes from, and the function that
 checks it; :func:`validate_metadata` runs every row and reports every problem, each message
 starting with its field. The keys are Kaggle's kernel metadata keys (github.com/Kaggle/kaggle-api
-``docs/kernels_metadata.md``, as read by ``KaggleApi.kernels_push`` in kaggle 2.2.1).
+``docs/kernels_metadata.md``, as read by ``KaggleApi.kernels_push`` in kaggle 2.2.5).
 """
 from __future__ import annotations
 
@@ -98,6 +98,7 @@ class Checked:
     folder: Path | None
     api: object
     notebook: object = None  # the nbformat notebook, for the enable_internet rule
+    attached_packaged: tuple = ()  # packaged model names whose published dataset is attached (project packaged_sources)
     warnings: list[str] = field(default_factory=list)
 
     def flag(self, key: str):
@@ -149,6 +150,8 @@ def _accelerator(c: Checked) -> list[str]:
     row = ACCELERATORS.get(c.accelerator)
     if row is None:
         return [f"accelerator: {c.accelerator!r} is not one of {sorted(ACCELERATORS)}"]
+    if row.refused:
+        return [f"accelerator: {c.accelerator!r} ({row.machine_shape}) is refused: {row.refused}"]
     out = []
     for key, want in (("enable_tpu", row.enable_tpu), ("enable_gpu", row.enable_gpu)):
         have = c.flag(key)
@@ -164,7 +167,7 @@ def _accelerator(c: Checked) -> list[str]:
 
 def _docker_image(c: Checked) -> list[str]:
     image = c.meta.get("docker_image")
-    if image and c.accelerator == "tpu":
+    if image and getattr(ACCELERATORS.get(c.accelerator), "kind", None) == "tpu":
         return [f"docker_image: pinned to {image!r} together with the TPU accelerator (enable_tpu, machine_shape "
                 f"{c.meta.get('machine_shape')!r}): Kaggle then runs the pinned image, a CPU/GPU image without "
                 "torch_xla. Remove docker_image (kernels pull writes it) and let Kaggle pick its TPU image"]
@@ -237,7 +240,7 @@ def _internet(c: Checked) -> list[str]:
     if nb is None:
         return []
     out = []
-    for need in internet_needs(nb, skip_tag=VENDOR_TAG):
+    for need in internet_needs(nb, skip_tag=VENDOR_TAG, attached_packaged=c.attached_packaged):
         msg = f"enable_internet: false, but notebook cell {need.cell} {need.what}"
         if need.sure:
             out.append(msg + "; or set enable_internet: true")
@@ -251,8 +254,10 @@ def notebook_parameter(nb, name: str):
     ``parameters`` cell's literal; None when neither assigns a literal."""
     from kitlib.params import parameter_defaults
 
+    from .offline import PARAMETER_TAGS
+
     value = None
-    for tag in ("parameters", "injected-parameters"):
+    for tag in PARAMETER_TAGS:
         for cell in nb.cells:
             if cell.cell_type == "code" and tag in (cell.get("metadata", {}).get("tags") or []):
                 try:
@@ -304,6 +309,20 @@ def _auto_model(c: Checked) -> list[str]:
     return []
 
 
+def _accelerator_parameter(c: Checked) -> list[str]:
+    """The notebook's effective ``accelerator`` parameter (``-p`` included) must be one the kernel's
+    machine has: ``auto`` always; else one of the accelerator's runtimes (:data:`~.accelerators.ACCELERATORS`)."""
+    nb = c.notebook
+    value = notebook_parameter(nb, "accelerator") if nb is not None else None
+    row = ACCELERATORS.get(c.accelerator)
+    if not isinstance(value, str) or value == "auto" or row is None or value in row.runtimes:
+        return []
+    fits = sorted(k for k, r in ACCELERATORS.items() if value in r.runtimes)
+    return [f"accelerator: the notebook runs with accelerator={value!r}, but the kernel's machine is {c.accelerator!r} "
+            f"(runtimes {', '.join(row.runtimes) or 'none'}): pass -p accelerator=auto"
+            + (f", or give the entry accelerator {' or '.join(map(repr, fits))}" if fits else "")]
+
+
 class Rule(NamedTuple):
     fields: str
     requirement: str
@@ -320,7 +339,7 @@ RULES: tuple[Rule, ...] = (
     Rule("kernel_type", "notebook", "what this kit stages", _is("kernel_type", "notebook")),
     Rule("is_private, enable_*", "true/false or \"true\"/\"false\"", "KaggleApi.get_bool", _bools),
     Rule("enable_tpu, enable_gpu, machine_shape", "agree with the accelerator (accelerators.ACCELERATORS)",
-         "Kaggle's sessions: TPU v5e-8, 2x T4", _accelerator),
+         "Kaggle's machine shapes (kaggle-cli docs/kernels.md); P100: kaggle-cli #1156", _accelerator),
     Rule("docker_image", "absent with a TPU", "a pinned image (kernels pull writes one) runs without torch_xla", _docker_image),
     Rule("docker_image_pinning_type", "original or latest", "KaggleApi.valid_push_pinning_types", _pinning),
     Rule("*_sources", "lists of normalised strings of the kind's form (SOURCE_KINDS)",
@@ -332,10 +351,13 @@ RULES: tuple[Rule, ...] = (
          "Kaggle runs the kernel without network access", _internet),
     Rule("model_sources, dataset_sources, kernel_sources", "what model=\"auto\" loads is attached",
          "kitlib.model.resolve_checkpoint refuses 'auto' on the competition data", _auto_model),
+    Rule("accelerator (the notebook parameter)", "auto, or a runtime of the kernel's machine (ACCELERATORS.runtimes)",
+         "kitlib.runtime.detect_runtime refuses an accelerator it does not find", _accelerator_parameter),
 )
 
 
-def validate_metadata(meta: dict, accelerator: str, folder: Path | None = None, api=None, notebook=None) -> list[str]:
+def validate_metadata(meta: dict, accelerator: str, folder: Path | None = None, api=None, notebook=None,
+                      attached_packaged: tuple = ()) -> list[str]:
     """Refuse kernel metadata that Kaggle would refuse, misread or run on the wrong machine (:data:`RULES`).
 
     Args:
@@ -356,7 +378,7 @@ def validate_metadata(meta: dict, accelerator: str, folder: Path | None = None, 
         from .client import kaggle_api
 
         api = kaggle_api(require_credentials=False)
-    c = Checked(meta, accelerator, Path(folder) if folder is not None else None, api, notebook)
+    c = Checked(meta, accelerator, Path(folder) if folder is not None else None, api, notebook, tuple(attached_packaged))
     problems = [p for rule in RULES for p in rule.check(c)]
     if problems:
         raise MetadataError(problems, str(meta.get("id") or meta.get("title") or ""))

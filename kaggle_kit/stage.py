@@ -28,7 +28,7 @@ from . import pairs as check_pairs
 from .accelerators import notebook_accelerator
 from .parameters import check_parameters, inject_parameters
 from .project import derive_metadata, entry_problems
-from .rules import MetadataError, validate_metadata
+from .rules import MetadataError, notebook_parameter, validate_metadata
 from .vendor import KITLIB, kitlib_files, vendor_notebook
 
 
@@ -154,8 +154,17 @@ def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Pat
     values = check_parameters(nb, parameters or {}, where=py)
     meta, acc = derive_metadata(project, py.stem, owner, notebook_accelerator(nb))
     nb = inject_parameters(nb, values)
+    notes = []
+    published = project.get("packaged_sources") or {}
+    model = notebook_parameter(nb, "model")
+    if isinstance(model, str) and model in published:  # a packaged checkpoint published as a dataset: attach it by name
+        if published[model] not in (meta.get("dataset_sources") or []):
+            meta["dataset_sources"] = list(meta.get("dataset_sources") or []) + [published[model]]
+            notes.append(f"attached dataset {published[model]} (model={model!r} as published by kaggle_kit publish; "
+                         "kernel-metadata.json packaged_sources)")
+    attached = tuple(m for m, ds in published.items() if ds in (meta.get("dataset_sources") or []))
     kernel = vendor_notebook(nb, kitlib_files(kitlib_dir))
-    notes = strip_editor_metadata(kernel, meta, acc)
+    notes += strip_editor_metadata(kernel, meta, acc)
     slug = str(meta.get("id", py.stem)).split("/")[-1] or py.stem
     code = str(meta.get("code_file"))
     folder = Path(out) / slug
@@ -164,5 +173,5 @@ def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Pat
             nbformat.validate(kernel)
             (scratch / code).write_text(ascii_json(json.loads(nbformat.writes(kernel, version=4))), encoding="ascii")
         (scratch / "kernel-metadata.json").write_text(ascii_json(meta, indent=2), encoding="ascii")
-        warnings = validate_metadata(meta, acc, scratch, api, notebook=nb)
+        warnings = validate_metadata(meta, acc, scratch, api, notebook=nb, attached_packaged=attached)
     return Staged(py, folder, folder / code, meta, acc, tuple(warnings), tuple(notes), tuple(values.items()))

@@ -10,8 +10,10 @@ The calls are the ones ``kaggle competitions submit`` makes (kaggle 2.2.5):
 * then ``GetSubmission(ref)`` is polled until the status leaves PENDING: COMPLETE carries the
   public (and, after the deadline, private) score; ERROR its reason.
 
-Before anything is sent, ``GetSubmissionLimits`` says how many submissions are left today (UTC);
-none left is a refusal (Kaggle would answer HTTP 400 after the upload).
+Before anything is sent, the file is checked locally against the competition's sample submission
+(:func:`precheck`, the merger's rules; ``--force`` skips it), and ``GetSubmissionLimits`` says how
+many submissions are left today (UTC); none left is a refusal (Kaggle would answer HTTP 400 after
+the upload).
 """
 from __future__ import annotations
 
@@ -61,6 +63,47 @@ def check_allowance(api, competition: str) -> int:
         raise SubmitError(f"{competition}: no submissions left today (0 remaining; {lim.num_today} made today, "
                           f"{lim.num_total} in all; limited by {cap}): nothing was sent")
     return int(lim.num_allowed_now)
+
+
+SAMPLE_SUBMISSION = "sample_submission.csv"  # the competition's file whose ids and columns a submission must have
+
+
+def competition_sample(api, competition: str, dest: Path) -> Path:
+    """The competition's ``sample_submission.csv``, downloaded into ``dest`` by the kaggle client
+    (``KaggleApi.competition_download_file``: ``DownloadDataFile``; unzipped when Kaggle zips it).
+
+    Raises:
+        SubmitError: the download failed (the message says how to pass the file instead).
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        api.competition_download_file(competition, SAMPLE_SUBMISSION, path=str(dest), force=True, quiet=True, unzip=True)
+    except Exception as e:  # requests' HTTPError, a refused competition (rules not accepted), ...
+        raise SubmitError(f"{competition}: could not download {SAMPLE_SUBMISSION} to check the file before submitting "
+                          f"({type(e).__name__}: {e}): pass --sample-submission FILE, or --force to submit unchecked") from None
+    path = dest / SAMPLE_SUBMISSION
+    if not path.is_file():
+        raise SubmitError(f"{competition}: the download wrote no {path}: pass --sample-submission FILE, or --force")
+    return path
+
+
+def precheck(path: Path, sample_submission: Path) -> str:
+    """Check a submission locally before a submission is spent on it, by the merger's rules
+    (:func:`kitlib.blend.check_submission`: the sample submission's ids, each once, its prediction
+    columns, finite values in [0, 1]). Returns a one-line summary.
+
+    Raises:
+        SubmitError: the file breaks a rule (naming the file, the column and the ids); nothing is sent.
+    """
+    from kitlib.blend import BlendError, check_submission
+
+    try:
+        rows, columns = check_submission(path, sample_submission)
+    except BlendError as e:
+        raise SubmitError(f"{e}. Refused before uploading (checked against {sample_submission}; nothing was sent, "
+                          "no submission spent); --force submits it unchecked") from None
+    return f"{path}: {rows} rows, columns {', '.join(columns)}: the ids and columns of {sample_submission}, values in [0, 1]"
 
 
 def submit_file(api, competition: str, path: Path, message: str) -> int:

@@ -84,6 +84,60 @@ def _numbers(path: Path, df, column: str):
     return values
 
 
+def _aligned(path: Path, df, ref_path: Path, ref, columns: tuple[str, ...]) -> dict:
+    """``df``'s prediction columns in ``ref``'s row order, after the checks every input passes:
+    each column present, exactly ``ref``'s ids (each once: :func:`_read`), finite numbers.
+
+    Raises:
+        BlendError: naming the file, the column and the ids.
+    """
+    import pandas as pd
+
+    missing_cols = [c for c in columns if c not in df.columns]
+    if missing_cols:
+        raise BlendError(f"{path}: no column(s) {', '.join(map(repr, missing_cols))} (columns of {ref_path}: "
+                         f"{', '.join(ref.columns)})")
+    ref_ids = pd.Index(ref["id"])
+    pos = pd.Index(df["id"]).get_indexer(ref_ids)
+    if (pos < 0).any():
+        miss = ref_ids[pos < 0]
+        raise BlendError(f"{path}: {len(miss)} id(s) of {ref_path} missing: {_preview(miss)}")
+    if len(df) != len(ref_ids):
+        extra = df["id"][~df["id"].isin(ref_ids)]
+        raise BlendError(f"{path}: {len(extra)} id(s) not in {ref_path}: {_preview(extra)}")
+    return {c: _numbers(path, df, c)[pos] for c in columns}
+
+
+def check_submission(path: str | os.PathLike, sample_submission: str | os.PathLike,
+                     value_range: tuple[float, float] | None = (0.0, 1.0)) -> tuple[int, tuple[str, ...]]:
+    """Check one submission file by the rules every blend input passes (the merger's guarantees),
+    without writing anything: exactly the sample submission's ids, each once, no blank id; every
+    prediction column of the sample submission; every value a finite number, and within
+    ``value_range`` (the kit's predictions are probabilities; None: any finite value).
+
+    Returns:
+        (rows, prediction columns).
+
+    Raises:
+        BlendError: naming the file, the column and the ids (or rows).
+    """
+    path, ref_path = Path(path), Path(sample_submission)
+    df, ref = _read(path), _read(ref_path)
+    columns = tuple(c for c in ref.columns if c != "id")
+    if not columns:
+        raise BlendError(f"{ref_path}: no prediction column besides 'id'")
+    values = _aligned(path, df, ref_path, ref, columns)
+    if value_range is not None:
+        lo, hi = value_range
+        for c, v in values.items():
+            out = [i for i, x in enumerate(v) if not lo <= x <= hi]
+            if out:
+                ids = [ref["id"].iloc[i] for i in out]
+                raise BlendError(f"{path}: column {c!r}: {len(out)} value(s) outside [{lo:g}, {hi:g}], for id(s) "
+                                 f"{_preview(ids)} (got {_preview([float(v[i]) for i in out[:_SHOW]], len(out))})")
+    return len(df), columns
+
+
 def _weights(weights, n: int) -> tuple[float, ...]:
     if weights is None:
         return tuple([1.0 / n] * n)
@@ -138,19 +192,9 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
     ref_ids = pd.Index(ref["id"])
     total = {c: np.zeros(len(ref_ids)) for c in columns}
     for path, df, weight in zip(paths, frames, w):
-        missing_cols = [c for c in columns if c not in df.columns]
-        if missing_cols:
-            raise BlendError(f"{path}: no column(s) {', '.join(map(repr, missing_cols))} (columns of {ref_path}: "
-                             f"{', '.join(ref.columns)})")
-        pos = pd.Index(df["id"]).get_indexer(ref_ids)
-        if (pos < 0).any():
-            miss = ref_ids[pos < 0]
-            raise BlendError(f"{path}: {len(miss)} id(s) of {ref_path} missing: {_preview(miss)}")
-        if len(df) != len(ref_ids):
-            extra = df["id"][~df["id"].isin(ref_ids)]
-            raise BlendError(f"{path}: {len(extra)} id(s) not in {ref_path}: {_preview(extra)}")
+        values = _aligned(path, df, ref_path, ref, columns)
         for c in columns:
-            v = _numbers(path, df, c)[pos]
+            v = values[c]
             if rank:
                 v = pd.Series(v).rank(method="average").to_numpy() / len(v)
             total[c] += weight * v

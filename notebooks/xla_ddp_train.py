@@ -54,6 +54,8 @@ recipe = "auto"  # "auto": the one the checkpoint calls for (config.json kitlib_
 train_limit = 0  # 0: every training row; else the first N rows
 valid_limit = 0  # 0: every row of the per-epoch validation set; else the first N rows
 seed = 0
+folds = 0  # 0: no folds; K: split the training rows into K folds
+fold = -1  # -1: train every fold in turn; i: train fold i only
 log_every = 10  # the master logs the step loss every N steps
 precision = "auto"  # "auto", "fp32", "bf16" or "fp16": the rule is kitlib/backends/precision.py's
 

@@ -41,6 +41,7 @@ accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu"
 precision = "auto"  # "auto": bf16 on TPU, fp16 on CUDA, fp32 on CPU; or "fp32", "bf16", "fp16", or "int8" (eager CPU only: dynamic int8 linear layers, kitlib.quantize; BENCHMARKS.md section 4 says when it pays); logits stay float32
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
+blend = "mean"  # with several kit-trained checkpoints attached (folds, seeds): "mean" or "rank" of their predictions
 
 
 # %%

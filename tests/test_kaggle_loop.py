@@ -20,7 +20,7 @@ from test_kernels import COMPETITION, ROOT, add_notebook, cli, make_project, met
 import kaggle_kit as kernels  # noqa: E402
 from support.fake_kaggle import FakeKaggle, _auc  # noqa: E402
 
-PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
+PY = sys.executable  # the interpreter running the tests: its kaggle client is the one tested
 TRAIN_SLUG = slugify("XLM-R DDP training with torch_xla")
 INFER_SLUG = slugify("XLM-R multicore inference on TPU")
 SAMPLE_IDS = [line.split(",")[0] for line in (ROOT / "data" / "jigsaw-sample" / "sample_submission.csv").read_text().splitlines()[1:]]
@@ -78,7 +78,8 @@ def test_submit_that_ends_error_exits_nonzero_with_the_reason(tmp_path):
     sub = tmp_path / "submission.csv"
     sub.write_bytes(data.replace(f"\n{SAMPLE_IDS[3]},".encode(), b"\nnot-an-id,"))
     with FakeKaggle(labels=labels) as fake:
-        r = cli(["submit", str(sub), "--score-poll", "0.05"], fake.client_env(tmp_path / "cfg"))
+        # --force: past the local check (issue 25.5), to see Kaggle's scorer refuse it
+        r = cli(["submit", str(sub), "--score-poll", "0.05", "--force"], fake.client_env(tmp_path / "cfg"))
     assert r.returncode == 1
     assert "submission 1000 (submission.csv) ended ERROR: expected" in r.stderr and "1 unknown, 1 missing" in r.stderr
 
@@ -141,9 +142,10 @@ def test_full_chain_run_pushes_training_then_inference_on_its_output_and_submits
         # each wait and download addressed the version just pushed
         assert {c["body"]["versionLabel"] for c in fake.calls("GetKernelSessionStatus")} == {"1", "2"}
         assert "RUNNING (0 min 00 s elapsed)" in r.stdout and f"  | {TRAIN_SLUG} version 1 log" in r.stdout
-        assert (out / TRAIN_SLUG / "artifacts" / "xlmr-toxic" / "config.json").read_bytes() == b"{}"
-        assert (out / INFER_SLUG / "submission.csv").read_bytes() == data
-        assert (out / INFER_SLUG / f"{INFER_SLUG}.log").read_text() == f"{INFER_SLUG} version 2 log\n"  # text, not Kaggle's JSON
+        # each version into its own folder (issue 25.2)
+        assert (out / TRAIN_SLUG / "v1" / "artifacts" / "xlmr-toxic" / "config.json").read_bytes() == b"{}"
+        assert (out / INFER_SLUG / "v2" / "submission.csv").read_bytes() == data
+        assert (out / INFER_SLUG / "v2" / f"{INFER_SLUG}.log").read_text() == f"{INFER_SLUG} version 2 log\n"  # text, not Kaggle's JSON
         assert f"submission 1000 (submission.csv) scored: public {public}, private {private}" in r.stdout
 
 
@@ -164,7 +166,7 @@ def test_timeout_downloads_nothing_stale_and_says_how_to_fetch_the_version_later
                  "--timeout", "0.6"], fake.client_env(tmp_path / "cfg"))
         assert r.returncode == 1
         assert "still RUNNING after 0.6 s (timeout). The run goes on on Kaggle; nothing was downloaded" in r.stderr
-        assert f"python scripts/kernels.py output tester/{TRAIN_SLUG} --version 2 -o {out / TRAIN_SLUG}" in r.stderr
+        assert f"python scripts/kernels.py output tester/{TRAIN_SLUG} --version 2 -o {out}" in r.stderr
         assert f"not pushed: tester/{INFER_SLUG}" in r.stderr and len(fake.calls("SaveKernel")) == 1
         assert not out.exists()  # the previous version's files were not handed over
         assert all(c["body"].get("versionLabel") == "2" for c in fake.calls("ListKernelSessionOutput"))
@@ -307,7 +309,7 @@ def test_download_streams_a_large_file_and_writes_the_log_as_text(tmp_path):
     with FakeKaggle(outputs={"artifacts/model.safetensors": big}, log=log) as fake:
         r = cli(["output", "tester/fixture-kernel-for-tests", "-o", str(tmp_path / "o")], fake.client_env(tmp_path / "cfg"))
     assert r.returncode == 0, r.stderr
-    dest = tmp_path / "o" / "fixture-kernel-for-tests"
+    dest = tmp_path / "o" / "fixture-kernel-for-tests" / "latest"
     assert (dest / "artifacts" / "model.safetensors").read_bytes() == big
     assert (dest / "fixture-kernel-for-tests.log").read_text() == "epoch 1\ndone\n"
 

@@ -1,5 +1,5 @@
 """scripts/kernels.py (the package kaggle_kit): staging with vendored kitlib, metadata
-rules, and pushes through the real ``kaggle`` client (2.2.1 / kagglesdk 0.1.28) to the fake Kaggle
+rules, and pushes through the real ``kaggle`` client (2.2.5 / kagglesdk 0.1.38) to the fake Kaggle
 API of tests/support/fake_kaggle.py on 127.0.0.1 (reached through ``HTTP_PROXY`` with
 ``KAGGLE_API_ENVIRONMENT=LOCALHOST``)."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ import kaggle_kit as kernels  # noqa: E402
 from kaggle_kit import pairs as check_pairs  # noqa: E402
 from support.fake_kaggle import FakeKaggle  # noqa: E402
 
-PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
+PY = sys.executable  # the interpreter running the tests: its kaggle client is the one tested
 KAGGLE_CLI = str(Path(PY).parent / "kaggle")
 COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 REAL_NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.py"))
@@ -307,9 +307,9 @@ def test_push_each_notebook_records_vendored_kitlib_and_metadata(project, fake, 
                                                                              "versionLabel": "1"}
     assert len(fake.calls("GetKernelSessionStatus")) == 3
     assert "COMPLETE" in r.stdout and f"pushed version 1: http://localhost/code/tester/{slug}" in r.stdout
-    assert (outputs / slug / "submission.csv").read_bytes() == b"id,toxic\n0,0.5\n"
-    assert (outputs / slug / "notes" / "run.txt").read_text() == "done\n"
-    assert (outputs / slug / f"{slug}.log").read_text() == "fake log line\n"
+    assert (outputs / slug / "v1" / "submission.csv").read_bytes() == b"id,toxic\n0,0.5\n"  # the version's own folder
+    assert (outputs / slug / "v1" / "notes" / "run.txt").read_text() == "done\n"
+    assert (outputs / slug / "v1" / f"{slug}.log").read_text() == "fake log line\n"
 
 
 def test_source_normalisation_reaches_the_request(tmp_path, fake):
@@ -374,7 +374,7 @@ def test_failed_run_is_an_error_and_its_log_is_downloaded(tmp_path, project):
                 fake.client_env(tmp_path / "cfg"))
         assert r.returncode == 1
         assert "run ended ERROR: cell 3 raised" in r.stderr
-        assert (tmp_path / "o" / "fixture-kernel-for-tests" / "fixture-kernel-for-tests.log").read_text() == "Traceback ...\n"
+        assert (tmp_path / "o" / "fixture-kernel-for-tests" / "v1" / "fixture-kernel-for-tests.log").read_text() == "Traceback ...\n"
 
 
 def test_wait_times_out(tmp_path, project):
@@ -392,7 +392,7 @@ def test_status_and_output_commands(tmp_path, fake):
     assert r.returncode == 0 and r.stdout.strip() == "tester/fixture-kernel-for-tests: QUEUED"
     r = cli(["output", "tester/fixture-kernel-for-tests", "-o", str(tmp_path / "o")], env)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "o" / "fixture-kernel-for-tests" / "submission.csv").read_bytes() == b"id,toxic\n0,0.5\n"
+    assert (tmp_path / "o" / "fixture-kernel-for-tests" / "latest" / "submission.csv").read_bytes() == b"id,toxic\n0,0.5\n"
 
 
 def test_access_token_credentials(tmp_path, project):
@@ -623,7 +623,7 @@ def test_output_download_reads_every_page(tmp_path):
         r = cli(["output", "tester/fixture-kernel-for-tests", "-o", str(tmp_path / "o")], fake.client_env(tmp_path / "cfg"))
         assert r.returncode == 0, r.stderr
         assert [c["body"].get("pageToken", "") for c in fake.calls("ListKernelSessionOutput")] == ["", "3", "6"]
-    dest = tmp_path / "o" / "fixture-kernel-for-tests"
+    dest = tmp_path / "o" / "fixture-kernel-for-tests" / "latest"
     for name, data in outputs.items():
         assert (dest / name).read_bytes() == data, name
     assert f"downloaded {dest / 'submission.csv'} (15 bytes)" in r.stdout
@@ -631,7 +631,7 @@ def test_output_download_reads_every_page(tmp_path):
 
 
 def test_output_download_never_writes_an_error_body(tmp_path):
-    dest = tmp_path / "o" / "fixture-kernel-for-tests"
+    dest = tmp_path / "o" / "fixture-kernel-for-tests" / "latest"
     dest.mkdir(parents=True)
     (dest / "gone.csv").write_bytes(b"an earlier good copy\n")
     with FakeKaggle(outputs={"gone.csv": b"x", "submission.csv": b"id\n", "empty.txt": b""}, missing=("gone.csv",)) as fake:
@@ -650,7 +650,7 @@ def test_push_wait_output_fails_when_a_file_fails(tmp_path, project):
         r = cli(["push", *meta_args(project, tmp_path / "b"), "--wait", "--poll", "0.05", "--output", str(tmp_path / "o"),
                  str(project / "notebooks" / "fixture_kernel.py")], fake.client_env(tmp_path / "cfg"))
     assert r.returncode == 1 and "submission.csv: HTTP 404" in r.stderr, r.stdout + r.stderr
-    assert not (tmp_path / "o" / "fixture-kernel-for-tests" / "submission.csv").exists()
+    assert not (tmp_path / "o" / "fixture-kernel-for-tests" / "v1" / "submission.csv").exists()
 
 
 # 5. the client's warnings reach the user
@@ -706,8 +706,8 @@ def test_non_ascii_notebook_is_sent_as_written_under_any_locale(tmp_path, fake, 
 
 # 7. a notebook saved by Kaggle's editor names its accelerator Kaggle's way
 @pytest.mark.parametrize("kaggle_name,entry,ok", [
-    ("tpuV5e8", "tpu", True), ("nvidiaTeslaT4", "gpu", True), ("nvidiaTeslaP100", "gpu", True),
-    ("nvidiaTeslaT4", "tpu", False), ("tpuV9000", "tpu", False),
+    ("tpuV5e8", "tpu", True), ("nvidiaTeslaT4", "gpu", True), ("TpuV6E8", "tpu-v6e", True), ("NvidiaH100", "h100", True),
+    ("nvidiaTeslaT4", "tpu", False), ("tpuV9000", "tpu", False), ("nvidiaTeslaP100", "gpu", False),
 ])
 def test_kaggle_accelerator_names_are_understood(tmp_path, kaggle_name, entry, ok):
     proj = make_project(tmp_path / "p", [])

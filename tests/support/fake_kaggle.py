@@ -1,6 +1,6 @@
 """A fake Kaggle API server on 127.0.0.1, for testing ``kaggle_kit`` (``scripts/kernels.py``) with the real ``kaggle`` client.
 
-The ``kaggle`` package (2.2.1, kagglesdk 0.1.28) sends every call as ``POST
+The ``kaggle`` package (2.2.5, kagglesdk 0.1.38) sends every call as ``POST
 {base}/api/v1/<service>/<Method>`` with a camelCase JSON body (``kagglesdk/kaggle_http_client.py``);
 with ``KAGGLE_API_ENVIRONMENT=LOCALHOST`` the base is ``http://localhost`` (port 80,
 ``kagglesdk/kaggle_env.py``). Rather than bind port 80, point ``HTTP_PROXY`` at this server: the
@@ -10,7 +10,9 @@ fake can listen on any free port and receives absolute-URI requests. Served:
 * ``kernels.KernelsApiService/SaveKernel``: answers ``{ref, url, versionNumber, error}``; can answer
   HTTP 409 (a version still running) a given number of times first, or carry an ``error``.
 * ``kernels.KernelsApiService/GetKernelSessionStatus``: walks through a list of statuses
-  (e.g. QUEUED, RUNNING, COMPLETE), one per call, repeating the last.
+  (e.g. QUEUED, RUNNING, COMPLETE), one per call for each kernel since its push, repeating the
+  last. With ``max_sessions``, a push while that many kernels run (pushed, no terminal status
+  answered yet) is refused as Kaggle refuses it: "Maximum batch TPU session count of N reached."
 * ``kernels.KernelsApiService/ListKernelSessionOutput``: ``{files: [{fileName, url}], log,
   nextPageToken}``, paged as Kaggle pages it (``page_size`` files a page, 500 on Kaggle; the
   request's ``pageSize`` when smaller; ``pageToken`` picks the page); each url is
@@ -26,6 +28,12 @@ fake can listen on any free port and receives absolute-URI requests. Served:
   (id -> 0/1, known only to the fake): ROC AUC of the ``toxic`` column on the public ids (every
   other id in sorted order) and on the private ones; an id set that differs, a missing column
   or a value that is not a finite number ends in ERROR, as Kaggle's scorer does.
+* ``competitions.CompetitionApiService/DownloadDataFile``: a redirect to the competition file
+  (``data_files``; by default ``sample_submission.csv`` with the labels' ids), served by GET.
+* datasets (publishing a checkpoint): ``blobs.BlobApiService/StartBlobUpload`` answers a token and
+  an upload URL taking the file by PUT; ``datasets.DatasetApiService/GetDatasetStatus`` (HTTP 404
+  for an unknown data set), ``CreateDataset`` and ``CreateDatasetVersion`` record each version's
+  notes and files (``FakeKaggle.datasets``).
 * kernels by version: ``kernel_outputs`` ({slug: {version: {name: bytes}}}) holds each version's
   output; ``ListKernelSessionOutput`` with ``versionLabel`` lists that version's, without it the
   latest complete version's (on Kaggle, while a new version runs, the previous one's).
@@ -94,6 +102,9 @@ class FakeKaggle:
         labels: dict[str, int] | None = None,
         daily_limit: int = 5,
         pending_polls: int = 1,
+        data_files: dict[str, bytes] | None = None,
+        datasets: dict[str, list[dict]] | None = None,
+        max_sessions: int | None = None,
     ) -> None:
         bad = [s for s in statuses if s not in STATUSES]
         if bad or not statuses:
@@ -113,11 +124,24 @@ class FakeKaggle:
         self.labels = dict(labels or {})
         self.daily_limit = daily_limit
         self.pending_polls = pending_polls
+        # the competition's files (DownloadDataFile); without them, a sample submission of the labels' ids
+        self.data_files = dict(data_files or {})
+        if "sample_submission.csv" not in self.data_files and self.labels:
+            self.data_files["sample_submission.csv"] = ("id,toxic\n" + "".join(f"{i},0.5\n" for i in self.labels)).encode()
+        # datasets: "owner/slug" -> its versions, each {"notes", "files": {name: bytes}} (CreateDataset, CreateDatasetVersion)
+        self.datasets: dict[str, list[dict]] = {k: list(v) for k, v in (datasets or {}).items()}
+        self.blobs: dict[str, dict] = {}  # StartBlobUpload token -> {"name", "data"}
         self.uploads: dict[str, bytes] = {}
         self.upload_names: dict[str, str] = {}
         self.submissions: list[dict] = []
         self.kernel_versions: dict[str, int] = {}  # slug -> latest pushed version
         self._status_calls = 0
+        self._status_by_slug: dict[str, int] = {}  # slug -> status calls since its last push
+        # sessions: Kaggle runs at most this many batch sessions of an account at once and refuses a
+        # push beyond ("Maximum batch ... session count of N reached"); a session ends at a terminal status
+        self.max_sessions = max_sessions
+        self.running: set[str] = set()
+        self.peak_running = 0
         self._versions = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -210,6 +234,13 @@ class FakeKaggle:
             if self.record:
                 with open(self.record, "a") as f:
                     f.write(json.dumps(rec) + "\n")
+        if verb == "PUT" and path.startswith("/fake-blob/"):
+            token = path[len("/fake-blob/"):]
+            if token not in self.blobs:
+                return self._reply(h, 404, {"code": 404, "message": f"no blob upload {token}"})
+            self.blobs[token]["data"] = raw
+            rec["body"] = {"_bytes": len(raw)}
+            return self._reply(h, 200, {})
         if verb == "PUT" and path.startswith("/fake-upload/"):
             token = path[len("/fake-upload/"):]
             if token not in self.uploads:
@@ -217,6 +248,18 @@ class FakeKaggle:
             self.uploads[token] = raw
             rec["body"] = {"_bytes": len(raw)}
             return self._reply(h, 200, {})
+        if verb == "GET" and path.startswith("/fake-data/"):
+            name = unquote(path[len("/fake-data/"):])
+            if name not in self.data_files:
+                return self._reply(h, 404, {"code": 404, "message": f"no data file {name}"})
+            data = self.data_files[name]
+            h.send_response(200)
+            h.send_header("Content-Type", "text/csv")
+            h.send_header("Content-Length", str(len(data)))
+            h.send_header("Last-Modified", "Tue, 01 Dec 2026 10:00:00 GMT")
+            h.end_headers()
+            h.wfile.write(data)
+            return None
         if verb == "GET" and path.startswith("/fake-output/"):
             rest = unquote(path[len("/fake-output/"):])
             files = self.outputs
@@ -236,17 +279,28 @@ class FakeKaggle:
                 if self.conflicts > 0:
                     self.conflicts -= 1
                     return self._reply(h, 409, {"code": 409, "message": "A version of this kernel is still running"})
+                slug = body.get("slug") or "unknown/unknown"
+                short = slug.split("/")[-1]
+                if self.max_sessions is not None and len(self.running - {short}) >= self.max_sessions:
+                    return self._reply(h, 200, {"error": f"Maximum batch TPU session count of {self.max_sessions} reached."})
                 self._versions += 1
                 self._status_calls = 0
-                slug = body.get("slug") or "unknown/unknown"
-                self.kernel_versions[slug.split("/")[-1]] = self._versions
+                self._status_by_slug[short] = 0
+                self.kernel_versions[short] = self._versions
+                self.running.add(short)
+                self.peak_running = max(self.peak_running, len(self.running))
                 return self._reply(h, 200, {
                     "ref": f"/code/{slug}", "url": f"http://localhost/code/{slug}",
                     "versionNumber": self._versions, "error": self.push_error,
                 })
             if method == "GetKernelSessionStatus":
-                status = self.statuses[min(self._status_calls, len(self.statuses) - 1)]
+                short = body.get("kernelSlug", "")
+                n = self._status_by_slug.get(short, self._status_calls)
+                status = self.statuses[min(n, len(self.statuses) - 1)]
                 self._status_calls += 1
+                self._status_by_slug[short] = n + 1
+                if status in ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED"):
+                    self.running.discard(short)
                 reply = {"status": status}
                 if status == "ERROR" and self.failure_message:
                     reply["failureMessage"] = self.failure_message
@@ -266,6 +320,8 @@ class FakeKaggle:
                 return self._reply(h, 200, {"active": True, "username": self.username})
             if method in self._COMPETITION_METHODS:
                 return self._competition(h, method, body)
+            if method in self._DATASET_METHODS:
+                return self._dataset(h, method, body)
         return self._reply(h, 404, {"code": 404, "message": f"the fake does not serve {method}"})
 
 
@@ -274,7 +330,8 @@ class FakeKaggle:
         """The newest version of ``slug`` whose output exists and whose run is not the one going on."""
         versions = sorted(self.kernel_outputs.get(slug, {}))
         running = self.kernel_versions.get(slug)
-        status = self.statuses[min(max(self._status_calls - 1, 0), len(self.statuses) - 1)]
+        calls = self._status_by_slug.get(slug, self._status_calls)
+        status = self.statuses[min(max(calls - 1, 0), len(self.statuses) - 1)]
         done = [v for v in versions if v != running or status == "COMPLETE"]
         return done[-1] if done else None
 
@@ -288,7 +345,7 @@ class FakeKaggle:
 
     # -- competitions ------------------------------------------------------------------------
     _COMPETITION_METHODS = ("StartSubmissionUpload", "CreateSubmission", "CreateCodeSubmission", "GetSubmission",
-                            "ListSubmissions", "GetSubmissionLimits")
+                            "ListSubmissions", "GetSubmissionLimits", "DownloadDataFile")
 
     def score(self, data: bytes) -> tuple[str, str | None, str | None]:
         """(status, public score, private score) of submission bytes, or ("ERROR", reason, None)."""
@@ -341,7 +398,51 @@ class FakeKaggle:
             out["errorDescription"] = s["public"]
         return out
 
+    # -- datasets (publishing a checkpoint) -----------------------------------------------------
+    _DATASET_METHODS = ("StartBlobUpload", "CreateDatasetVersion", "CreateDataset", "GetDatasetStatus")
+
+    def _dataset(self, h, method: str, body: dict):
+        if method == "StartBlobUpload":
+            token = f"dblob-{len(self.blobs) + 1}"
+            self.blobs[token] = {"name": body.get("name", ""), "data": None}
+            return self._reply(h, 200, {"token": token, "createUrl": f"http://localhost/fake-blob/{token}"})
+        if method in ("CreateDatasetVersion", "CreateDataset"):
+            spec = body.get("body", body)
+            if method == "CreateDataset":
+                ref = f"{body.get('ownerSlug')}/{body.get('slug')}"
+                if ref in self.datasets:
+                    return self._reply(h, 200, {"error": f"dataset {ref} already exists", "status": "error"})
+                self.datasets[ref] = []
+            else:
+                ref = f"{body.get('ownerSlug')}/{body.get('datasetSlug')}"
+                if ref not in self.datasets:
+                    return self._reply(h, 404, {"code": 404, "message": f"no dataset {ref}"})
+            files = {}
+            for f in spec.get("files") or []:
+                blob = self.blobs.get(f.get("token", ""))
+                if blob is None or blob["data"] is None:
+                    return self._reply(h, 400, {"code": 400, "message": f"file token {f.get('token')!r} was not uploaded"})
+                files[blob["name"]] = blob["data"]
+            self.datasets[ref].append({"notes": spec.get("versionNotes", ""), "files": files})
+            return self._reply(h, 200, {"ref": ref, "url": f"http://localhost/datasets/{ref}", "status": "ok",
+                                        "versionNumber": len(self.datasets[ref])})
+        if method == "GetDatasetStatus":
+            ref = f"{body.get('ownerSlug')}/{body.get('datasetSlug')}"
+            if ref not in self.datasets:
+                return self._reply(h, 404, {"code": 404, "message": f"no dataset {ref}"})
+            return self._reply(h, 200, {"status": "ready"})
+        raise AssertionError(method)
+
     def _competition(self, h, method: str, body: dict):
+        if method == "DownloadDataFile":
+            name = body.get("fileName", "")
+            if name not in self.data_files:
+                return self._reply(h, 404, {"code": 404, "message": f"no data file {name}"})
+            h.send_response(302)  # as Kaggle: a redirect to the file's storage URL, which names the file
+            h.send_header("Location", f"http://localhost/fake-data/{name}")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return None
         if method == "StartSubmissionUpload":
             token = f"blob-{len(self.uploads) + 1}"
             self.uploads[token] = b""
@@ -405,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labels", help="CSV id,toxic: the hidden labels submissions are scored against")
     p.add_argument("--daily-limit", type=int, default=5, help="submissions allowed per day")
     p.add_argument("--pending-polls", type=int, default=1, help="GetSubmission answers PENDING this many times first")
+    p.add_argument("--data-file", action="append", default=[], metavar="NAME=FILE",
+                   help="a competition data file (DownloadDataFile; default sample_submission.csv: the labels' ids)")
     a = p.parse_args(argv)
     outputs = {}
     for spec in a.output:
@@ -415,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
         where, _, file = spec.partition("=")
         slug, version, name = where.split(":", 2)
         kernel_outputs.setdefault(slug, {}).setdefault(int(version), {})[name] = Path(file).read_bytes()
+    data_files = {}
+    for spec in a.data_file:
+        name, _, file = spec.partition("=")
+        data_files[name] = Path(file).read_bytes()
     labels = {}
     if a.labels:
         import csv
@@ -424,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     fake = FakeKaggle(push_error=a.push_error, conflicts=a.conflicts, statuses=tuple(a.statuses.split(",")),
                       outputs=outputs, log=a.log, page_size=a.page_size, missing=tuple(a.missing), record=a.record,
                       kernel_outputs=kernel_outputs, labels=labels, daily_limit=a.daily_limit,
-                      pending_polls=a.pending_polls)
+                      pending_polls=a.pending_polls, data_files=data_files)
     port = fake.start(a.port)
     print(f"fake Kaggle API on http://127.0.0.1:{port} (use HTTP_PROXY=http://127.0.0.1:{port} KAGGLE_API_ENVIRONMENT=LOCALHOST NO_PROXY=)", flush=True)
     try:
