@@ -236,6 +236,20 @@ def xla_rendezvous(tag: str) -> None:
     xm.rendezvous(tag)
 
 
+def xla_rng_state(device) -> int:
+    """The XLA device's random seed state (``xm.get_rng_state``: dropout draws from it)."""
+    import torch_xla.core.xla_model as xm
+
+    return int(xm.get_rng_state(device))
+
+
+def xla_set_rng_state(state: int, device) -> None:
+    """Set the XLA device's random seed state (``xm.set_rng_state``)."""
+    import torch_xla.core.xla_model as xm
+
+    xm.set_rng_state(int(state), device)
+
+
 def xla_add_step_closure(fn: Callable, args: tuple) -> None:
     """Run ``fn(*args)`` after the current step's graph has executed (``xm.add_step_closure``)."""
     import torch_xla.core.xla_model as xm

@@ -321,6 +321,32 @@ def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_trai
     return AutoTokenizer.from_pretrained(path), load_model(path, xla=xla, head_for_training=head_for_training)
 
 
+def _classifier(path, head_for_training: bool):
+    """``(class, kwargs)`` that load the classifier of the folder ``path`` (see :func:`load_model`).
+
+    Raises:
+        ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    config = AutoConfig.from_pretrained(path)
+    kwargs = {}
+    if head_for_training:
+        archs = getattr(config, "architectures", None) or []
+        if not any(a.endswith(("ForSequenceClassification", "MeanPooledClassifier")) for a in archs):
+            kwargs.update(num_labels=1, problem_type="multi_label_classification",
+                          id2label={0: "toxic"}, label2id={"toxic": 0})
+    pooling = getattr(config, POOLING_KEY, None)
+    if pooling is None:
+        return AutoModelForSequenceClassification, kwargs
+    if pooling == "mean" and config.model_type == "bert":
+        from .mean_pooling import BertMeanPooledClassifier
+
+        return BertMeanPooledClassifier, kwargs
+    raise ValueError(f"{path}/config.json: {POOLING_KEY}={pooling!r} for model_type {config.model_type!r}; "
+                     "kitlib reads 'mean' pooling of a BERT body only")
+
+
 def load_model(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False):
     """Load the classifier from a local checkpoint folder (no tokenizer); it is in eval mode on CPU.
 
@@ -337,26 +363,23 @@ def load_model(path: str | os.PathLike, *, xla: bool = False, head_for_training:
     Raises:
         ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    cls, kwargs = _classifier(path, head_for_training)
+    if xla:
+        kwargs["attn_implementation"] = compat.xla_attention_implementation()
+    return cls.from_pretrained(path, **kwargs).eval()
 
-    kwargs = {"attn_implementation": compat.xla_attention_implementation()} if xla else {}
-    config = AutoConfig.from_pretrained(path)
-    if head_for_training:
-        archs = getattr(config, "architectures", None) or []
-        if not any(a.endswith(("ForSequenceClassification", "MeanPooledClassifier")) for a in archs):
-            kwargs.update(num_labels=1, problem_type="multi_label_classification",
-                          id2label={0: "toxic"}, label2id={"toxic": 0})
-    pooling = getattr(config, POOLING_KEY, None)
-    if pooling is None:
-        model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
-    elif pooling == "mean" and config.model_type == "bert":
-        from .mean_pooling import BertMeanPooledClassifier
 
-        model = BertMeanPooledClassifier.from_pretrained(path, **kwargs)
-    else:
-        raise ValueError(f"{path}/config.json: {POOLING_KEY}={pooling!r} for model_type {config.model_type!r}; "
-                         "kitlib reads 'mean' pooling of a BERT body only")
-    return model.eval()
+def skeleton(path: str | os.PathLike, *, head_for_training: bool = True):
+    """The module :func:`load_model` would load from ``path``, built on torch's ``meta`` device: its
+    structure and parameter shapes without reading or allocating a weight (cheap, in the calling
+    process; e.g. to count what a recipe trains before any replica starts)."""
+    import torch
+    from transformers import AutoConfig
+
+    cls, kwargs = _classifier(path, head_for_training)
+    config = AutoConfig.from_pretrained(path, **kwargs)
+    with torch.device("meta"):
+        return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
 
 
 def keep_head_float32(model) -> None:

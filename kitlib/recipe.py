@@ -152,6 +152,15 @@ def make_optimizer(model, recipe: Recipe, lr: float, weight_decay: float):
     return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
 
 
+def param_groups(model, recipe: Recipe) -> tuple[tuple[int, int], ...]:
+    """``(tensors, elements)`` of each parameter group :func:`make_optimizer` makes for ``model`` once
+    :func:`prepare_model` has frozen what the recipe freezes (``model`` may live on the meta device:
+    :func:`kitlib.model.skeleton`). What a saved optimizer state must match (:mod:`kitlib.resume`)."""
+    prepare_model(model, recipe)
+    groups = make_optimizer(model, recipe, 1.0, 0.0).param_groups
+    return tuple((len(g["params"]), int(sum(p.numel() for p in g["params"]))) for g in groups)
+
+
 def lr_factor(step: int, recipe: Recipe, total_steps: int) -> float:
     """The multiplier of every group's rate before optimizer step ``step`` (0-based) of ``total_steps``."""
     if recipe.decay == "constant":
@@ -161,15 +170,26 @@ def lr_factor(step: int, recipe: Recipe, total_steps: int) -> float:
     return max(0.0, (total_steps - step) / max(1, total_steps - recipe.warmup_steps))
 
 
-def make_scheduler(optimizer, recipe: Recipe, total_steps: int):
-    """A ``LambdaLR`` following :func:`lr_factor` (step it after every optimizer step), or None when constant."""
+def make_scheduler(optimizer, recipe: Recipe, total_steps: int, done: int = 0):
+    """A ``LambdaLR`` following :func:`lr_factor` (step it after every optimizer step), or None when constant.
+
+    ``done``: steps already taken (a resumed run whose schedule is rebuilt, :mod:`kitlib.resume`): the
+    rates are set to where the schedule is after them.
+    """
     if recipe.decay == "constant":
         return None
     if recipe.decay != "linear":
         raise ValueError(f"recipe {recipe.name!r}: decay must be 'constant' or 'linear', not {recipe.decay!r}")
     from torch.optim.lr_scheduler import LambdaLR
 
-    return LambdaLR(optimizer, lambda step: lr_factor(step, recipe, total_steps))
+    scheduler = LambdaLR(optimizer, lambda step: lr_factor(step, recipe, total_steps))
+    if done:
+        factor = lr_factor(done, recipe, total_steps)
+        for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+            group["lr"] = base * factor
+        scheduler.last_epoch = done
+        scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
+    return scheduler
 
 
 def positive_weight(labels: np.ndarray, recipe: Recipe) -> float | None:

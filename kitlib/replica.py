@@ -139,6 +139,16 @@ class Replica:
         flags = self.all_reduce_sum(flags.to(self.device)).cpu()
         return [int(r) for r in torch.nonzero(flags).flatten().tolist()]
 
+    def agree_on(self, *flags: bool) -> tuple[bool, ...]:
+        """The master's ``flags`` on every rank (an all-reduce in which the other ranks add zeros): one
+        decision that depends on the master's clock, taken by all (a save point, a time budget)."""
+        if self.world_size == 1:
+            return tuple(bool(f) for f in flags)
+        import torch
+
+        mine = torch.tensor([float(f) * float(self.is_master) for f in flags], dtype=torch.float32)
+        return tuple(bool(v > 0) for v in self.all_reduce_sum(mine.to(self.device)).cpu().tolist())
+
     @contextlib.contextmanager
     def together(self, what: str):
         """Run the block on every rank, then agree whether all succeeded, before anyone goes on.

@@ -44,16 +44,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+import uuid
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from tqdm.auto import tqdm
+
 from . import recipe as recipes
-from .atomic import atomic_dir
-from .checkpoint import (HISTORY_FILE, SCORES_FILE, VALID_PREDICTIONS_FILE, continue_history,  # noqa: F401
-                         replacing_message, restore_training_state, resume_message, resume_point,
-                         save_training_state)
+from . import resume
+from .atomic import atomic_dir, atomic_write
+from .checkpoint import HISTORY_FILE, RECIPE_KEY, SCORES_FILE, VALID_PREDICTIONS_FILE, replacing_message  # noqa: F401
+from .resume import RESUME_MODES
+from .runs import TRACKERS, Tracker, append_run, code_fingerprint, git_commit, runs_table
 from .data import plan_batches, read_csv_checked
 from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
 from .model import check_max_len, keep_head_float32, load_classifier, probabilities, with_text_prefix
@@ -62,6 +66,8 @@ from .backends.precision import check as check_precision
 from .runtime import Runtime, holds_global_rank0, launch
 
 PATTERNS = ("optimizer_step", "ddp")
+# monitor -> whether higher is better (TrainJob.monitor: the epoch kept)
+MONITORS = {"valid_auc": True, "valid_loss": False}
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,19 @@ class TrainJob:
         tags: what this run is part of, recorded in the history (``tags``) as given: e.g.
             ``{"cv": "<id>", "fold": 2, "folds": 5}`` for one fold of a cross-validation run
             (:mod:`kitlib.folds`), or ``{"seed_group": "<id>"}``. JSON-serialisable values only.
+        monitor: what picks the epoch kept in ``out_dir`` (:data:`MONITORS`): ``"valid_auc"`` (the
+            highest validation ROC AUC) or ``"valid_loss"`` (the lowest validation loss), as Keras's
+            ``ModelCheckpoint(save_best_only=True, monitor=...)`` and Lightning's ``ModelCheckpoint``.
+        patience: stop after this many epochs without a better ``monitor`` (Keras' and Lightning's
+            ``EarlyStopping(patience=...)``); 0: train every epoch.
+        save_every_steps, save_every_minutes: also save the run's state (:mod:`kitlib.resume`) every
+            this many optimizer steps / minutes (0: only at each epoch's end).
+        time_budget_s: seconds this call may train; before it runs out the run saves its state and
+            stops cleanly, to be continued by the same call again (:mod:`kitlib.resume`). None: no limit.
+        resume: ``"auto"`` (continue a run that was cut off, or the run the starting folder holds:
+            :mod:`kitlib.resume` states the rule) or ``"never"`` (always start afresh).
+        tracker: ``"none"``, or ``"tensorboard"``: the curves as TensorBoard event files
+            (``tensorboardX``) under ``<out_dir>.tensorboard/<run_id>/`` (:mod:`kitlib.runs`).
     """
 
     checkpoint: str
@@ -125,6 +144,13 @@ class TrainJob:
     rank_states_dir: str | None = None
     precision: str = "auto"
     tags: dict = field(default_factory=dict)
+    monitor: str = "valid_auc"
+    patience: int = 0
+    save_every_steps: int = 0
+    save_every_minutes: float = 30.0
+    time_budget_s: float | None = None
+    resume: str = "auto"
+    tracker: str = "none"
 
     def __post_init__(self):
         if self.pattern not in PATTERNS:
@@ -135,6 +161,14 @@ class TrainJob:
         for name in ("epochs", "batch_size", "max_len", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
+        for name, allowed in (("monitor", MONITORS), ("resume", RESUME_MODES), ("tracker", TRACKERS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"TrainJob.{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        for name in ("patience", "save_every_steps", "save_every_minutes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TrainJob.{name} must be >= 0 (0: off), not {getattr(self, name)}")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise ValueError(f"TrainJob.time_budget_s must be > 0 seconds (None: no limit), not {self.time_budget_s}")
 
 
 def classification_loss(logits, labels, pos_weight=None):
@@ -260,47 +294,67 @@ class _Training:
 
     @property
     def stateful(self) -> dict:
-        """The objects whose state a checkpoint keeps, by name (:func:`kitlib.checkpoint.save_training_state`)."""
-        return {"optimizer": self.optimizer, "scaler": self.take_step.scaler,
-                **({"scheduler": self.scheduler} if self.scheduler else {})}
+        """The objects whose state the run's state keeps, by name (:func:`kitlib.resume.save_state`)."""
+        return {"optimizer": self.optimizer, "scaler": self.take_step.scaler, "scheduler": self.scheduler}
+
+
+@dataclass
+class _Loop:
+    """Where one replica's run is, and what it has recorded (the same on every replica)."""
+
+    history: dict
+    settings: "resume.Settings"
+    position: "resume.Position"
+    loss_total: "object"  # this replica's step losses summed (a scalar tensor on the device)
+    done_loss: float = 0.0  # the all-reduced sum at the last epoch's end
+    best: dict | None = None
+    stale: int = 0  # epochs since the best
+    stopped: str | None = None  # why the run stopped before its last epoch ("time budget", "early stopping")
+    seconds_before: float = 0.0  # trained in earlier calls of a resumed run
+    started: float = field(default_factory=time.monotonic)
+    last_save: float = field(default_factory=time.monotonic)
+    save_seconds: float = 0.0  # the longest state save so far
+    step_seconds: float = 0.0  # the longest step so far
+    epoch_seconds: float = 0.0  # the epoch in progress, in this call
+    head: list | None = None  # the head's parameters when the epoch began (None: a resumed epoch)
+    rng: dict | None = None  # RNG states to set once the resumed epoch's loader has started (:func:`_train_epoch`)
+    tracker: "object" = None
+
+    @property
+    def seconds(self) -> float:
+        return self.seconds_before + time.monotonic() - self.started
 
 
 def _mp_fn(replica, job: TrainJob) -> None:
-    """One replica's training: train, validate after every epoch, and (master) save the checkpoint.
+    """One replica's training: train, validate after every epoch, keep the best epoch, save the state.
 
     The phases, each a function: :func:`_load_model`, :func:`_read_data`, :func:`_optimization`,
-    :func:`_start_history` (resuming, :mod:`kitlib.checkpoint`), then per epoch :func:`_train_epoch` and
-    :func:`_validate`, and last :func:`_save`.
+    :func:`_start` (a fresh run, or a resumed one: :mod:`kitlib.resume`), then per epoch
+    :func:`_train_epoch` (with its save points, :func:`_save_point`) and :func:`_validate` (which keeps
+    the best epoch in ``out_dir``: :func:`_keep`), and last :func:`_finish`.
 
     Args:
         replica: the :class:`kitlib.replica.Replica` the launcher built.
-        job: a :class:`TrainJob`.
+        job: a :class:`TrainJob` (:func:`train` has made its recipe and learning rate concrete).
 
     Raises:
         ValueError: the training rows give no full global batch, or a CSV fails
-            :func:`kitlib.data.read_csv_checked`.
+            :func:`kitlib.data.read_csv_checked`; the saved state cannot be resumed (:func:`kitlib.resume.plan`).
+        RuntimeError: an epoch changed no trained parameter (:func:`_validate`).
     """
-    import torch
-
     replica.use_compile_cache(job.compile_cache_dir)
     job = recipes.resolve(job)  # (train() has already; _mp_fn may also be launched directly)
     with replica.together("reading the data and loading the model"):
         tokenizer, model = _load_model(replica, job)
         data = _read_data(replica, job, tokenizer)
     run = _optimization(replica, job, model, data)
-    history, resumed = _start_history(replica, job, run, data)
-    global_step, done_loss = resumed.steps_done if resumed else 0, 0.0
-    # One running total for the whole run: a fresh zero tensor per epoch would be a new little
-    # XLA graph at the next epoch's first step.
-    loss_total = torch.zeros((), device=replica.device)
-    probs = None
-    for epoch in range(resumed.epochs_done if resumed else 0, job.epochs):
-        t0 = time.perf_counter()
-        global_step = _train_epoch(replica, job, run, data, epoch, global_step, loss_total, history)
-        run_loss = replica.all_reduce_sum(loss_total.clone()).item()  # sum over replicas and steps so far
-        train_loss, done_loss = (run_loss - done_loss) / (len(data.loader) * replica.world_size), run_loss
-        probs = _validate(replica, job, run, data, epoch, train_loss, time.perf_counter() - t0, history)
-    _save(replica, job, tokenizer, run, data, history, probs, global_step)
+    with replica.together("restoring the run's state"):
+        loop = _start(replica, job, run, data)
+    while loop.position.epoch < job.epochs and loop.stopped is None:
+        _train_epoch(replica, job, run, data, loop)
+        if loop.stopped is None:
+            _validate(replica, job, tokenizer, run, data, loop)
+    _finish(replica, job, tokenizer, run, data, loop)
 
 
 def _load_model(replica, job: TrainJob):
@@ -350,59 +404,120 @@ def _read_data(replica, job: TrainJob, tokenizer) -> _Data:
 
 def _optimization(replica, job: TrainJob, model, data: _Data) -> _Training:
     """The module to call (DDP where the pattern and the collectives call for it), the recipe's
-    optimizer and schedule, the step (backward, gradient exchange, optimizer step, scaler) and the
-    loss's positive weight."""
+    optimizer (its schedule comes with :func:`_start`), the step (backward, gradient exchange,
+    optimizer step, scaler) and the loss's positive weight."""
     import torch
 
     recipe = recipes.RECIPES[job.recipe]
     net = replica.wrap_model(model, job.pattern)
     optimizer = recipes.make_optimizer(model, recipe, job.lr, job.weight_decay)
     take_step = replica.optimizer_step(optimizer, model, net)  # backward, exchange, step
-    scheduler = recipes.make_scheduler(optimizer, recipe, len(data.loader) * job.epochs)
     pos_weight = recipes.positive_weight(data.train_df[job.label_col].to_numpy(), recipe)
     if pos_weight is not None:
         pos_weight = torch.tensor(pos_weight, dtype=torch.float32, device=replica.device)
-    return _Training(model, net, optimizer, take_step, scheduler, pos_weight)
+    return _Training(model, net, optimizer, take_step, None, pos_weight)
 
 
-def _start_history(replica, job: TrainJob, run: _Training, data: _Data):
-    """``(history, resumed)``: the run's history, continued from the earlier run when this one resumes
-    (:mod:`kitlib.checkpoint`: restored after every stateful object exists), and the resume point or None."""
-    from tqdm.auto import tqdm
-
-    resumed = resume_point(job.checkpoint)
-    restored = restore_training_state(job.checkpoint, **run.stateful)[1] if resumed else []
-    history = {"world_size": replica.world_size, "mode": replica.mode.name, "collectives": replica.mode.collectives,
-               "pattern": job.pattern, "ddp_wrapped": run.net is not run.model, "precision": replica.precision.name,
-               "grad_scaler": run.take_step.scaler is not None, "config": asdict(job),
-               "recipe": recipes.describe(recipes.RECIPES[job.recipe], job.lr),
-               "tags": dict(job.tags),
-               "steps_per_epoch": len(data.loader), "global_batch": job.batch_size * replica.world_size,
-               "epochs": [], "step_loss": [], "compile_counts": None if replica.compile_count() is None else []}
-    continue_history(history, resumed)
-    if replica.is_master and resumed:
-        tqdm.write(f"resumed from {job.checkpoint} after epoch {resumed.epochs_done}; restored: {', '.join(restored) or 'nothing'}")
-    return history, resumed
+def run_settings(job: TrainJob, world_size: int, steps_per_epoch: int, param_groups, precision: str):
+    """The :class:`kitlib.resume.Settings` of a run of ``job`` (a resolved recipe and learning rate)."""
+    recipe = recipes.RECIPES[job.recipe]
+    return resume.Settings(recipe=job.recipe, lr=job.lr, head_lr=recipe.head_lr or job.lr, weight_decay=job.weight_decay,
+                           param_groups=tuple(param_groups), world_size=world_size, batch_size=job.batch_size,
+                           steps_per_epoch=steps_per_epoch, epochs=job.epochs, precision=precision,
+                           train_rows=resume.rows_fingerprint(job.train_csv, job.train_limit))
 
 
-def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, epoch: int, global_step: int,
-                 loss_total, history: dict) -> int:
-    """One pass over this rank's training rows; returns the global step count after it.
+def _start(replica, job: TrainJob, run: _Training, data: _Data) -> _Loop:
+    """The run's schedule and history, fresh or resumed (:mod:`kitlib.resume`: planned again here with
+    the world size the launch found, restored after every stateful object exists)."""
+    import torch
 
-    ``loss_total`` (a scalar tensor on the device) gains every step's loss; the master logs the step
-    loss every ``log_every`` steps and, on XLA, the compile count after every step."""
-    from tqdm.auto import tqdm
+    groups = tuple((len(g["params"]), int(sum(p.numel() for p in g["params"]))) for g in run.optimizer.param_groups)
+    settings = run_settings(job, replica.world_size, len(data.loader), groups, replica.precision.name)
+    found = resume.find(job.out_dir, job.checkpoint, HISTORY_FILE) if job.resume == "auto" else None
+    plan = resume.plan(settings, found)
+    recipe = recipes.RECIPES[job.recipe]
+    done = plan.position.global_step if plan else 0
+    run.scheduler = recipes.make_scheduler(run.optimizer, recipe, settings.total_steps, done)
+    history = {"run_id": uuid.uuid4().hex[:12], "world_size": replica.world_size, "mode": replica.mode.name,
+               "collectives": replica.mode.collectives, "pattern": job.pattern, "ddp_wrapped": run.net is not run.model,
+               "precision": replica.precision.name, "grad_scaler": run.take_step.scaler is not None,
+               "config": asdict(job), "tags": dict(job.tags), "recipe": recipes.describe(recipe, job.lr),
+               "steps_per_epoch": len(data.loader), "global_batch": settings.global_batch,
+               "epochs": [], "step_loss": [], "compile_counts": None if replica.compile_count() is None else [],
+               "monitor": job.monitor, "best": None, "finished": False, "stopped": None}
+    loop = _Loop(history, settings, plan.position if plan else resume.Position(), torch.zeros((), device=replica.device))
+    if plan is not None:
+        _restore(replica, run, plan, loop)
+    if replica.is_master:  # (train() printed the plan's note)
+        loop.tracker = Tracker(job.tracker, Path(str(job.out_dir) + ".tensorboard") / loop.history["run_id"])
+    return loop
 
-    master = replica.is_master
+
+def _restore(replica, run: _Training, plan, loop: _Loop) -> None:
+    """Load a resumed run's weights, optimizer (scheduler, scaler when continued exactly), RNG states,
+    loss sums and history into this replica (:class:`kitlib.resume.Resume`)."""
+    import torch
+
+    old = plan.history
+    for key in ("epochs", "step_loss"):
+        loop.history[key] = list(old.get(key, []))
+    if loop.history["compile_counts"] is not None:
+        loop.history["compile_counts"] = list(old.get("compile_counts") or [])
+    loop.history["run_id"] = old.get("run_id", loop.history["run_id"])
+    loop.history["resumed"] = [*old.get("resumed", []), {"from": str(plan.folder), "how": plan.how,
+                                                         "at_step": plan.position.global_step, "note": plan.note}]
+    if plan.how == "weights":  # an older kit's folder: its weights are the model already loaded
+        return
+    weights, tensors = resume.load_tensors(plan.folder)
+    run.model.load_state_dict(weights)
+    # the new run's rates (set by make_scheduler to the step reached) and weight decay: loading the
+    # optimizer's state brings the saved ones, which are right only when the run continues exactly
+    rates = [{k: g[k] for k in ("lr", "weight_decay")} for g in run.optimizer.param_groups]
+    run.optimizer.load_state_dict(tensors["optimizer"])  # moments move to the parameters' device
+    if plan.restores_schedule and run.scheduler is not None and tensors.get("scheduler") is not None:
+        run.scheduler.load_state_dict(tensors["scheduler"])
+    elif not plan.restores_schedule:
+        for group, kept in zip(run.optimizer.param_groups, rates):
+            group.update(kept)
+    if run.take_step.scaler is not None and tensors.get("scaler") is not None:
+        run.take_step.scaler.load_state_dict(tensors["scaler"])
+    saved = plan.saved
+    loop.best, loop.stale, loop.done_loss = saved.get("best"), int(saved.get("stale", 0)), float(saved["done_loss"])
+    loop.history["best"] = loop.best
+    loop.seconds_before = float(saved.get("seconds", 0.0))
+    loop.loss_total += float(saved["loss_sum"]) / replica.world_size  # all-reduced, it is the saved sum again
+    if plan.how == "exact":
+        loop.rng = tensors["rng"]  # set after the epoch's loader has started: starting it draws a random number
+
+
+def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loop) -> None:
+    """This rank's training rows of the epoch in progress, from the batch the run is at; sets
+    ``loop.stopped`` when a save point says the time budget is used up.
+
+    The master logs the step loss every ``log_every`` steps and, on XLA, the compile count after every step."""
+    import torch
+
+    master, history = replica.is_master, loop.history
+    epoch, skip = loop.position.epoch, loop.position.batch
 
     def log_loss(step: int, loss) -> None:
         value = float(loss.item())
         history["step_loss"].append([step, value])
+        loop.tracker.log(step, {"loss/step": value})
         tqdm.write(f"step {step}: loss {value:.4f}")
 
     data.sampler.set_epoch(epoch)
-    for batch in tqdm(replica.loader(data.loader), total=len(data.loader), desc=f"epoch {epoch + 1} (master)",
+    batches = iter(replica.loader(_Skipped(data.loader, skip)))  # a resumed run goes on from the saved batch
+    if loop.rng is not None:  # as they were at the saved step (the uninterrupted run's loader had started too)
+        torch.set_rng_state(loop.rng["cpu"])
+        replica.accelerator.set_rng_state(loop.rng["device"], replica.device)
+        loop.rng = None
+    loop.head = _head_snapshot(run.model) if skip == 0 else None
+    started = time.monotonic()
+    for batch in tqdm(batches, total=len(data.loader), initial=skip, desc=f"epoch {epoch + 1} (master)",
                       disable=not master):
+        t0 = time.monotonic()
         with replica.step():
             ids, mask, y = replica.to_device(batch)
             run.optimizer.zero_grad(set_to_none=True)
@@ -412,71 +527,211 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, epoch: int
             run.take_step(loss)
             if run.scheduler is not None:
                 run.scheduler.step()
-            loss_total += loss.detach()
-            global_step += 1
-            if master and global_step % job.log_every == 0:
-                replica.after_step(log_loss, (global_step, loss))
+            loop.loss_total += loss.detach()
+            step = loop.position.global_step + 1
+            if master and step % job.log_every == 0:
+                replica.after_step(log_loss, (step, loss))
+        loop.position = resume.Position(epoch, loop.position.batch + 1, step)
+        loop.step_seconds = max(loop.step_seconds, time.monotonic() - t0)
         if master and history["compile_counts"] is not None:
             history["compile_counts"].append(replica.compile_count())
-    return global_step
+        if loop.position.batch < len(data.loader) and _save_point(replica, job, run, loop):
+            break
+    loop.epoch_seconds = time.monotonic() - started
 
 
-def _validate(replica, job: TrainJob, run: _Training, data: _Data, epoch: int, train_loss: float,
-              train_seconds: float, history: dict) -> np.ndarray:
-    """Predict the validation rows on every replica, gather them (each row once), record the epoch's
-    figures in ``history`` and return the probabilities (float32 ``[validation rows]``)."""
-    from tqdm.auto import tqdm
+class _Skipped:
+    """``loader`` without its first ``skip`` batches (they are read, not trained: a resumed epoch)."""
 
-    t0 = time.perf_counter()
+    def __init__(self, loader, skip: int):
+        self.loader, self.skip = loader, skip
+
+    def __len__(self) -> int:
+        return len(self.loader) - self.skip
+
+    def __iter__(self):
+        import itertools
+
+        return itertools.islice(iter(self.loader), self.skip, None)
+
+
+def _head_snapshot(model) -> list:
+    """CPU copies of the head's trained parameters (every recipe trains the head): an epoch that leaves
+    them as they were trained nothing (:func:`_validate`)."""
+    head = getattr(model, "classifier", model)
+    return [p.detach().cpu().clone() for p in head.parameters() if p.requires_grad]
+
+
+def _save_point(replica, job: TrainJob, run: _Training, loop: _Loop) -> bool:
+    """Save the run's state when a save point is due (every ``save_every_steps`` steps, every
+    ``save_every_minutes``); stop (True, ``loop.stopped``) when the time budget would run out before
+    the next one. Time-based decisions are the master's, agreed by every rank every ``log_every`` steps."""
+    step = loop.position.global_step
+    by_steps = job.save_every_steps and step % job.save_every_steps == 0
+    timed = job.save_every_minutes or job.time_budget_s
+    if not by_steps and not (timed and (step % job.log_every == 0 or replica.world_size == 1)):
+        return False
+    save, stop = bool(by_steps), False
+    if replica.is_master and timed:
+        now = time.monotonic()
+        save = save or bool(job.save_every_minutes and now - loop.last_save >= 60 * job.save_every_minutes)
+        if job.time_budget_s:
+            reserve = 2 * loop.save_seconds + job.log_every * loop.step_seconds + 30  # room to save and leave
+            stop = now - loop.started + reserve >= job.time_budget_s
+    if timed and replica.world_size > 1:
+        save, stop = replica.agree_on(save, stop)  # the master's decision, on every rank
+    if stop:
+        loop.stopped = "time budget"
+    if save or stop:
+        _save_state(replica, job, run, loop, finished=False)
+    return stop
+
+
+def _save_state(replica, job: TrainJob, run: _Training, loop: _Loop, finished: bool) -> None:
+    """Write the run's state (:mod:`kitlib.resume`) on the master; every rank learns whether it worked."""
+    import torch
+
+    t0 = time.monotonic()
+    loop.history.update(finished=finished, stopped=loop.stopped, train_seconds=loop.seconds)
+    loss_sum = replica.all_reduce_sum(loop.loss_total.clone()).item()
+    with replica.together("saving the run's state"):
+        if replica.is_master:
+            tensors = {name: obj.state_dict() for name, obj in run.stateful.items() if obj is not None}
+            tensors["rng"] = {"cpu": torch.get_rng_state(), "device": replica.accelerator.rng_state(replica.device)}
+            resume.save_state(resume.state_dir(job.out_dir), settings=loop.settings, position=loop.position,
+                              history=loop.history, best=loop.best, loss_sum=loss_sum, done_loss=loop.done_loss,
+                              seconds=loop.seconds, finished=finished, model_state=_cpu(run.model.state_dict()),
+                              tensors=_cpu(tensors), stale=loop.stale)
+    loop.last_save = time.monotonic()
+    loop.save_seconds = max(loop.save_seconds, loop.last_save - t0)
+
+
+def _cpu(obj):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
+
+
+def _validate(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, loop: _Loop) -> None:
+    """After an epoch: predict the validation rows on every replica (each row once), record the epoch,
+    keep it in ``out_dir`` when it is the best so far (:func:`_keep`), stop early after ``patience``
+    epochs without a better one, and save the run's state.
+
+    Raises:
+        RuntimeError: the epoch changed none of the head's trained parameters (nothing is recorded).
+    """
+    epoch = loop.position.epoch
+    if loop.head is not None and all(a.equal(b) for a, b in zip(loop.head, _head_snapshot(run.model))):
+        rates = ", ".join(f"{g['lr']:.3g}" for g in run.optimizer.param_groups)
+        raise RuntimeError(f"epoch {epoch + 1} changed no trained parameter (learning rates now {rates}): every step "
+                           "ran at learning rate 0 (a schedule that had ended?) or every fp16 step overflowed. The "
+                           "epoch is not recorded as trained; check the resumed schedule (kitlib.resume) or the precision")
+    t0 = time.monotonic()
     gathered = replica.all_gather(predict_valid(run.model, data.valid_ids, data.valid_mask, data.valid_rows, job, replica))
     probs = merge_gathered(gathered.cpu().numpy(), len(data.valid_df), replica.world_size, job.batch_size)
-    p = np.clip(probs, 1e-7, 1 - 1e-7)
-    labels = data.valid_labels
+    p, labels = np.clip(probs, 1e-7, 1 - 1e-7), data.valid_labels
     valid_loss = float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
     auc, auc_shown = auc_text(labels, probs, slice_name(job.valid_csv, job.valid_limit), job.label_col)
-    history["epochs"].append({"epoch": epoch + 1, "train_loss": train_loss, "valid_loss": valid_loss,
-                              "valid_auc": auc, "train_seconds": train_seconds,
-                              "valid_seconds": time.perf_counter() - t0, "steps": len(data.loader),
-                              "compile_count": replica.compile_count()})
+    run_loss = replica.all_reduce_sum(loop.loss_total.clone()).item()  # sum over replicas and steps so far
+    steps = loop.position.batch
+    train_loss, loop.done_loss = (run_loss - loop.done_loss) / (steps * replica.world_size), run_loss
+    record = {"epoch": epoch + 1, "train_loss": train_loss, "valid_loss": valid_loss, "valid_auc": auc,
+              "train_seconds": loop.epoch_seconds, "valid_seconds": time.monotonic() - t0,
+              "steps": steps, "compile_count": replica.compile_count()}
+    loop.history["epochs"].append(record)
+    loop.position = resume.Position(epoch + 1, 0, loop.position.global_step)
+    improved = _is_better(record, loop.best, job.monitor)
+    if improved:
+        loop.best, loop.stale = _best(record, loop.history["epochs"], job.monitor), 0
+        loop.history["best"] = loop.best
+        _keep(replica, job, tokenizer, run.model, data, loop.history, probs)
+    else:
+        loop.stale += 1
+    if job.patience and loop.stale >= job.patience and loop.position.epoch < job.epochs:
+        loop.stopped = "early stopping"
     if replica.is_master:
+        mark = " (best so far: kept)" if improved else f" (best: epoch {loop.best['epoch']})" if loop.best else ""
         tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "
-                   f"valid ROC AUC {auc_shown}, {train_seconds:.1f} s training")
-    return probs
+                   f"valid ROC AUC {auc_shown}{mark}")
+        loop.tracker.log(loop.position.global_step, {"loss/train": train_loss, "loss/valid": valid_loss, "auc/valid": auc})
+    _save_state(replica, job, run, loop, finished=loop.position.epoch >= job.epochs or loop.stopped == "early stopping")
 
 
-def _save(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, history: dict, probs, global_step: int):
-    """Every rank's final parameters when asked (``rank_states_dir``), then the master's checkpoint
-    (every rank learns whether the save worked: ``replica.together``)."""
+def _is_better(record: dict, best: dict | None, monitor: str) -> bool:
+    """Whether ``record`` (an epoch) beats ``best`` by ``monitor`` (:data:`MONITORS`); an undefined value
+    (NaN: a validation set of one class) never beats a defined one, and the first epoch is always kept."""
+    value = record[monitor]
+    if best is None:
+        return True
+    if value != value:
+        return best["value"] != best["value"]  # both undefined: the later epoch
+    if best["value"] != best["value"]:
+        return True
+    return value > best["value"] if MONITORS[monitor] else value < best["value"]
+
+
+def _best(record: dict, epochs: list[dict], monitor: str) -> dict:
+    """What the history records of the epoch kept: ``epoch``, ``monitor``, ``value`` and why."""
+    word = "highest" if MONITORS[monitor] else "lowest"
+    others = ", ".join(f"epoch {e['epoch']}: {e[monitor]:.4f}" for e in epochs if e is not record)
+    return {"epoch": record["epoch"], "monitor": monitor, "value": record[monitor],
+            "why": f"the {word} {monitor} so far ({record[monitor]:.4f}" + (f"; {others})" if others else ")")}
+
+
+def _keep(replica, job: TrainJob, tokenizer, model, data: _Data, history: dict, probs) -> None:
+    """Write the epoch that is the best so far as the run's checkpoint, ``out_dir`` (master only; every
+    rank learns whether it worked): the model, the tokenizer, the history so far and this epoch's
+    validation predictions (what the hand-off checks)."""
+    with replica.together("saving the checkpoint"):
+        if replica.is_master:
+            save_checkpoint(model, tokenizer, job.out_dir, history, data.valid_df["id"].tolist(), probs, job.label_col,
+                            recipe=job.recipe)
+
+
+def _finish(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, loop: _Loop) -> None:
+    """Every rank's final parameters when asked (``rank_states_dir``); the whole history into the kept
+    checkpoint's ``train_history.json`` (its weights stay the best epoch's); the tracker closed."""
     import torch
 
     if job.rank_states_dir:
         Path(job.rank_states_dir).mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu() for k, v in run.model.state_dict().items()}
         torch.save(state, Path(job.rank_states_dir) / f"rank-{replica.rank}.pt")
-    with replica.together("saving the checkpoint"):
+    loop.history.update(finished=loop.stopped in (None, "early stopping"), stopped=loop.stopped,
+                        train_seconds=loop.seconds)
+    with replica.together("recording the history"):
         if replica.is_master:
-            save_checkpoint(run.model, tokenizer, job.out_dir, history, data.valid_df["id"].tolist(), probs,
-                            job.label_col, training_state=dict(global_step=global_step, **run.stateful))
+            if (Path(job.out_dir) / HISTORY_FILE).is_file():  # (no epoch kept yet: the state holds the history)
+                atomic_write(Path(job.out_dir) / HISTORY_FILE,
+                             lambda tmp: Path(tmp).write_text(json.dumps(loop.history, indent=1)))
+            loop.tracker.close()
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
-                    valid_probs: np.ndarray, label_col: str, training_state: dict | None = None) -> Path:
-    """Write the trained checkpoint folder atomically (master only) and return its path.
+                    valid_probs: np.ndarray, label_col: str, recipe: str | None = None) -> Path:
+    """Write a trained checkpoint folder atomically (master only) and return its path.
 
-    The folder holds ``save_pretrained`` of ``model`` (moved to CPU) and ``tokenizer``,
-    ``train_history.json`` (``history``), ``valid_predictions.csv`` (``id`` and ``label_col``:
-    the in-memory model's last-epoch validation probabilities) and, given ``training_state``
-    (the keyword arguments of :func:`kitlib.checkpoint.save_training_state`: ``global_step``,
-    ``optimizer``, ...), ``training_state.pt``, from which a later run resumes. It is built under
-    a temporary name beside ``out_dir`` and renamed into place, replacing an older one.
+    The folder holds ``save_pretrained`` of ``model`` (a CPU copy of its weights: the model stays where
+    it is) and ``tokenizer``, ``train_history.json`` (``history``) and ``valid_predictions.csv`` (``id``
+    and ``label_col``: the kept epoch's validation probabilities, what the hand-off checks). ``recipe``:
+    the recipe the weights were trained with, written as ``config.json``'s
+    :data:`kitlib.checkpoint.RECIPE_KEY` (so a folder trained with ``e5-fast`` says so, and a run
+    continuing it takes the same recipe). It is built under a temporary name beside ``out_dir`` and
+    renamed into place, replacing an older one.
     """
     import pandas as pd
 
     out_dir = Path(out_dir)
+    if recipe is not None:
+        setattr(model.config, RECIPE_KEY, recipe)
     with atomic_dir(out_dir) as tmp:
-        if training_state is not None:  # before the model moves: the optimizer state is taken as it is
-            save_training_state(tmp, **training_state)
-        model.to("cpu").save_pretrained(tmp)
+        model.save_pretrained(tmp, state_dict=_cpu(model.state_dict()))
         tokenizer.save_pretrained(tmp)
         (tmp / HISTORY_FILE).write_text(json.dumps(history, indent=1))
         pd.DataFrame({"id": valid_ids, label_col: valid_probs}).to_csv(tmp / VALID_PREDICTIONS_FILE, index=False)
@@ -486,12 +741,14 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
 def read_history(out_dir: str | os.PathLike) -> dict:
     """The ``train_history.json`` of a trained checkpoint folder (see :func:`_mp_fn`).
 
-    Keys: ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``,
-    ``grad_scaler`` (True: fp16 steps went through a ``GradScaler``), ``config``, ``steps_per_epoch``,
-    ``global_batch``, ``epochs`` (one dict per epoch: ``train_loss``, ``valid_loss``,
+    Keys: ``run_id``, ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``,
+    ``grad_scaler`` (True: fp16 steps went through a ``GradScaler``), ``config``, ``tags``, ``recipe``,
+    ``steps_per_epoch``, ``global_batch``, ``epochs`` (one dict per epoch: ``train_loss``, ``valid_loss``,
     ``valid_auc``, ``train_seconds``, ``valid_seconds``, ``steps``, ``compile_count``),
     ``step_loss`` (``[step, loss]`` pairs logged by the master), ``compile_counts`` (XLA: the
-    master's compile count after each step; None otherwise).
+    master's compile count after each step; None otherwise), ``monitor`` and ``best`` (the epoch kept
+    in the folder: ``epoch``, ``monitor``, ``value``, ``why``), ``finished``, ``stopped`` (None,
+    ``"early stopping"`` or ``"time budget"``), ``train_seconds``, and ``resumed`` when it did.
 
     Raises:
         FileNotFoundError: no history in ``out_dir`` (training did not finish).
@@ -500,6 +757,14 @@ def read_history(out_dir: str | os.PathLike) -> dict:
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no training history (did the training launch finish?)")
     return json.loads(p.read_text())
+
+
+def kept_epoch(history: dict) -> dict:
+    """The epoch record whose weights a checkpoint folder holds: ``history["best"]``'s epoch (older
+    histories: the last epoch); ``{}`` when none was recorded."""
+    epochs = history.get("epochs") or []
+    best = (history.get("best") or {}).get("epoch")
+    return next((e for e in epochs if e.get("epoch") == best), epochs[-1] if epochs else {})
 
 
 def save_scores(out_dir: str | os.PathLike, scores: dict) -> Path:
@@ -518,22 +783,24 @@ def checkpoint_report(checkpoint: str | os.PathLike) -> dict | None:
 
     Returns:
         ``trained_from`` (the starting checkpoint), ``recipe`` and ``lr``, ``epochs``, ``max_len``,
-        ``batch_size``, ``world_size``, ``train_rows_csv``, ``last_epoch`` (its ``train_loss``,
-        ``valid_loss``, ``valid_auc``, ``train_seconds``), ``seconds_per_step``, and
-        ``heldout`` (``heldout_scores.json``, or None).
+        ``batch_size``, ``world_size``, ``train_csv``, ``valid_csv``, ``run_id``, ``epochs_trained``,
+        ``best`` (why that epoch was kept), ``kept_epoch`` (the epoch whose weights the folder holds:
+        its ``train_loss``, ``valid_loss``, ``valid_auc``, ``train_seconds``), ``seconds_per_step``,
+        and ``heldout`` (``heldout_scores.json``, or None).
     """
     p = Path(checkpoint)
     if not (p / HISTORY_FILE).is_file():
         return None
     h = read_history(p)
-    cfg, last = h.get("config", {}), h["epochs"][-1] if h.get("epochs") else {}
+    cfg, kept = h.get("config", {}), kept_epoch(h)
     steps = sum(e.get("steps", 0) for e in h.get("epochs", []))
     seconds = sum(e.get("train_seconds", 0.0) for e in h.get("epochs", []))
     scores = p / SCORES_FILE
     return {"checkpoint": str(p), "trained_from": cfg.get("checkpoint"), "recipe": cfg.get("recipe"), "lr": cfg.get("lr"),
             "epochs": cfg.get("epochs"), "max_len": cfg.get("max_len"), "batch_size": cfg.get("batch_size"),
             "world_size": h.get("world_size"), "train_csv": cfg.get("train_csv"), "valid_csv": cfg.get("valid_csv"),
-            "last_epoch": {k: last.get(k) for k in ("epoch", "train_loss", "valid_loss", "valid_auc", "train_seconds")},
+            "run_id": h.get("run_id"), "epochs_trained": len(h.get("epochs", [])), "best": h.get("best"),
+            "kept_epoch": {k: kept.get(k) for k in ("epoch", "train_loss", "valid_loss", "valid_auc", "train_seconds")},
             "seconds_per_step": seconds / steps if steps else None,
             "heldout": json.loads(scores.read_text()) if scores.is_file() else None}
 
@@ -571,6 +838,41 @@ def check_labels(job: TrainJob) -> None:
             print(f"note: {reason}: its ROC AUC will be undefined (the validation loss is still reported)")
 
 
+def _train_rows(job: TrainJob) -> int | None:
+    """How many training rows the replicas will read (``train_limit`` applied), or None when the file
+    cannot be read here (the replicas' read names the problem)."""
+    values = _label_values(job.train_csv, job.label_col, job.train_limit)
+    return None if values is None else len(values)
+
+
+def plan_resume(job: TrainJob, rt: Runtime):
+    """In the calling process, before any replica starts: the :class:`kitlib.resume.Resume` the run will
+    take (None: a fresh run), planned with the settings the new run will have (:func:`kitlib.resume.plan`).
+
+    The world size must be known (not a TPU host whose chips torch_xla counts at launch: the replicas
+    then plan alone). Raises what :func:`kitlib.resume.plan` raises, naming the state and the fix.
+    """
+    found = resume.find(job.out_dir, job.checkpoint, HISTORY_FILE) if job.resume == "auto" else None
+    rows = _train_rows(job)
+    if found is None or rt.world_size is None or rows is None:
+        return None
+    from .model import skeleton
+
+    groups = recipes.param_groups(skeleton(job.checkpoint), recipes.RECIPES[job.recipe])
+    steps = rows // (job.batch_size * rt.world_size)
+    return resume.plan(run_settings(job, rt.world_size, steps, groups, rt.backend.precision(job.precision)), found)
+
+
+def _recipe_of_run(job: TrainJob) -> TrainJob:
+    """``job`` with ``recipe="auto"`` taken from the run it would continue (its state records the recipe
+    it trained with), so a run trained with ``e5-fast`` continues with ``e5-fast``."""
+    if job.recipe != recipes.AUTO or job.resume != "auto":
+        return job
+    found = resume.find(job.out_dir, job.checkpoint, HISTORY_FILE)
+    recipe = (found[1].get("settings") or {}).get("recipe") if found else None
+    return replace(job, recipe=recipe) if recipe in recipes.RECIPES else job
+
+
 def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None:
     """Launch :func:`_mp_fn` on every replica of ``rt`` and return the master's training history.
 
@@ -582,25 +884,61 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
         rt: from :func:`kitlib.runtime.detect_runtime`.
         start_method: ``"fork"`` or ``"spawn"``.
 
-    Starting from a folder an earlier run wrote resumes that run (:mod:`kitlib.checkpoint` states
-    the rule) and prints so.
+    ``out_dir`` ends up holding the epoch kept by ``job.monitor`` (the history says which, and why).
+    A run that was cut off, or a run started from an earlier run's folder, continues that run
+    (:mod:`kitlib.resume` states the rule) and prints how; a run stopped by its ``time_budget_s``
+    returns with ``history["finished"]`` False, to be continued by the same call. Every run appends a
+    row to the runs table beside ``out_dir`` (:mod:`kitlib.runs`).
 
     Raises:
         ValueError: ``max_len`` is above the model's position table; ``rt``'s launch mode has
             no collectives for more than one replica (``xla-cpu-processes``); the precision cannot
             train there (fp16 on XLA: :mod:`kitlib.backends.precision`); the training labels
-            hold one class (:func:`check_labels`); a resumed run has no epoch left to train; the
+            hold one class (:func:`check_labels`); the saved state cannot be continued by this run
+            (another recipe, other parameter groups, no epoch left: :func:`kitlib.resume.plan`); the
             recipe is unknown (:func:`kitlib.recipe.resolve`).
         kitlib.runtime.ReplicaError: a replica failed; names its rank and the original error.
     """
     check_max_len(job.checkpoint, job.max_len)
-    job = recipes.resolve(job)
+    job = recipes.resolve(_recipe_of_run(job))
     check_labels(job)
-    resumed = resume_point(job.checkpoint)
-    if resumed:
-        print(resume_message(resumed, job.epochs, asdict(job)))
-    elif note := replacing_message(job.out_dir, job.checkpoint):
-        print(note)
     rt.backend.check_training(rt, job.precision)
+    plan = plan_resume(job, rt)
+    if plan is not None:
+        print(plan.note)
+    elif job.resume == "auto" and (note := replacing_message(job.out_dir, job.checkpoint)):
+        print(note)
+    started = time.time()
     launch(_mp_fn, job, rt, start_method, precision=job.precision)
-    return read_history(job.out_dir) if holds_global_rank0(rt) else None
+    if not holds_global_rank0(rt):
+        return None
+    kept = Path(job.out_dir) / HISTORY_FILE
+    history = read_history(job.out_dir) if kept.is_file() else resume.read_run(resume.state_dir(job.out_dir))["history"]
+    _record_run(job, history, started)
+    if not history.get("finished"):
+        print(f"note: the run stopped ({history.get('stopped')}) before its last epoch; its state is in "
+              f"{resume.state_dir(job.out_dir)}: run the same again to continue it")
+    return history
+
+
+def _record_run(job: TrainJob, history: dict, started: float) -> None:
+    """Append the run's row to the runs table beside ``out_dir`` (:mod:`kitlib.runs`)."""
+    import datetime as dt
+
+    best, kept = history.get("best") or {}, kept_epoch(history)
+
+    def stamp(t: float) -> str:
+        return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")
+
+    stopped = history.get("stopped")
+    status = "finished" if not stopped else stopped if history.get("finished") else f"stopped: {stopped}"
+    append_run(runs_table(job.out_dir), {
+        "run_id": history.get("run_id"), "started": stamp(started), "ended": stamp(time.time()), "status": status,
+        "git_commit": git_commit(), "kitlib": code_fingerprint(),
+        "data": resume.rows_fingerprint(job.train_csv, job.train_limit), "train_csv": job.train_csv,
+        "valid_csv": job.valid_csv, "checkpoint": job.checkpoint, "out_dir": job.out_dir, "recipe": job.recipe,
+        "lr": job.lr, "epochs": len(history.get("epochs", [])), "batch_size": job.batch_size,
+        "world_size": history.get("world_size"), "precision": history.get("precision"), "seed": job.seed,
+        "tags": job.tags, "best_epoch": best.get("epoch"), "monitor": best.get("monitor"), "best_value": best.get("value"),
+        "valid_auc": kept.get("valid_auc"), "train_seconds": round(float(history.get("train_seconds") or 0.0), 1),
+        "params": asdict(job)})

@@ -58,6 +58,12 @@ folds = 0  # 0: no folds; K: split the training rows into K folds
 fold = -1  # -1: train every fold in turn; i: train fold i only
 log_every = 10  # the master logs the step loss every N steps
 precision = "auto"  # "auto", "fp32", "bf16" or "fp16": the rule is kitlib/backends/precision.py's
+monitor = "valid_auc"  # the epoch kept in output_dir: "valid_auc" (the highest held-out ROC AUC) or "valid_loss" (the lowest)
+patience = 0  # stop after this many epochs without a better one; 0: train every epoch
+save_every_minutes = 30.0  # also save the run's state this often (always at each epoch's end): a run cut off continues from it
+time_budget_minutes = -1.0  # -1: on Kaggle, the session's limit (9 h TPU, 12 h CPU/GPU) less 20 min, then stop with the state saved; 0: no limit; else minutes
+resume = "auto"  # "auto": continue a run that was cut off (the same output_dir), or the run the model folder holds; "never": start afresh
+tracker = "none"  # "none", or "tensorboard": the curves as TensorBoard event files beside output_dir (tensorboardX)
 
 
 # %%
@@ -91,6 +97,7 @@ from kitlib.handoff import check_reload
 from kitlib.model import resolve_checkpoint
 from kitlib.infer import InferJob, predict
 from kitlib.runtime import detect_runtime
+from kitlib.session import time_budget
 from kitlib.splits import SPLITS, english_holdout_split, validation_split
 from kitlib.metrics import auc_text
 from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, save_scores, train
@@ -158,8 +165,11 @@ print(f"model {model!r} -> {checkpoint}")
 # %% [markdown]
 # ## Run: one `_mp_fn` per device
 # The master (rank 0) logs the loss and shows progress; the others are silent. The master alone
-# writes the checkpoint, atomically, with `train_history.json` and the last epoch's validation
-# predictions.
+# writes the checkpoint, atomically: the best epoch so far by `monitor` (with `train_history.json`
+# and that epoch's validation predictions), and the run's state beside it (`<output_dir>.state`:
+# every `save_every_minutes` and at each epoch's end), from which a run that was cut off continues
+# when this notebook runs again (`kitlib/resume.py`). On Kaggle the run stops with its state saved
+# before the session's limit (`time_budget_minutes`).
 
 # %%
 job = TrainJob(
@@ -179,6 +189,12 @@ job = TrainJob(
     log_every=log_every,
     compile_cache_dir=str(cache / "xla-compile"),
     precision=precision,
+    monitor=monitor,
+    patience=patience,
+    save_every_minutes=save_every_minutes,
+    time_budget_s=time_budget(time_budget_minutes, rt.backend.hardware),
+    resume=resume,
+    tracker=tracker,
 )
 job = recipes.resolve(job)  # "auto" and lr = 0 made concrete (train() would do the same)
 print(f"recipe {job.recipe!r}: {recipes.describe(recipes.RECIPES[job.recipe], job.lr)}")
@@ -195,9 +211,14 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
 display(epochs_df)
 scored = {"validation": "held-out multilingual", "english": "held-out English" if holdout_frac else "validation"}[split]
-last_auc = epochs_df["valid_auc"].iloc[-1]
-print(f"{scored} ROC AUC after epoch {epochs_df.index[-1]}: "
-      + (f"{last_auc:.4f}" if last_auc == last_auc else "undefined (one class only; the epoch lines above say which)"))
+if not history["finished"]:
+    raise RuntimeError(f"training stopped ({history['stopped']}) before its last epoch, with no epoch kept yet; its state "
+                       f"is saved beside {out_dir}: run this notebook again (resume='auto') to continue it")
+best = history["best"]
+kept_auc = epochs_df.loc[best["epoch"], "valid_auc"]
+print(f"kept epoch {best['epoch']} of {len(epochs_df)} ({best['why']}); {scored} ROC AUC "
+      + (f"{kept_auc:.4f}" if kept_auc == kept_auc else "undefined (one class only; the epoch lines above say which)")
+      + (f"; stopped early: {history['stopped']}" if history["stopped"] else ""))
 
 # %%
 import matplotlib.pyplot as plt
@@ -212,6 +233,8 @@ ax_loss.plot(per_epoch, epochs_df["valid_loss"], "s-", label="validation loss")
 ax_loss.set(xlabel="step", ylabel="binary cross-entropy", title="Loss")
 ax_loss.legend()
 ax_auc.plot(epochs_df.index, epochs_df["valid_auc"], "o-")
+ax_auc.plot([best["epoch"]], [kept_auc], "*", markersize=14, label=f"kept (epoch {best['epoch']})")
+ax_auc.legend()
 ax_auc.set(xlabel="epoch", ylabel="ROC AUC", title="Validation ROC AUC", xticks=list(epochs_df.index))
 plt.tight_layout()
 plt.show()
@@ -257,7 +280,7 @@ if holdout_frac or split == "validation":
 # %%
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
 refuse = job.recipe != "tiny"  # the random tiny model (tests, rehearsals) gets a warning, not a refusal
-held = check_ready(epochs_df["valid_auc"].iloc[-1], saved["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scored, refuse=refuse)
+held = check_ready(kept_auc, saved["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scored, refuse=refuse)
 if scores is not None:
     check_ready(scores["roc_auc"], ml_pred["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scores["rows"], refuse=refuse)
 print(held["problem"] or f"{scored} predictions: std {held['std']:.3f}, interquartile range {held['iqr']:.3f}")

@@ -120,11 +120,12 @@ trained = checkpoint_report(checkpoint)
 if trained is None:
     print("not a checkpoint trained by this kit: no training figures recorded")
 else:
-    last, held = trained["last_epoch"], trained["heldout"]
+    kept, held = trained["kept_epoch"], trained["heldout"]
     print(f"trained from {trained['trained_from']} (recipe {trained['recipe']!r}, lr {trained['lr']:g}, "
-          f"{trained['epochs']} epoch(s), max_len {trained['max_len']}, batch {trained['batch_size']} x {trained['world_size']}): "
-          f"epoch {last['epoch']} train loss {last['train_loss']:.4f}, held-out loss {last['valid_loss']:.4f}, "
-          f"held-out ROC AUC {last['valid_auc']:.4f} ({trained['valid_csv']})")
+          f"{trained['epochs_trained']} of {trained['epochs']} epoch(s), max_len {trained['max_len']}, "
+          f"batch {trained['batch_size']} x {trained['world_size']}): kept epoch {kept['epoch']}"
+          + (f" ({trained['best']['why']})" if trained["best"] else "") + f": train loss {kept['train_loss']:.4f}, "
+          f"held-out loss {kept['valid_loss']:.4f}, held-out ROC AUC {kept['valid_auc']:.4f} ({trained['valid_csv']})")
     if held:
         print(f"through the inference path: {held['rows']} ROC AUC {held['roc_auc']:.4f}"
               + "".join(f", {k} {v:.4f}" for k, v in held["per_language"].items()))

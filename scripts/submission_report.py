@@ -46,16 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     status = Path(args.train_status_file).read_text().strip() if args.train_status_file and Path(args.train_status_file).is_file() else "trained"
     train_s, predict_s = _seconds(args.train_seconds_file), _seconds(args.predict_seconds_file)
-    last, held = r["last_epoch"], r["heldout"]
+    kept, held, best = r["kept_epoch"], r["heldout"], r["best"] or {}
     print("=" * 78)
-    print(f"model: {r['trained_from']}\n  fine-tuned: recipe {r['recipe']!r}, lr {r['lr']:g}, {r['epochs']} epoch(s), "
-          f"max_len {r['max_len']}, batch {r['batch_size']} x {r['world_size']} replica(s)")
+    print(f"model: {r['trained_from']}\n  fine-tuned: recipe {r['recipe']!r}, lr {r['lr']:g}, {r['epochs_trained']} of "
+          f"{r['epochs']} epoch(s), max_len {r['max_len']}, batch {r['batch_size']} x {r['world_size']} replica(s)")
+    if best:
+        print(f"  kept: epoch {best['epoch']}, {best['why']}")
     if held:
         langs = ", ".join(f"{k} {v:.4f}" for k, v in held["per_language"].items())
         print(f"held-out ROC AUC ({held['rows']}, {held['num_rows']} rows of {held['csv']}, never trained on): "
               f"{held['roc_auc']:.4f}" + (f" ({langs})" if langs else ""))
     else:
-        print(f"held-out ROC AUC (last epoch, {r['valid_csv']}): {last['valid_auc']:.4f}")
+        print(f"held-out ROC AUC (epoch {kept.get('epoch')}, {r['valid_csv']}): {kept.get('valid_auc', float('nan')):.4f}")
     sub = pd.read_csv(args.submission, dtype={"id": str}, keep_default_na=False)
     s = spread(sub[sub.columns[1]].to_numpy())
     print(f"{args.submission}: {s['rows']:,} rows, predictions from {s['min']:.4f} to {s['max']:.4f}, std {s['std']:.3f}")

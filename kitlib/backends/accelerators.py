@@ -77,6 +77,17 @@ class Cpu:
     def ddp_device_ids(self, device):
         return None
 
+    def rng_state(self, device):
+        """The state of the random numbers dropout draws on ``device`` (the CPU's: torch's CPU generator)."""
+        import torch
+
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state, device) -> None:
+        import torch
+
+        torch.set_rng_state(state)
+
 
 class Cuda(Cpu):
     """Eager torch on one GPU per replica. The calling process never initialises CUDA
@@ -99,6 +110,16 @@ class Cuda(Cpu):
 
     def ddp_device_ids(self, device):
         return [device.index]
+
+    def rng_state(self, device):
+        import torch
+
+        return torch.cuda.get_rng_state(device)
+
+    def set_rng_state(self, state, device) -> None:
+        import torch
+
+        torch.cuda.set_rng_state(state, device)
 
 
 class Xla:
@@ -171,3 +192,9 @@ class Xla:
 
     def ddp_device_ids(self, device):
         return None
+
+    def rng_state(self, device):
+        return compat.xla_rng_state(device)
+
+    def set_rng_state(self, state, device) -> None:
+        compat.xla_set_rng_state(state, device)

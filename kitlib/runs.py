@@ -1,0 +1,144 @@
+"""A record of runs: one row per training run in a runs table, and the curves through a tracker.
+
+Every :func:`kitlib.train.train` appends one row to ``runs.csv`` in the folder of its ``out_dir``
+(``artifacts/runs.csv`` for the notebooks, so a Kaggle kernel's output carries it; :func:`runs_table`):
+the run's id (also in its ``train_history.json``, ``run_id``), when it started and ended and how,
+the code (git commit where there is one, and a fingerprint of ``kitlib``'s sources, which a kernel
+vendors), the data (a fingerprint of the training rows, :func:`kitlib.resume.rows_fingerprint`), its
+parameters, the epoch kept and its figures, and the seconds trained. Figures measured later are
+added to the run's row by id (:func:`update_run`: the training notebook's held-out AUC through the
+inference path, a cross-validation's out-of-fold AUC). Read it with ``pandas.read_csv``.
+
+Curves go through a well-kept tracker format when one is asked for (``TrainJob.tracker``), never a
+home-made one: ``"tensorboard"`` writes TensorBoard event files under ``<out_dir>.tensorboard/<run_id>/``
+(open them with ``tensorboard --logdir``) through ``tensorboardX.SummaryWriter`` (the ``tensorboardX``
+package, as Lightning's ``TensorBoardLogger`` does without TensorFlow): ``torch.utils.tensorboard``
+needs the ``tensorboard`` package, which imports TensorFlow where it is installed, and TensorFlow
+loaded before torch_xla aborts the process (``kitlib.backends.accelerators``).
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+RUNS_FILE = "runs.csv"
+TRACKERS = ("none", "tensorboard")
+COLUMNS = ("run_id", "started", "ended", "status", "git_commit", "kitlib", "data", "train_csv", "valid_csv",
+           "checkpoint", "out_dir", "recipe", "lr", "epochs", "batch_size", "world_size", "precision", "seed",
+           "tags", "best_epoch", "monitor", "best_value", "valid_auc", "heldout_auc", "oof_auc",
+           "train_seconds", "params")
+
+
+def runs_table(out_dir: str | os.PathLike) -> Path:
+    """Where the runs of ``out_dir`` are recorded: ``runs.csv`` beside it."""
+    return Path(out_dir).parent / RUNS_FILE
+
+
+def git_commit(root: str | os.PathLike | None = None) -> str:
+    """The commit checked out in ``root`` (default: the kit's repository), with ``+changes`` when the work
+    tree differs; ``""`` outside a git checkout (a Kaggle kernel)."""
+    root = Path(root) if root else Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return ""
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return head.stdout.strip() + ("+changes" if dirty else "")
+
+
+def code_fingerprint() -> str:
+    """16 hex digits of sha256 over ``kitlib``'s ``.py`` files (relative path and content): the same
+    code gives the same print, in a repository or vendored into a kernel."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _read(table: Path) -> list[dict]:
+    if not table.is_file():
+        return []
+    with open(table, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _write(table: Path, rows: list[dict]) -> None:
+    from .atomic import atomic_write
+
+    columns = list(COLUMNS) + sorted({k for r in rows for k in r} - set(COLUMNS))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: "" if r.get(k) is None else r.get(k) for k in columns})
+    atomic_write(table, lambda tmp: Path(tmp).write_text(buf.getvalue()))
+
+
+def append_run(table: str | os.PathLike, row: dict) -> Path:
+    """Add ``row`` (column -> value; dicts and lists as JSON) to the runs table, atomically (the whole
+    file is rewritten under a temporary name, so a reader never sees half a row). Returns the table."""
+    table = Path(table)
+    table.parent.mkdir(parents=True, exist_ok=True)
+    row = {k: json.dumps(v) if isinstance(v, (dict, list, tuple)) else v for k, v in row.items()}
+    _write(table, _read(table) + [row])
+    return table
+
+
+def update_run(table: str | os.PathLike, run_id: str, **values) -> bool:
+    """Set ``values`` in the row of ``run_id`` (e.g. ``heldout_auc=0.9017``); False when no row has that id."""
+    table = Path(table)
+    rows = _read(table)
+    hit = [r for r in rows if r.get("run_id") == run_id]
+    for r in hit:
+        r.update({k: json.dumps(v) if isinstance(v, (dict, list, tuple)) else v for k, v in values.items()})
+    if hit:
+        _write(table, rows)
+    return bool(hit)
+
+
+def read_runs(table: str | os.PathLike) -> list[dict]:
+    """The rows of a runs table (strings, as written), oldest first; [] when there is none."""
+    return _read(Path(table))
+
+
+class Tracker:
+    """The run's curves in a tracker's own format (master only): ``log(step, {name: value})``, ``close()``.
+
+    ``kind="none"`` does nothing. ``kind="tensorboard"``: ``tensorboardX.SummaryWriter`` in ``folder``
+    (scalars: ``loss/step``, ``loss/train``, ``loss/valid``, ``auc/valid``, by optimizer step).
+
+    Raises:
+        ImportError: ``tensorboard`` asked for but the ``tensorboardX`` package is missing (named, with the fix).
+    """
+
+    def __init__(self, kind: str, folder: str | os.PathLike):
+        if kind not in TRACKERS:
+            raise ValueError(f"tracker must be one of {', '.join(TRACKERS)}, not {kind!r}")
+        self.kind, self.folder, self._writer = kind, Path(folder), None
+        if kind == "tensorboard":
+            try:
+                from tensorboardX import SummaryWriter
+            except ImportError as e:
+                raise ImportError(f"tracker='tensorboard' needs the tensorboardX package ({e}): pip install tensorboardX, "
+                                  "or tracker='none'") from None
+            self._writer = SummaryWriter(log_dir=str(self.folder))
+
+    def log(self, step: int, values: dict) -> None:
+        if self._writer is not None:
+            for name, value in values.items():
+                if value is not None and value == value:  # NaN (an undefined AUC) is left out
+                    self._writer.add_scalar(name, float(value), step)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
