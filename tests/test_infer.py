@@ -20,7 +20,9 @@ from kitlib.runtime import ReplicaError, detect_runtime
 def run(checkpoint, test_csv, out_dir, devices, accelerator="cpu", start_method="fork", **job):
     rt = detect_runtime(devices, accelerator)
     job = InferJob(checkpoint=str(checkpoint), test_csv=str(test_csv), shard_dir=str(out_dir / "shards"),
-                   output_csv=str(out_dir / "sub.csv"), **{"batch_size": 8, "max_len": 64, "num_buckets": 1, **job})
+                   output_csv=str(out_dir / "sub.csv"),
+                   # fp32: these tests compare predictions across paths ("auto" is bf16 on AMX / avx512_bf16 CPUs)
+                   **{"batch_size": 8, "max_len": 64, "num_buckets": 1, "precision": "fp32", **job})
     result = predict(job, rt, start_method)
     sub = pd.read_csv(out_dir / "sub.csv", dtype={"id": str}, keep_default_na=False)
     return sub, replica_stats(out_dir / "shards"), result
@@ -47,6 +49,8 @@ def test_eager_cpu_is_the_default_and_matches_plain_torch(sharp_checkpoint, slic
     monkeypatch.setattr(runtime.hardware, "tpu_evidence", lambda: None)
     monkeypatch.setattr(runtime.hardware, "cuda_device_count", lambda: 0)
     assert detect_runtime().mode == "cpu"
+    bf16 = runtime.hardware.cpu_bf16_feature()  # the precision rule: bf16 where the CPU computes it
+    assert detect_runtime().backend.precision("auto") == ("bf16" if bf16 else "fp32")
     sub, stats, result = reference
     assert stats[0]["device"] == "cpu" and stats[0]["precision"] == "fp32" and "xla_compiles" not in stats[0]
     expected_ids = pd.read_csv(slice_103, dtype=str, keep_default_na=False)["id"].tolist()
