@@ -43,7 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import provenance, quantize, storage
+from . import provenance, storage
+from .backends.precision import check as check_precision
 from .backends.precision import check_float32_logits, check_inference
 from .collapse import POLICIES
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
@@ -76,8 +77,7 @@ class InferJob:
         num_buckets: on XLA devices, pad each batch to one of at most this many lengths (one
             compiled graph each), chosen over the whole test set; 1: every batch is ``max_len``
             long. Eager devices pad each batch to its own longest row (:func:`padded_lengths`).
-        precision: ``"auto"``, ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"int8"`` (eager CPU inference
-            only: :mod:`kitlib.quantize`): the rule, and what ``"auto"`` is on each device, is
+        precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"``: the rule, and what ``"auto"`` is on each device, is
             :mod:`kitlib.backends.precision`'s; logits are float32 whatever the compute precision
             (checked in every replica).
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
@@ -106,6 +106,7 @@ class InferJob:
                 raise ValueError(f"InferJob.{name} must be >= 1, not {getattr(self, name)}")
         if self.collapsed not in POLICIES:
             raise ValueError(f"InferJob.collapsed must be one of {POLICIES}, not {self.collapsed!r}")
+        check_precision(self.precision, "InferJob.precision")
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
 
     Raises:
         ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), ``max_len`` above the
-            model's limit, ``precision="int8"`` off the eager CPU, or a bad test CSV (file, row, field named); nothing started then.
+            model's limit, an unknown or removed ``precision`` (``"int8"``), or a bad test CSV (file, row, field named); nothing started then.
         kitlib.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
         kitlib.merge.MergeError: the shards cannot give a correct submission, or another run's
             shards are in ``shard_dir``; nothing written.
@@ -256,7 +257,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     tokens = Tokens.load(plan.tokens_file)
     model = load_model(job.checkpoint, xla=replica.xla)
     keep_head_float32(model)
-    model = quantize.for_precision(model, replica.precision.name).to(replica.device)
+    model = model.to(replica.device)
     start = time.perf_counter()
     positions, probs = predict_rows(model, tokens, rows, plan, replica)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),

@@ -152,8 +152,8 @@ def test_two_runs_sharing_a_shard_folder_never_exchange_predictions(sharp_checkp
     job_b = InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(slice_103), shard_dir=str(shared),
                      output_csv=str(tmp_path / "b.csv"), batch_size=8, max_len=64, num_buckets=1)
 
-    def a_then_b(fn, plan, rt, start_method="fork"):
-        real_launch(fn, plan, rt, start_method)
+    def a_then_b(fn, plan, rt, start_method="fork", **kw):
+        real_launch(fn, plan, rt, start_method, **kw)
         if plan.job.checkpoint == str(sharp_checkpoint):  # A's replicas are done: B runs now
             monkeypatch.setattr(infer, "launch", real_launch)
             predict(job_b, detect_runtime(3, "cpu"))
@@ -215,7 +215,7 @@ def test_the_parent_tokenizes_in_chunks_and_keeps_no_text(tiny_checkpoint, tmp_p
 
     seen = {}
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", spying)
-    monkeypatch.setattr(infer, "launch", lambda fn, plan, rt, start_method: seen.update(
+    monkeypatch.setattr(infer, "launch", lambda fn, plan, rt, start_method, **kw: seen.update(
         tokens=data.Tokens.load(plan.tokens_file), rows=plan.num_rows))
     predict(InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(tmp_path / "test.csv"), shard_dir=str(tmp_path / "s"),
                      max_len=64), detect_runtime(1, "cpu"))
