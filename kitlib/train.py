@@ -34,8 +34,9 @@ gathered together, each validation row once (the sampler's padding duplicates ar
 Loss is logged and tqdm shown on the master (rank 0) only. The master alone writes
 ``out_dir``: ``save_pretrained`` of the model and the tokenizer (what
 :func:`kitlib.model.load_classifier` and :mod:`kitlib.infer` load), plus
-``train_history.json``, ``valid_predictions.csv`` and ``training_state.pt`` (the optimizer's
-state, for resuming: :mod:`kitlib.checkpoint`). Reading the data and saving are wrapped in
+``train_history.json`` and ``valid_predictions.csv``; the run's whole state (for resuming, and
+for a later run that continues this one) is kept beside it in ``<out_dir>.state/``
+(:mod:`kitlib.resume`), and one row per run in ``artifacts/runs.csv`` (:mod:`kitlib.runs`). Reading the data and saving are wrapped in
 ``replica.together``: a failure on one rank (a read-only folder, a full disk) ends every rank
 with one error naming that rank, instead of leaving the others waiting at a barrier.
 """

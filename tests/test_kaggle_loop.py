@@ -319,7 +319,8 @@ def test_download_streams_a_large_file_and_writes_the_log_as_text(tmp_path):
 def test_rehearsed_outputs_hold_only_what_the_user_needs(tmp_path, repo_project):
     """A training rehearsal, then an inference rehearsal on its output, in one root (as Kaggle would
     run them): each working folder (the kernel's output on Kaggle) holds the checkpoint, the history,
-    the validation predictions, the submission; no vendored code, caches, split copies or shards."""
+    the validation predictions, the submission, the run's state (to continue it) and its row of the
+    runs table; no vendored code, caches, split copies or shards."""
     root = tmp_path / "run"
     args = ["--metadata", str(repo_project / "kernel-metadata.json"), "--root", str(root)]
     small = ["-p", "max_len", "32", "-p", "num_devices", "1", "-p", "batch_size", "8"]
@@ -337,7 +338,7 @@ def test_rehearsed_outputs_hold_only_what_the_user_needs(tmp_path, repo_project)
     for name, files in ((TRAIN_SLUG, train_out), (INFER_SLUG, infer_out)):
         assert not [f for f in files if any(c in f for c in clutter)], (name, sorted(files))
     assert train_out == {ckpt + f for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                                            "heldout_scores.json", "train_history.json", "training_state.pt",
-                                            "valid_predictions.csv")} | {
-        "artifacts/validation_predictions.csv", "artifacts/validation_predictions.csv.writer.json"}, sorted(train_out)
+                                            "heldout_scores.json", "train_history.json", "valid_predictions.csv")} | {
+        "artifacts/xlmr-toxic.state/" + f for f in ("run.json", "tensors.pt", "model.pt")} | {
+        "artifacts/runs.csv", "artifacts/validation_predictions.csv", "artifacts/validation_predictions.csv.writer.json"}, sorted(train_out)
     assert infer_out == {"submission.csv", "submission.csv.writer.json"}, sorted(infer_out)
