@@ -202,5 +202,5 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
     output = Path(output)
     replaced = provenance.write_recorded(output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"),
                                          writer=provenance.BLEND, source=f"blend of {', '.join(map(str, paths))}",
-                                         rows=len(out))
+                                         rows=len(out), runs=[r for p in paths for r in provenance.recorded_runs(p)])
     return BlendResult(output, len(out), columns, w, rank, replaced)

@@ -51,6 +51,7 @@ from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, r
 from .merge import MergeResult, merge_shards
 from .model import check_max_len, keep_head_float32, load_model, probabilities, text_prefix
 from .replica import PeerFailed
+from .runs import run_ids_of
 from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
 
@@ -178,7 +179,8 @@ def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult
     ``world_size``, when known), else :class:`kitlib.merge.MergeError` (two runs share the folder)."""
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
                         test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size,
-                        writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed)
+                        writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed,
+                        runs=run_ids_of(job.checkpoint))
 
 
 def padded_lengths(lengths: np.ndarray, job: InferJob, rt: Runtime) -> tuple[int, ...]:

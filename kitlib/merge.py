@@ -476,6 +476,7 @@ def merge_shards(
     writer: str = "kitlib.merge.merge_shards",
     source: str = "",
     collapsed: str = "warn",
+    runs=(),
 ) -> MergeResult:
     """Merge prediction shards into a submission CSV.
 
@@ -495,6 +496,7 @@ def merge_shards(
         world_size: with ``run_id``, the run's world size (None: read from the shards).
         writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
             submission another writer recorded is said (:mod:`kitlib.provenance` holds the rule).
+        runs: the training run ids the predictions came from, recorded beside ``output``.
         collapsed: predictions that barely vary (:func:`kitlib.collapse.submission_problem`):
             ``"warn"`` writes them with a ``WARNING`` note (also a Python warning), ``"refuse"``
             (the competition data) writes nothing.
@@ -585,7 +587,7 @@ def merge_shards(
         warnings.warn(warning, stacklevel=2)
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
     replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
-                                         source=source or src, rows=table.num_rows)
+                                         source=source or src, rows=table.num_rows, runs=runs)
     if replaced:
         notes.add(replaced)
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines(), run_id)
