@@ -138,7 +138,6 @@ def english_holdout_split(
         raw.iloc[tr].to_csv(tmp / TRAIN_FILE, index=False)
         raw.iloc[ho].to_csv(tmp / HOLDOUT_FILE, index=False)
         (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700
     return out_dir / TRAIN_FILE, out_dir / HOLDOUT_FILE
 
 
@@ -214,5 +213,4 @@ def validation_split(
         train_part.to_csv(tmp / MIXED_TRAIN_FILE, index=False)
         holdout_part.to_csv(tmp / VALID_HOLDOUT_FILE, index=False)
         (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700
     return out_dir / MIXED_TRAIN_FILE, out_dir / VALID_HOLDOUT_FILE
