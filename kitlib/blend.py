@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .storage import normalise
+
 _SHOW = 5  # ids shown in a message
 
 
@@ -121,7 +123,7 @@ def check_submission(path: str | os.PathLike, sample_submission: str | os.PathLi
     Raises:
         BlendError: naming the file, the column and the ids (or rows).
     """
-    path, ref_path = Path(path), Path(sample_submission)
+    path, ref_path = Path(normalise(path)), Path(normalise(sample_submission))
     df, ref = _read(path), _read(ref_path)
     columns = tuple(c for c in ref.columns if c != "id")
     if not columns:
@@ -175,13 +177,13 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
 
     from . import provenance
 
-    paths = [Path(p) for p in inputs]
+    paths = [Path(normalise(p)) for p in inputs]
     if len(paths) < 2:
         raise BlendError(f"blend needs two or more submissions, got {len(paths)}")
     w = _weights(weights, len(paths))
     frames = [_read(p) for p in paths]
     if sample_submission is not None:
-        ref_path = Path(sample_submission)
+        ref_path = Path(normalise(sample_submission))
         ref = _read(ref_path)
         columns = tuple(c for c in ref.columns if c != "id")
     else:
@@ -199,7 +201,7 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
                 v = pd.Series(v).rank(method="average").to_numpy() / len(v)
             total[c] += weight * v
     out = pd.DataFrame({"id": ref_ids.to_numpy(), **total})
-    output = Path(output)
+    output = Path(normalise(output))
     replaced = provenance.write_recorded(output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"),
                                          writer=provenance.BLEND, source=f"blend of {', '.join(map(str, paths))}",
                                          rows=len(out))

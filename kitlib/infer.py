@@ -54,6 +54,7 @@ from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
 
 TOKENS_DIR = "tokens"  # kitlib.data.Tokens, in a local temporary folder of the calling process
+PATH_FIELDS = ("checkpoint", "test_csv", "shard_dir", "output_csv", "sample_submission")  # InferJob's paths
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ class InferJob:
     collapsed: str = "warn"
 
     def __post_init__(self):
+        for name in PATH_FIELDS:  # once, up front: every reader and writer gets the same path (storage.normalise)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, storage.normalise(getattr(self, name)))
         for name in ("batch_size", "max_len", "num_buckets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"InferJob.{name} must be >= 1, not {getattr(self, name)}")

@@ -515,7 +515,7 @@ def merge_shards(
     notes = _Notes()
     targets: tuple[str, ...] | None = None
     if sample_submission is not None:
-        ss_path = Path(sample_submission)
+        ss_path = storage.as_path(sample_submission)  # ~ expanded (storage.normalise)
         ss_ids, ss_columns = _reference_ids(ss_path, "the sample submission")
         kept = []
         for c in ss_columns:
@@ -553,7 +553,8 @@ def merge_shards(
     src = f"{len(paths)} shard(s) in {paths[0].parent}"
     columns = list(preds)
     if test is not None:
-        test_ids, _ = _reference_ids(Path(test), "the test file")
+        test = storage.as_path(test)
+        test_ids, _ = _reference_ids(test, "the test file")
         if kit:
             if len(test_ids) != len(ids) or not pa.chunked_array([test_ids]).equals(ids):
                 n_diff = len(test_ids) - len(ids)
@@ -562,7 +563,7 @@ def merge_shards(
                     + (f" ({len(ids)} rows in the shards, {len(test_ids)} in the test file)" if n_diff else "")
                 )
         else:
-            order = _align(ids, test_ids, Path(test), src)
+            order = _align(ids, test_ids, test, src)
             ids, preds = test_ids, {c: v[order] for c, v in preds.items()}
     elif not kit and sample_submission is None:
         raise MergeError("seed-pattern shards carry no row index: pass --sample-submission or --test for the order")

@@ -89,7 +89,7 @@ import time
 
 import pandas as pd
 
-from kitlib import compat, paths
+from kitlib import compat, paths, storage
 from kitlib import recipe as recipes
 from kitlib.collapse import check_ready
 from kitlib.data import read_csv_checked
@@ -105,12 +105,12 @@ from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, save_scores, train
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
 work = paths.working_dir(root)
-data = Path(data_dir) if data_dir else paths.default_data_dir(root)
-train_path = Path(train_csv) if train_csv else paths.train_file(data)
-valid_path = Path(valid_csv) if valid_csv else data / "validation.csv"
-out_dir = Path(output_dir) if output_dir else work / paths.TRAINED_CHECKPOINT
+data = storage.as_path(data_dir) if data_dir else paths.default_data_dir(root)
+train_path = storage.as_path(train_csv) if train_csv else paths.train_file(data)
+valid_path = storage.as_path(valid_csv) if valid_csv else data / "validation.csv"
+out_dir = storage.as_path(output_dir) if output_dir else work / paths.TRAINED_CHECKPOINT
 scratch = paths.scratch_dir(root)  # not saved as the kernel's output: caches, split copies, shards
-cache = Path(cache_dir) if cache_dir else scratch
+cache = storage.as_path(cache_dir) if cache_dir else scratch
 
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
@@ -159,7 +159,7 @@ display(pd.DataFrame({
 # %%
 checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
                                 real_data=paths.is_competition_data(data), purpose="training",
-                                data_files=[Path(train_csv) if train_csv else paths.train_file(data), valid_path])
+                                data_files=[storage.as_path(train_csv) if train_csv else paths.train_file(data), valid_path])
 print(f"model {model!r} -> {checkpoint}")
 
 # %% [markdown]

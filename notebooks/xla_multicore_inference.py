@@ -77,9 +77,9 @@ from kitlib.train import checkpoint_report
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
 work = paths.working_dir(root)
-data = Path(data_dir) if data_dir else paths.default_data_dir(root)
-test_path = Path(test_csv) if test_csv else data / "test.csv"
-sample_path = Path(sample_submission) if sample_submission else data / "sample_submission.csv"
+data = storage.as_path(data_dir) if data_dir else paths.default_data_dir(root)
+test_path = storage.as_path(test_csv) if test_csv else data / "test.csv"
+sample_path = storage.as_path(sample_submission) if sample_submission else data / "sample_submission.csv"
 out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"  # a Path, or a URL
 shards = storage.as_path(shard_dir) if shard_dir else paths.scratch_dir(root) / "shards" / "xla_multicore_inference"
 
@@ -109,7 +109,7 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 checkpoint = resolve_checkpoint(
     model,
     data_dir=data,
-    cache_dir=Path(cache_dir) if cache_dir else paths.scratch_dir(root),
+    cache_dir=storage.as_path(cache_dir) if cache_dir else paths.scratch_dir(root),
     trained_dir=work / paths.TRAINED_CHECKPOINT,
     search_dir=paths.kaggle_input_dir(),
     real_data=paths.is_competition_data(data),

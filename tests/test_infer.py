@@ -221,3 +221,48 @@ def test_the_parent_tokenizes_in_chunks_and_keeps_no_text(tiny_checkpoint, tmp_p
                      max_len=64), detect_runtime(1, "cpu"))
     assert sum(calls) >= 5000 and max(calls) <= data.CHUNK_ROWS, calls
     assert seen["rows"] == 5000 and isinstance(seen["tokens"].ids, np.memmap)  # the replicas map the packed ids
+
+
+def stub_launch(spread: bool = True):
+    """A launch that writes what the replicas would (one shard of every row) without a model:
+    what reaches the merge is then predict's own doing."""
+    from kitlib.data import read_ids
+    from kitlib.shards import write_shard
+
+    def launch(fn, plan, rt, start_method="fork", **kw):
+        ids = read_ids(plan.job.test_csv)
+        n = len(ids)
+        probs = np.linspace(0.01, 0.99, n, dtype=np.float32) if spread else np.full(n, 0.5, np.float32)
+        write_shard(plan.job.shard_dir, rank=0, world_size=1, num_rows=n, rows=np.arange(n), ids=ids,
+                    predictions={plan.job.prediction_column: probs}, padding=np.zeros(n, bool), run_id=plan.run_id)
+    return launch
+
+
+def test_a_home_path_reaches_every_reader_and_writer(tiny_checkpoint, tmp_path, monkeypatch):
+    """Issue 27 item 6: "~/test.csv" was "no such file"; "~/shards" was written as ./~/shards while
+    pyarrow's merge read $HOME/shards. Every path is normalised once, in InferJob."""
+    from kitlib import infer
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    cwd.mkdir()
+    write_slice(home, 20)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(infer, "launch", stub_launch())
+    job = InferJob(checkpoint=str(tiny_checkpoint), test_csv="~/test.csv", shard_dir="~/shards",
+                   output_csv="~/sub.csv", sample_submission="~/sample_submission.csv", max_len=32)
+    assert (job.test_csv, job.shard_dir) == (str(home / "test.csv"), str(home / "shards"))
+    result = predict(job, detect_runtime(1, "cpu"))
+    assert result.num_rows == 20 and result.output == home / "sub.csv"
+    assert [p.name for p in (home / "shards").iterdir()] == ["shard-00000-of-00001.parquet"]
+    assert list(cwd.iterdir()) == []  # no literal ./~ folder
+
+
+def test_train_job_paths_are_normalised_once(tmp_path, monkeypatch):
+    from kitlib.train import TrainJob
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    job = TrainJob(checkpoint="~/ckpt", train_csv="~/train.csv", valid_csv="file://" + str(tmp_path / "v%20a.csv"),
+                   out_dir="~/out")
+    assert (job.checkpoint, job.train_csv, job.valid_csv, job.out_dir) == (
+        str(tmp_path / "ckpt"), str(tmp_path / "train.csv"), str(tmp_path / "v a.csv"), str(tmp_path / "out"))
