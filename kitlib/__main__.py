@@ -89,8 +89,8 @@ def _blend(args) -> int:
     except OSError as e:  # the inputs were read by then: writing failed (the old output is kept)
         print(f"error: {e if isinstance(e, CannotWrite) else CannotWrite(args.output, e)}", file=sys.stderr)
         return EXIT_IO
-    if r.replaced:
-        print(f"note: {r.replaced}", file=sys.stderr)
+    for note in (*r.notes, *([r.replaced] if r.replaced else [])):
+        print(f"note: {note}", file=sys.stderr)
     how = "ranks" if r.rank else "predictions"
     print(f"wrote {r.output}: {r.num_rows} rows, the weighted mean of {len(args.inputs)} files' {how} "
           f"(weights {', '.join(f'{w:.3g}' for w in r.weights)}), columns id,{','.join(r.columns)}")
