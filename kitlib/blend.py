@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 from pathlib import Path
 
+from .collapse import CollapsedModelError, CollapsedPredictionWarning, check_predictions
 from .storage import normalise
 
 _SHOW = 5  # ids shown in a message
@@ -175,7 +177,7 @@ def _weights(weights, n: int) -> tuple[float, ...]:
 
 
 def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights=None, rank: bool = False,
-          sample_submission: str | os.PathLike | None = None) -> BlendResult:
+          sample_submission: str | os.PathLike | None = None, collapsed: str | None = None) -> BlendResult:
     """Write the weighted mean of ``inputs``' predictions (or of their ranks) to ``output``.
 
     Args:
@@ -185,6 +187,9 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
         rank: blend each column's rank / row count instead of the values (see the module docstring).
         sample_submission: its ids give the row order and must equal every input's id set;
             its columns other than ``id`` are the prediction columns.
+        collapsed: a blend whose predictions barely vary (:func:`kitlib.collapse.check_predictions`):
+            ``"warn"`` (written, with a ``WARNING`` note) or ``"refuse"``; None: a warning only when
+            ``sample_submission`` is the bundled sample's, else refused.
 
     Returns:
         :class:`BlendResult`.
@@ -192,7 +197,8 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
     Raises:
         BlendError: fewer than two inputs; an unreadable file; a missing ``id`` or prediction
             column; a blank or repeated id; an id set that differs from the first file's (or the
-            sample's); a value that is not a finite number; bad weights. Nothing is written.
+            sample's); a value that is not a finite number; bad weights; blended predictions that
+            barely vary, under the ``"refuse"`` policy. Nothing is written.
         OSError: ``output`` cannot be written (an existing file is left as it was).
     """
     import numpy as np
@@ -221,8 +227,16 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
             if rank:
                 v = pd.Series(v).rank(method="average").to_numpy() / len(v)
             total[c] += weight * v
-    out = pd.DataFrame({"id": ref_ids.to_numpy(), **total})
     output = Path(normalise(output))
+    try:  # the one collapse rule (kitlib.collapse.check_predictions): a blend of collapsed files is one too
+        warning = check_predictions(total, str(output), policy=collapsed,
+                                    data_files=(sample_submission,) if sample_submission is not None else ())
+    except CollapsedModelError as e:
+        raise BlendError(str(e)) from e
+    if warning:
+        notes.append(warning)
+        warnings.warn(warning, CollapsedPredictionWarning, stacklevel=2)
+    out = pd.DataFrame({"id": ref_ids.to_numpy(), **total})
     replaced = provenance.write_recorded(output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"),
                                          writer=provenance.BLEND, source=f"blend of {', '.join(map(str, paths))}",
                                          rows=len(out))

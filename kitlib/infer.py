@@ -85,7 +85,8 @@ class InferJob:
         text_col: text column; None picks ``content`` or ``comment_text``.
         collapsed: a submission whose predictions barely vary (:mod:`kitlib.collapse`): ``"warn"``
             (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written); the notebook asks
-            :func:`kitlib.collapse.policy_for`.
+            :func:`kitlib.collapse.policy_for` (it knows whether the random model was named); None:
+            decided by the test set and the sample submission (:func:`kitlib.collapse.check_predictions`).
     """
 
     checkpoint: str
@@ -99,7 +100,7 @@ class InferJob:
     precision: str = "auto"
     prediction_column: str = "toxic"
     text_col: str | None = None
-    collapsed: str = "warn"
+    collapsed: str | None = None
 
     def __post_init__(self):
         for name in PATH_FIELDS:  # once, up front: every reader and writer gets the same path (storage.normalise)
@@ -108,8 +109,8 @@ class InferJob:
         for name in ("batch_size", "max_len", "num_buckets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"InferJob.{name} must be >= 1, not {getattr(self, name)}")
-        if self.collapsed not in POLICIES:
-            raise ValueError(f"InferJob.collapsed must be one of {POLICIES}, not {self.collapsed!r}")
+        if self.collapsed is not None and self.collapsed not in POLICIES:
+            raise ValueError(f"InferJob.collapsed must be None or one of {POLICIES}, not {self.collapsed!r}")
 
 
 @dataclass(frozen=True)

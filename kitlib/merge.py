@@ -42,7 +42,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from . import provenance, storage, submission_csv
-from .collapse import CollapsedModelError, submission_problem
+from .collapse import CollapsedModelError, CollapsedPredictionWarning, check_predictions
 from .data import csv_columns, read_ids
 from .shards import SHARD_FORMAT, SHARD_RE, ShardInfo, read_shard_info, shard_name
 
@@ -461,7 +461,7 @@ def merge_shards(
     world_size: int | None = None,
     writer: str = "kitlib.merge.merge_shards",
     source: str = "",
-    collapsed: str = "warn",
+    collapsed: str | None = None,
 ) -> MergeResult:
     """Merge prediction shards into a submission CSV.
 
@@ -481,9 +481,11 @@ def merge_shards(
         world_size: with ``run_id``, the run's world size (None: read from the shards).
         writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
             submission another writer recorded is said (:mod:`kitlib.provenance` holds the rule).
-        collapsed: predictions that barely vary (:func:`kitlib.collapse.submission_problem`):
-            ``"warn"`` writes them with a ``WARNING`` note (also a Python warning), ``"refuse"``
-            (the competition data) writes nothing.
+        collapsed: predictions that barely vary (:func:`kitlib.collapse.check_predictions`):
+            ``"warn"`` writes them with a ``WARNING`` note (also a
+            :class:`kitlib.collapse.CollapsedPredictionWarning`), ``"refuse"`` writes nothing;
+            None: decided by ``test`` and ``sample_submission`` (a warning only on the bundled
+            sample, :func:`kitlib.collapse.policy_for`).
 
     Returns:
         A :class:`MergeResult` (its ``notes`` list the columns dropped or ignored).
@@ -561,13 +563,14 @@ def merge_shards(
         order = _align(ids, ss_ids, ss_path, src)
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
-    try:
-        warning = submission_problem({c: preds[c] for c in columns}, collapsed, str(output))
+    try:  # the one collapse rule (kitlib.collapse.check_predictions)
+        warning = check_predictions({c: preds[c] for c in columns}, str(output), policy=collapsed,
+                                    data_files=(test, sample_submission))
     except CollapsedModelError as e:
         raise MergeError(str(e)) from e
     if warning:
         notes.add(warning)
-        warnings.warn(warning, stacklevel=2)
+        warnings.warn(warning, CollapsedPredictionWarning, stacklevel=2)
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
     replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
                                          source=source or src, rows=table.num_rows)

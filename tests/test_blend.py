@@ -122,11 +122,11 @@ def test_the_prediction_columns_are_the_sample_submissions(tmp_path):
     ids = ["1", "2", "3"]
     pd.DataFrame({"id": ids, "toxic": [0.5] * 3}).to_csv(tmp_path / "sample.csv")  # with its index
     a = write(tmp_path / "a.csv", ids, [0.1, 0.2, 0.3])
-    pd.DataFrame({"id": ids, "toxic": [0.3, 0.2, 0.1], "extra": [9, 9, 9]}).to_csv(tmp_path / "b.csv")
+    pd.DataFrame({"id": ids, "toxic": [0.5, 0.6, 0.7], "extra": [9, 9, 9]}).to_csv(tmp_path / "b.csv")
     r = blend([a, tmp_path / "b.csv"], tmp_path / "s.csv", sample_submission=tmp_path / "sample.csv")
     assert r.columns == ("toxic",)
     got = pd.read_csv(tmp_path / "s.csv", dtype={"id": str})
-    assert list(got.columns) == ["id", "toxic"] and np.allclose(got["toxic"], 0.2)
+    assert list(got.columns) == ["id", "toxic"] and np.allclose(got["toxic"], [0.3, 0.4, 0.5])
     assert any("dropped column '' of sample.csv" in n for n in r.notes)
 
 
