@@ -335,3 +335,37 @@ def atomic_write(final: str | os.PathLike | URL, write: Callable[[str], None]) -
         raise CannotWrite(final, e) from e
     finally:
         os.unlink(tmp)
+
+
+def check_writable(target: str | os.PathLike | URL, what: str, *, folder: bool = False) -> None:
+    """Check, before any work, that the kit can write ``target`` (a file, or with ``folder`` a folder).
+
+    Local: the folder that will hold the file (the real one, for a link: :func:`kitlib.atomic.real_target`)
+    is created if missing, and a temporary file is created and removed in it: what the writer
+    itself will do (a read-only mount, no permission, a file where a folder should be, all fail
+    here). A URL: its bucket or folder is checked (:meth:`URL.mkdir`).
+
+    Raises:
+        CannotWrite: naming ``what``, the path and the system's reason (``errno`` kept).
+        ValueError: a file ``target`` that is an existing folder.
+    """
+    from .atomic import real_target
+
+    p = as_path(target)
+    if isinstance(p, URL):
+        try:
+            (p if folder else p.parent).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CannotWrite(f"{p} ({what})", e) from e
+        return
+    p = real_target(p)
+    if not folder and p.is_dir():
+        raise ValueError(f"{what}={p}: is a folder; name the file to write (e.g. {p / 'submission.csv'})")
+    where = p if folder else p.parent
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".kit-write-check-", dir=where)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise CannotWrite(f"{where} ({what}, checked before any work)", e) from e

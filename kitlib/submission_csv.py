@@ -135,3 +135,68 @@ def prediction_columns(sample: SubmissionTable | tuple[str, ...] | list[str], pa
         where = path or (sample.path if isinstance(sample, SubmissionTable) else "the sample submission")
         raise SubmissionFileError(f"{where}: the sample submission names no prediction column besides 'id'")
     return cols
+
+
+NO_SAMPLE = "none"  # sample_submission="none": no sample submission, the test set's order (asked for by name)
+
+
+def check_sample_submission(path: str | os.PathLike, test_ids, columns: tuple[str, ...], *,
+                            test_path: str | os.PathLike = "the test set") -> SubmissionTable:
+    """Check, before any replica starts, that the merge at the run's end can use this sample submission.
+
+    It must exist and be readable (:func:`read`), hold each id once, exactly the test set's ids
+    (in any order), and name exactly ``columns`` as its prediction columns
+    (:func:`prediction_columns`; an index column is not one). Found only at the merge, after every
+    replica predicted every row, each of these used to cost the whole run (issue 27 item 7).
+
+    Args:
+        path: the sample submission.
+        test_ids: the test set's ids, exact strings (a sequence, numpy or pyarrow array).
+        columns: the columns the run predicts (``InferJob.prediction_column``).
+        test_path: the test file, for the message.
+
+    Returns:
+        The sample as read.
+
+    Raises:
+        FileNotFoundError: no such file (the message says how to run without one).
+        SubmissionFileError: unreadable, no ``id``, a repeated id, ids other than the test set's,
+            or other prediction columns; the message names the file, the ids or columns, and the fix.
+    """
+    import pyarrow.compute as pc
+
+    try:
+        sample = read(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"sample_submission={path}: no such file. Pass the competition's "
+                                f"sample_submission.csv, or sample_submission={NO_SAMPLE!r} to write the rows in the "
+                                "test set's order") from None
+    want = prediction_columns(sample, path)
+    if tuple(want) != tuple(columns):
+        extra = [c for c in want if c not in columns]
+        missing = [c for c in columns if c not in want]
+        raise SubmissionFileError(
+            f"{path}: the sample submission's prediction columns are {', '.join(want)}; this run predicts "
+            f"{', '.join(columns)}" + (f" (not predicted: {', '.join(extra)})" if extra else "")
+            + (f" (not in the sample: {', '.join(missing)})" if missing else "")
+            + ". Give the competition's own sample submission, or set prediction_column to its column")
+    ids = sample.table.column(ID).combine_chunks()
+    if pc.count_distinct(ids).as_py() != len(ids):
+        counts = pc.value_counts(ids)
+        dup = counts.field("values").filter(pc.greater(counts.field("counts"), 1)).to_pylist()
+        raise SubmissionFileError(f"{path}: id(s) {_preview(dup)} repeated in the sample submission")
+    test = pa.array(list(test_ids) if not isinstance(test_ids, (pa.Array, pa.ChunkedArray)) else test_ids, pa.string())
+    missing = test.filter(pc.invert(pc.is_in(test, value_set=ids))).to_pylist()
+    extra = ids.filter(pc.invert(pc.is_in(ids, value_set=test))).to_pylist()
+    if missing or extra:
+        raise SubmissionFileError(
+            f"{path}: the sample submission's ids are not {test_path}'s: "
+            + "; ".join(([f"{len(missing)} test id(s) not in it: {_preview(missing)}"] if missing else [])
+                        + ([f"{len(extra)} id(s) not in the test set: {_preview(extra)}"] if extra else []))
+            + f". Give the sample submission of this test set, or sample_submission={NO_SAMPLE!r} for the test set's order")
+    return sample
+
+
+def _preview(values, show: int = 5) -> str:
+    more = f" and {len(values) - show} more" if len(values) > show else ""
+    return ", ".join(repr(v) for v in values[:show]) + more

@@ -6,6 +6,9 @@ TPU rehearsal) and as processes, 1 to 4 replicas, ``fork`` and ``spawn``: the sa
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -266,3 +269,103 @@ def test_train_job_paths_are_normalised_once(tmp_path, monkeypatch):
                    out_dir="~/out")
     assert (job.checkpoint, job.train_csv, job.valid_csv, job.out_dir) == (
         str(tmp_path / "ckpt"), str(tmp_path / "train.csv"), str(tmp_path / "v a.csv"), str(tmp_path / "out"))
+
+
+# issue 27 item 7: what the run's end needs is checked before the first replica starts.
+def never_launch(fn, plan, rt, start_method="fork", **kw):
+    raise AssertionError("a replica started before the run's end was checked")
+
+
+def end_job(tiny_checkpoint, tmp_path, **kw):
+    test, sample = write_slice(tmp_path / "d", 20)
+    return InferJob(**{"checkpoint": str(tiny_checkpoint), "test_csv": str(test), "shard_dir": str(tmp_path / "shards"),
+                       "output_csv": str(tmp_path / "out" / "sub.csv"), "sample_submission": str(sample), "max_len": 32, **kw})
+
+
+@pytest.mark.parametrize("case,error,message", [
+    ("extra column", ValueError, r"sample_submission\.csv: the sample submission's prediction columns are toxic, severe; "
+                                 r"this run predicts toxic \(not predicted: severe\)"),
+    ("misspelt", FileNotFoundError, r"sample_submission=\S*sample_submision\.csv: no such file\. .*sample_submission='none'"),
+    ("other ids", ValueError, r"the sample submission's ids are not \S*test\.csv's: 1 test id\(s\) not in it: '\w+'; "
+                              r"1 id\(s\) not in the test set: 'not-a-test-id'"),
+])
+def test_a_sample_submission_that_does_not_fit_is_refused_before_any_replica(tiny_checkpoint, tmp_path, monkeypatch,
+                                                                             case, error, message):
+    from kitlib import infer
+
+    monkeypatch.setattr(infer, "launch", never_launch)
+    job = end_job(tiny_checkpoint, tmp_path)
+    sample = pd.read_csv(job.sample_submission, dtype=str, keep_default_na=False)
+    if case == "extra column":
+        sample.assign(severe="0.5").to_csv(job.sample_submission, index=False)
+    elif case == "other ids":
+        sample.iloc[1:].pipe(lambda d: pd.concat([d, pd.DataFrame({"id": ["not-a-test-id"], "toxic": ["0.5"]})])).to_csv(
+            job.sample_submission, index=False)
+    else:
+        job = InferJob(**{**job.__dict__, "sample_submission": job.sample_submission.replace("submission", "submision")})
+    with pytest.raises(error, match=message):
+        predict(job, detect_runtime(1, "cpu"))
+    assert not (tmp_path / "shards").exists() or not any((tmp_path / "shards").iterdir())
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_replica(tiny_checkpoint, tmp_path, monkeypatch):
+    from kitlib import infer
+    from kitlib.storage import CannotWrite
+
+    monkeypatch.setattr(infer, "launch", never_launch)
+    (tmp_path / "out").write_text("a file where the output folder should be")
+    with pytest.raises(CannotWrite, match=r"cannot write \S*out \(output_csv, checked before any work\): "):
+        predict(end_job(tiny_checkpoint, tmp_path), detect_runtime(1, "cpu"))
+    (tmp_path / "shards-file").write_text("a file where the shard folder should be")
+    with pytest.raises(CannotWrite, match=r"cannot write \S*shards-file \(shard_dir, checked before any work\): "):
+        predict(end_job(tiny_checkpoint, tmp_path, output_csv=str(tmp_path / "ok.csv"), shard_dir=str(tmp_path / "shards-file")),
+                detect_runtime(1, "cpu"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_output_folder_is_refused_before_any_replica(tiny_checkpoint, tmp_path, monkeypatch):
+    from kitlib import infer
+    from kitlib.storage import CannotWrite
+
+    monkeypatch.setattr(infer, "launch", never_launch)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out").chmod(0o555)
+    try:
+        with pytest.raises(CannotWrite, match=r"Permission denied"):
+            predict(end_job(tiny_checkpoint, tmp_path), detect_runtime(1, "cpu"))
+    finally:
+        (tmp_path / "out").chmod(0o755)
+
+
+def test_sample_submission_none_writes_the_test_sets_order(tiny_checkpoint, tmp_path, monkeypatch):
+    from kitlib import infer
+
+    monkeypatch.setattr(infer, "launch", stub_launch())
+    job = end_job(tiny_checkpoint, tmp_path, sample_submission="none")
+    assert job.sample_submission is None
+    result = predict(job, detect_runtime(1, "cpu"))
+    sub = pd.read_csv(result.output, dtype={"id": str}, keep_default_na=False)
+    test = pd.read_csv(job.test_csv, dtype={"id": str}, keep_default_na=False)
+    assert sub["id"].tolist() == test["id"].tolist() and list(sub.columns) == ["id", "toxic"]
+
+
+def test_a_read_only_output_mount_is_refused_before_any_replica(tiny_checkpoint, tmp_path, monkeypatch):
+    """As root a chmod does not stop a write (the test above is skipped): the mount's EROFS, as the system gives it."""
+    import errno
+    import tempfile
+
+    from kitlib import infer, storage
+    from kitlib.storage import CannotWrite
+
+    real = tempfile.mkstemp
+
+    def read_only(*a, dir=None, **kw):
+        if dir is not None and Path(dir) == tmp_path / "out":
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real(*a, dir=dir, **kw)
+
+    monkeypatch.setattr(infer, "launch", never_launch)
+    monkeypatch.setattr(storage.tempfile, "mkstemp", read_only)
+    with pytest.raises(CannotWrite, match=r"cannot write \S*out \(output_csv, checked before any work\): Read-only file system") as e:
+        predict(end_job(tiny_checkpoint, tmp_path), detect_runtime(1, "cpu"))
+    assert e.value.errno == errno.EROFS
