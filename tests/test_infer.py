@@ -25,7 +25,8 @@ def run(checkpoint, test_csv, out_dir, devices, accelerator="cpu", start_method=
     job = InferJob(checkpoint=str(checkpoint), test_csv=str(test_csv), shard_dir=str(out_dir / "shards"),
                    output_csv=str(out_dir / "sub.csv"),
                    # fp32: these tests compare predictions across paths ("auto" is bf16 on AMX / avx512_bf16 CPUs)
-                   **{"batch_size": 8, "max_len": 64, "num_buckets": 1, "precision": "fp32", **job})
+                   # collapsed="warn": tiny_checkpoint is the random model, named on purpose (kitlib.collapse)
+                   **{"batch_size": 8, "max_len": 64, "num_buckets": 1, "precision": "fp32", "collapsed": "warn", **job})
     result = predict(job, rt, start_method)
     sub = pd.read_csv(out_dir / "sub.csv", dtype={"id": str}, keep_default_na=False)
     return sub, replica_stats(out_dir / "shards"), result
@@ -153,7 +154,8 @@ def test_two_runs_sharing_a_shard_folder_never_exchange_predictions(sharp_checkp
     real_launch = infer.launch
     shared = tmp_path / "shared"
     job_b = InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(slice_103), shard_dir=str(shared),
-                     output_csv=str(tmp_path / "b.csv"), batch_size=8, max_len=64, num_buckets=1)
+                     output_csv=str(tmp_path / "b.csv"), batch_size=8, max_len=64, num_buckets=1,
+                     collapsed="warn")  # the random tiny model, on purpose
 
     def a_then_b(fn, plan, rt, start_method="fork"):
         real_launch(fn, plan, rt, start_method)
@@ -186,7 +188,8 @@ def test_predict_without_sample_submission_reads_a_big_test_csv_with_quoted_newl
     assert test.stat().st_size > 1 << 20
     rt = detect_runtime(2, "cpu")
     result = predict(InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(test), shard_dir=str(tmp_path / "shards"),
-                              output_csv=str(tmp_path / "sub.csv"), batch_size=32, max_len=16, num_buckets=1), rt)
+                              output_csv=str(tmp_path / "sub.csv"), batch_size=32, max_len=16, num_buckets=1,
+                              collapsed="warn"), rt)  # the random tiny model, on purpose
     sub = pd.read_csv(tmp_path / "sub.csv", dtype={"id": str}, keep_default_na=False)
     assert result.num_rows == rows and sub["id"].tolist() == read_csv_checked(test)["id"].tolist()
 
