@@ -157,8 +157,8 @@ def test_two_runs_sharing_a_shard_folder_never_exchange_predictions(sharp_checkp
                      output_csv=str(tmp_path / "b.csv"), batch_size=8, max_len=64, num_buckets=1,
                      collapsed="warn")  # the random tiny model, on purpose
 
-    def a_then_b(fn, plan, rt, start_method="fork"):
-        real_launch(fn, plan, rt, start_method)
+    def a_then_b(fn, plan, rt, start_method="fork", **kw):
+        real_launch(fn, plan, rt, start_method, **kw)
         if plan.job.checkpoint == str(sharp_checkpoint):  # A's replicas are done: B runs now
             monkeypatch.setattr(infer, "launch", real_launch)
             predict(job_b, detect_runtime(3, "cpu"))
