@@ -54,7 +54,7 @@ from tqdm.auto import tqdm
 
 from . import recipe as recipes
 from . import resume
-from .atomic import atomic_dir, atomic_write
+from .atomic import atomic_dir, atomic_write, real_target
 from .checkpoint import HISTORY_FILE, RECIPE_KEY, SCORES_FILE, VALID_PREDICTIONS_FILE, replacing_message  # noqa: F401
 from .resume import RESUME_MODES
 from .runs import TRACKERS, Tracker, append_run, code_fingerprint, git_commit, runs_table
@@ -457,7 +457,7 @@ def _start(replica, job: TrainJob, run: _Training, data: _Data) -> _Loop:
     if plan is not None:
         _restore(replica, run, plan, loop)
     if replica.is_master:  # (train() printed the plan's note)
-        loop.tracker = Tracker(job.tracker, Path(str(job.out_dir) + ".tensorboard") / loop.history["run_id"])
+        loop.tracker = Tracker(job.tracker, Path(str(real_target(job.out_dir)) + ".tensorboard") / loop.history["run_id"])
     return loop
 
 

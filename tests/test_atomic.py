@@ -313,3 +313,17 @@ def test_current_umask_reads_without_changing_it():
         assert atomic.current_umask() == 0o027 and atomic.current_umask() == 0o027
     finally:
         os.umask(old)
+
+
+def test_a_linked_output_dir_keeps_its_run_records_beside_the_target(tmp_path):
+    """Issue 27 item 4: the resume state and the runs table follow a linked output_dir to its drive."""
+    from kitlib.resume import state_dir
+    from kitlib.runs import runs_table
+
+    (tmp_path / "drive").mkdir()
+    link = tmp_path / "work" / "xlmr-toxic"
+    link.parent.mkdir()
+    link.symlink_to(tmp_path / "drive" / "xlmr-toxic", target_is_directory=True)  # dangling until the first save
+    assert state_dir(link) == tmp_path / "drive" / "xlmr-toxic.state"
+    assert runs_table(link) == tmp_path / "drive" / "runs.csv"
+    assert state_dir(tmp_path / "plain") == tmp_path / "plain.state"
