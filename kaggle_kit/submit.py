@@ -99,11 +99,12 @@ def precheck(path: Path, sample_submission: Path) -> str:
     from kitlib.blend import BlendError, check_submission
 
     try:
-        rows, columns = check_submission(path, sample_submission)
+        rows, columns, notes = check_submission(path, sample_submission)
     except BlendError as e:
         raise SubmitError(f"{e}. Refused before uploading (checked against {sample_submission}; nothing was sent, "
                           "no submission spent); --force submits it unchecked") from None
-    return f"{path}: {rows} rows, columns {', '.join(columns)}: the ids and columns of {sample_submission}, values in [0, 1]"
+    return (f"{path}: {rows} rows, columns {', '.join(columns)}: the ids and columns of {sample_submission}, values in [0, 1]"
+            + "".join(f"; note: {n}" for n in notes))
 
 
 def submit_file(api, competition: str, path: Path, message: str) -> int:

@@ -54,8 +54,10 @@ from .replica import PeerFailed
 from .runs import run_ids_of
 from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
+from .submission_csv import NO_SAMPLE
 
 TOKENS_DIR = "tokens"  # kitlib.data.Tokens, in a local temporary folder of the calling process
+PATH_FIELDS = ("checkpoint", "test_csv", "shard_dir", "output_csv", "sample_submission")  # InferJob's paths
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ class InferJob:
             at a time: the merge refuses another run's shards there.
         output_csv: the merged submission (a path or a URL); None: write the shards only.
         sample_submission: Kaggle's ``sample_submission.csv``: the submission's row order and
-            columns; None: the test set's order.
+            columns (checked before any replica starts: :func:`check_outputs`); None or ``"none"``:
+            the test set's order.
         batch_size: rows per model call on each replica (global batch = batch_size x world size).
         max_len: tokens per row; longer texts are truncated. At most the model's position table
             (:func:`kitlib.model.check_max_len`).
@@ -85,7 +88,8 @@ class InferJob:
         text_col: text column; None picks ``content`` or ``comment_text``.
         collapsed: a submission whose predictions barely vary (:mod:`kitlib.collapse`): ``"warn"``
             (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written); the notebook asks
-            :func:`kitlib.collapse.policy_for`.
+            :func:`kitlib.collapse.policy_for` (it knows whether the random model was named); None:
+            decided by the test set and the sample submission (:func:`kitlib.collapse.check_predictions`).
     """
 
     checkpoint: str
@@ -99,14 +103,19 @@ class InferJob:
     precision: str = "auto"
     prediction_column: str = "toxic"
     text_col: str | None = None
-    collapsed: str = "warn"
+    collapsed: str | None = None
 
     def __post_init__(self):
+        if isinstance(self.sample_submission, str) and self.sample_submission.lower() == NO_SAMPLE:
+            object.__setattr__(self, "sample_submission", None)  # "none", by name: the test set's order
+        for name in PATH_FIELDS:  # once, up front: every reader and writer gets the same path (storage.normalise)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, storage.normalise(getattr(self, name)))
         for name in ("batch_size", "max_len", "num_buckets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"InferJob.{name} must be >= 1, not {getattr(self, name)}")
-        if self.collapsed not in POLICIES:
-            raise ValueError(f"InferJob.collapsed must be one of {POLICIES}, not {self.collapsed!r}")
+        if self.collapsed is not None and self.collapsed not in POLICIES:
+            raise ValueError(f"InferJob.collapsed must be None or one of {POLICIES}, not {self.collapsed!r}")
         check_precision(self.precision, "InferJob.precision")
 
 
@@ -137,15 +146,20 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
 
     Raises:
         ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), ``max_len`` above the
-            model's limit, an unknown or removed ``precision`` (``"int8"``), or a bad test CSV (file, row, field named); nothing started then.
+            model's limit, an unknown or removed ``precision`` (``"int8"``), a sample submission that does
+            not fit the test set (:func:`check_outputs`), or a bad test CSV (file, row, field named);
+            nothing started then.
+        FileNotFoundError: no such sample submission (or test file); nothing started.
         kitlib.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
         kitlib.merge.MergeError: the shards cannot give a correct submission, or another run's
             shards are in ``shard_dir``; nothing written.
-        kitlib.storage.CannotWrite: the submission cannot be written (full disk, no permission).
+        kitlib.storage.CannotWrite: the shard or output folder cannot be written (checked before any
+            replica starts), or the submission cannot be written at the end (full disk).
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
     check_max_len(job.checkpoint, job.max_len)
     check_inference(job.precision, rt.backend.device)
+    check_outputs(job, rt)  # what the merge at the end needs, before any work
     with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
         tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR)
         plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
@@ -160,6 +174,31 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     if job.output_csv is None or not holds_global_rank0(rt):
         return None
     return merge_run(job, plan.run_id, rt.world_size)
+
+
+def check_outputs(job: InferJob, rt: Runtime) -> None:
+    """What the run's end needs, checked before the first replica starts (issue 27 item 7).
+
+    The shard folder can be written (every host's replicas write there), and, in the process that
+    merges (:func:`kitlib.runtime.holds_global_rank0`) of a run that writes a submission, the
+    submission's folder can be written and the sample submission fits the test set
+    (:func:`kitlib.submission_csv.check_sample_submission`: exists, readable, the test set's ids,
+    the predicted column).
+
+    Raises:
+        kitlib.storage.CannotWrite: a folder cannot be written (read-only, no permission).
+        FileNotFoundError: no such sample submission, or test file.
+        ValueError: the sample submission does not fit (the ids or columns named).
+    """
+    from .submission_csv import check_sample_submission
+
+    storage.check_writable(job.shard_dir, "shard_dir", folder=True)
+    if job.output_csv is None or not holds_global_rank0(rt):
+        return
+    storage.check_writable(job.output_csv, "output_csv")
+    if job.sample_submission is not None:
+        check_sample_submission(job.sample_submission, read_ids(job.test_csv), (job.prediction_column,),
+                                test_path=job.test_csv)
 
 
 def tokenize_test_set(job: InferJob, folder: Path) -> Tokens:

@@ -35,8 +35,11 @@ COLUMNS = ("run_id", "started", "ended", "status", "git_commit", "kitlib", "data
 
 
 def runs_table(out_dir: str | os.PathLike) -> Path:
-    """Where the runs of ``out_dir`` are recorded: ``runs.csv`` beside it."""
-    return Path(out_dir).parent / RUNS_FILE
+    """Where the runs of ``out_dir`` are recorded: ``runs.csv`` beside it (beside what a linked
+    ``out_dir`` points to: :func:`kitlib.atomic.real_target`)."""
+    from .atomic import real_target
+
+    return real_target(out_dir).parent / RUNS_FILE
 
 
 def git_commit(root: str | os.PathLike | None = None) -> str:

@@ -55,7 +55,7 @@ from tqdm.auto import tqdm
 
 from . import recipe as recipes
 from . import resume
-from .atomic import atomic_dir, atomic_write
+from .atomic import atomic_dir, atomic_write, real_target
 from .checkpoint import HISTORY_FILE, RECIPE_KEY, SCORES_FILE, VALID_PREDICTIONS_FILE, replacing_message  # noqa: F401
 from .resume import RESUME_MODES
 from .runs import TRACKERS, Tracker, append_run, code_fingerprint, git_commit, runs_table
@@ -65,10 +65,14 @@ from .model import check_max_len, keep_head_float32, load_classifier, probabilit
 from .backends.collectives import average_gradients  # noqa: F401  (was defined here)
 from .backends.precision import check as check_precision
 from .runtime import Runtime, holds_global_rank0, launch
+from .storage import normalise
 
 PATTERNS = ("optimizer_step", "ddp")
 # monitor -> whether higher is better (TrainJob.monitor: the epoch kept)
 MONITORS = {"valid_auc": True, "valid_loss": False}
+
+
+PATH_FIELDS = ("checkpoint", "train_csv", "valid_csv", "out_dir", "compile_cache_dir", "rank_states_dir")  # TrainJob's paths
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,9 @@ class TrainJob:
     tracker: str = "none"
 
     def __post_init__(self):
+        for name in PATH_FIELDS:  # once, up front: every reader and writer gets the same path (storage.normalise)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, normalise(getattr(self, name)))
         if self.pattern not in PATTERNS:
             raise ValueError(f"pattern must be one of {PATTERNS}, not {self.pattern!r}")
         if self.recipe != recipes.AUTO and self.recipe not in recipes.RECIPES:
@@ -451,7 +458,7 @@ def _start(replica, job: TrainJob, run: _Training, data: _Data) -> _Loop:
     if plan is not None:
         _restore(replica, run, plan, loop)
     if replica.is_master:  # (train() printed the plan's note)
-        loop.tracker = Tracker(job.tracker, Path(str(job.out_dir) + ".tensorboard") / loop.history["run_id"])
+        loop.tracker = Tracker(job.tracker, Path(str(real_target(job.out_dir)) + ".tensorboard") / loop.history["run_id"])
     return loop
 
 

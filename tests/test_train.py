@@ -237,7 +237,7 @@ def test_saved_checkpoint_predicts_like_the_in_memory_model(xla_run, tmp_path):
 
     predict(InferJob(checkpoint=str(ckpt), test_csv=str(tmp_path / "valid50.csv"), shard_dir=str(tmp_path / "shards"),
                      output_csv=str(tmp_path / "pred.csv"), batch_size=GLOBAL_BATCH, max_len=job.max_len, num_buckets=1,
-                     precision="fp32"),
+                     precision="fp32", collapsed="warn"),  # low, narrow probabilities (0.007-0.06): compared, not judged
             detect_runtime(1, "cpu"))
     pred = pd.read_csv(tmp_path / "pred.csv", dtype={"id": str}, keep_default_na=False)
     assert pred["id"].tolist() == in_memory["id"].tolist()
