@@ -15,12 +15,14 @@ family names:
   ``max_position_embeddings``, that it takes (so RoBERTa-likes, which number positions from
   ``padding_idx + 1``, X-MOD, MPNet, data2vec-text, ESM, LUKE, MarkupLM... come out at
   ``max_position_embeddings - padding_idx - 1`` because they compute it so, and BERT at all of
-  them). A model the probe cannot build or run (remote code, an unknown family) gets the
-  conservative limit, ``max_position_embeddings - (pad_token_id + 1)``, with a note;
+  them). A model the probe cannot build or run (a family it cannot shrink, one that needs more
+  than ids, such as X-MOD without a default language) gets the conservative limit,
+  ``max_position_embeddings - (pad_token_id + 1)``, said in the refusal;
 * **vocabulary**: every id the run can produce (``len(tokenizer)``, the tokenizer's largest id,
   and, after tokenization, the largest id in the tokenized set: :func:`check_token_ids`) is below
   the rows of the model's input embedding (the probe's ``get_input_embeddings()``). The kit passes
-  no ``token_type_ids``: the model's own default types are what the probe ran with;
+  no ``token_type_ids``: the model's own default types (0) are what the probe ran with, so a model
+  whose token-type table cannot take them (``type_vocab_size=0``) is refused, its tables named;
 * **attention on the chosen device**: on XLA the kit loads the model with
   :func:`kitlib.compat.xla_attention_implementation` (PyTorch SDPA); the probe is built with the
   attention the replicas will ask for, so a model without SDPA (MPNet) is refused here, not in a
@@ -95,17 +97,22 @@ def _probe(checkpoint: str, attention: str | None, head_for_training: bool, labe
         return build(config, **extra).eval()
 
 
-def _takes(model, length: int, token: int) -> bool:
-    """Whether a forward pass of ``[1, length]`` ids (all ``token``, no padding) runs on the CPU."""
+def _fails(model, length: int, token: int) -> str | None:
+    """Why a forward pass of ``[1, length]`` ids (all ``token``, no padding) fails on the CPU, where every
+    index is checked (an index past a table; a buffer shorter than the input), or None when it runs."""
     import torch
 
     ids = torch.full((1, length), token, dtype=torch.long)
     try:
         with torch.no_grad():
             model(input_ids=ids, attention_mask=torch.ones_like(ids))
-    except (IndexError, RuntimeError):  # an index past a table; a buffer shorter than the input
-        return False
-    return True
+    except (IndexError, RuntimeError) as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    return None
+
+
+def _takes(model, length: int, token: int) -> bool:
+    return _fails(model, length, token) is None
 
 
 def _conservative(config, why: str) -> ModelLimits:
@@ -168,13 +175,19 @@ def _probed_limits(checkpoint: str, device: str, head_for_training: bool, label:
     n = int(n)
     low = min(2, n)
     try:
-        runs = _takes(probe, low, token)
+        broken = _fails(probe, low, token)
     except Exception as e:  # noqa: BLE001 - e.g. X-MOD without a default language: the replicas will say
-        runs, why = False, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-    else:
-        why = "an index error"
-    if not runs:
-        return _conservative(probe.config, f"the probe did not run at {low} tokens ({why})")
+        return _conservative(probe.config, f"the probe did not run at {low} tokens "
+                                           f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})")
+    if broken:  # an index past a table at the shortest row: its token types, a position table of one slot
+        import torch
+
+        tables = ", ".join(f"{name} {m.weight.shape[0]} rows" for name, m in probe.named_modules()
+                           if isinstance(m, torch.nn.Embedding))
+        raise ValueError(f"{checkpoint}: its model indexes past one of its own tables even at {low} tokens per row "
+                         f"({broken}; a forward of a tiny copy on the CPU, token type ids 0 as the kit passes none; "
+                         f"its tables: {tables}): it cannot predict correctly anywhere (XLA would clamp the index). "
+                         "Check its config.json (vocab_size, max_position_embeddings, type_vocab_size) against its weights")
     if _takes(probe, n, token):
         return ModelLimits(n, rows, attention, "probe")
     high = n  # low runs, high does not: the longest that runs lies between
@@ -300,6 +313,8 @@ def preflight(checkpoint: str | os.PathLike, *, max_len: int, device: str, targe
     from .model import _classifier, prediction_column
 
     limits = model_limits(checkpoint, device, head_for_training=head_for_training, label=target)
+    if limits.how != "probe":
+        print(f"note: {checkpoint}: {limits.how}: at most {limits.positions} tokens per row")
     check_max_len(checkpoint, max_len, limits)
     _, kwargs = _classifier(checkpoint, head_for_training, label=target)
     column, note = prediction_column(AutoConfig.from_pretrained(checkpoint, **kwargs), target, checkpoint)

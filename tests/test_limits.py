@@ -271,3 +271,13 @@ def test_a_model_the_probe_cannot_run_gets_the_conservative_limit(tmp_path):
     lim = limits.model_limits(folder)
     assert lim.how.startswith("conservative: the probe did not run at 2 tokens (ValueError: Input language unknown")
     assert lim.positions == 512
+
+
+def test_a_model_that_indexes_past_its_own_tables_is_refused(tmp_path):
+    """No token-type row (type_vocab_size=0) for the types the model uses by default: refused, the table named."""
+    from transformers import XLMRobertaConfig
+
+    folder = _config_folder(tmp_path, XLMRobertaConfig(type_vocab_size=0, **SMALL), "no-types")
+    with pytest.raises(ValueError, match=r"indexes past one of its own tables even at 2 tokens per row .*"
+                                         r"token_type_embeddings 0 rows"):
+        limits.model_limits(folder)
