@@ -160,9 +160,9 @@ def _probed_limits(checkpoint: str, device: str, head_for_training: bool, label:
                 pass
             else:
                 raise UnsupportedAttention(
-                    f"{checkpoint}: its model ({type(e).__name__}: {str(e).splitlines()[0][:200]}) cannot run with the "
-                    f"attention the XLA path needs ({attention!r}: PyTorch SDPA with a fixed graph per shape, "
-                    "kitlib.compat.xla_attention_implementation). Run it on an eager device (accelerator='cpu' or "
+                    f"{checkpoint}: its model cannot run with the attention the XLA path needs (transformers: "
+                    f"{str(e).split('. ')[0][:300]}); it needs {attention!r}, PyTorch SDPA with one graph per shape "
+                    "(kitlib.compat.xla_attention_implementation). Run it on an eager device (accelerator='cpu' or "
                     "'cuda'), or choose a model whose transformers class supports SDPA") from e
         first = str(e).splitlines()[0][:200] if str(e) else ""
         return _conservative(AutoConfig.from_pretrained(checkpoint), f"the probe could not be built ({type(e).__name__}: {first})")

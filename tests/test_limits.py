@@ -258,8 +258,9 @@ def test_a_model_without_sdpa_is_refused_on_xla_before_tokenization(tmp_path, st
     """MPNet has no SDPA attention: the XLA path used to say so only inside the replica, after tokenizing."""
     folder = _config_folder(tmp_path, _family_configs()["mpnet"], "mpnet")
     monkeypatch.setattr(infer, "tokenize_test_set", _no_tokenizing)
-    with pytest.raises(limits.UnsupportedAttention, match=r"cannot run with the attention the XLA path needs "
-                                                          r"\('kitlib_xla_sdpa'.*accelerator='cpu'"):
+    with pytest.raises(limits.UnsupportedAttention, match=r"cannot run with the attention the XLA path needs \(transformers: "
+                                                          r"MPNetForSequenceClassification does not support .*"
+                                                          r"it needs 'kitlib_xla_sdpa'.*accelerator='cpu'"):
         predict(_job(folder, tmp_path), detect_runtime(1, "xla-cpu"))
     assert limits.model_limits(folder, "cpu").positions == 512  # the eager CPU runs it (eager attention)
 
