@@ -49,7 +49,8 @@ from .backends.precision import check_float32_logits, check_inference
 from .collapse import POLICIES
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .merge import MergeResult, merge_shards
-from .model import check_max_len, keep_head_float32, load_model, probabilities, text_prefix
+from .limits import preflight
+from .model import keep_head_float32, load_model, prediction_column, probabilities, text_prefix
 from .replica import PeerFailed
 from .runs import run_ids_of
 from .runtime import Runtime, holds_global_rank0, launch
@@ -77,7 +78,7 @@ class InferJob:
             the test set's order.
         batch_size: rows per model call on each replica (global batch = batch_size x world size).
         max_len: tokens per row; longer texts are truncated. At most the model's position table
-            (:func:`kitlib.model.check_max_len`).
+            (:func:`kitlib.limits.check_max_len`).
         num_buckets: on XLA devices, pad each batch to one of at most this many lengths (one
             compiled graph each), chosen over the whole test set; 1: every batch is ``max_len``
             long. Eager devices pad each batch to its own longest row (:func:`padded_lengths`).
@@ -145,10 +146,11 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
         global rank 0's (:func:`kitlib.runtime.holds_global_rank0`).
 
     Raises:
-        ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), ``max_len`` above the
-            model's limit, an unknown or removed ``precision`` (``"int8"``), a sample submission that does
-            not fit the test set (:func:`check_outputs`), or a bad test CSV (file, row, field named);
-            nothing started then.
+        ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), a model that cannot take
+            the run (``max_len`` above its positions, token ids past its embedding, a head whose labels
+            do not name ``prediction_column``, an attention the device lacks: :func:`kitlib.limits.preflight`),
+            an unknown or removed ``precision`` (``"int8"``), a sample submission that does not fit the
+            test set (:func:`check_outputs`), or a bad test CSV (file, row, field named); nothing started then.
         FileNotFoundError: no such sample submission (or test file); nothing started.
         kitlib.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
         kitlib.merge.MergeError: the shards cannot give a correct submission, or another run's
@@ -157,11 +159,12 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
             replica starts), or the submission cannot be written at the end (full disk).
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
-    check_max_len(job.checkpoint, job.max_len)
+    checked = preflight(job.checkpoint, max_len=job.max_len, device=rt.backend.device, target=job.prediction_column)
     check_inference(job.precision, rt.backend.device)
     check_outputs(job, rt)  # what the merge at the end needs, before any work
     with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
-        tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR)
+        tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR, checked.tokenizer)
+        checked.check_tokens(job.checkpoint, tokens.ids, job.test_csv)  # every id below the embedding's rows
         plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
                      padded_lengths(tokens.lengths, job, rt),
                      multi_host=rt.multi_host)
@@ -201,15 +204,17 @@ def check_outputs(job: InferJob, rt: Runtime) -> None:
                                 test_path=job.test_csv)
 
 
-def tokenize_test_set(job: InferJob, folder: Path) -> Tokens:
-    """``job.test_csv`` checked and tokenized into ``folder`` (:func:`kitlib.data.tokenize_csv`).
+def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None) -> Tokens:
+    """``job.test_csv`` checked and tokenized into ``folder`` (:func:`kitlib.data.tokenize_csv`) by
+    ``tokenizer`` (None: the checkpoint's, loaded here).
 
     Memory in the calling process stays bounded: chunks of :data:`kitlib.data.CHUNK_ROWS` rows,
     the packed ids written to ``folder`` as they come (the replicas map them).
     """
     from transformers import AutoTokenizer
 
-    return tokenize_csv(AutoTokenizer.from_pretrained(job.checkpoint), job.test_csv, folder, job.max_len,
+    tokenizer = AutoTokenizer.from_pretrained(job.checkpoint) if tokenizer is None else tokenizer
+    return tokenize_csv(tokenizer, job.test_csv, folder, job.max_len,
                         text_col=job.text_col, prefix=text_prefix(job.checkpoint))
 
 
@@ -268,7 +273,7 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
             out.append(model(**replica.to_device(batch)).logits.cpu())
     logits = torch.cat(out) if out else torch.zeros(0, 1)
     check_float32_logits(logits, f"replica rank {replica.rank}")  # the float32 head, checked, not assumed
-    probs = probabilities(logits).numpy()
+    probs = probabilities(logits, prediction_column(model.config, job.prediction_column)[0]).numpy()
     order = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)
     keep = order >= 0
     return order[keep], probs[keep].astype(np.float32)
