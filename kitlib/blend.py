@@ -149,6 +149,42 @@ def _weights(weights, n: int) -> tuple[float, ...]:
     return tuple(w / sum(weights) for w in weights)
 
 
+def read_aligned(inputs: list[str | os.PathLike], sample_submission: str | os.PathLike | None = None, *,
+                 expected=None, expected_name: str = "the expected rows"):
+    """Read prediction files by the rules every blend input passes, in one row order.
+
+    Args:
+        inputs: submission-like CSVs (``id`` + prediction columns).
+        sample_submission: its ids give the row order and must equal every input's; its columns other
+            than ``id`` are the prediction columns. None: the first input's.
+        expected: instead of ``sample_submission``, a DataFrame of the same shape (``id`` as strings +
+            the prediction columns), named ``expected_name`` in messages (e.g. the held-out rows).
+
+    Returns:
+        ``(ids, columns, values)``: the reference ids (a ``pandas.Index`` of exact strings), the
+        prediction columns, and per input ``{column: float64 [n]}`` in the ids' order.
+
+    Raises:
+        BlendError: as :func:`blend` (an unreadable file, a missing column, a blank, repeated, missing
+            or extra id, a value that is not a finite number), naming the file, the column and the ids.
+    """
+    import pandas as pd
+
+    paths = [Path(p) for p in inputs]
+    if not paths:
+        raise BlendError("no prediction file given")
+    frames = [_read(p) for p in paths]
+    if expected is not None:
+        ref_path, ref = expected_name, expected
+    else:
+        ref_path = Path(sample_submission) if sample_submission is not None else paths[0]
+        ref = _read(ref_path) if sample_submission is not None else frames[0]
+    columns = tuple(c for c in ref.columns if c != "id")
+    if not columns:
+        raise BlendError(f"{ref_path}: no prediction column besides 'id'")
+    return pd.Index(ref["id"]), columns, [_aligned(p, df, ref_path, ref, columns) for p, df in zip(paths, frames)]
+
+
 def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights=None, rank: bool = False,
           sample_submission: str | os.PathLike | None = None) -> BlendResult:
     """Write the weighted mean of ``inputs``' predictions (or of their ranks) to ``output``.
@@ -179,20 +215,9 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
     if len(paths) < 2:
         raise BlendError(f"blend needs two or more submissions, got {len(paths)}")
     w = _weights(weights, len(paths))
-    frames = [_read(p) for p in paths]
-    if sample_submission is not None:
-        ref_path = Path(sample_submission)
-        ref = _read(ref_path)
-        columns = tuple(c for c in ref.columns if c != "id")
-    else:
-        ref_path, ref = paths[0], frames[0]
-        columns = tuple(c for c in ref.columns if c != "id")
-    if not columns:
-        raise BlendError(f"{ref_path}: no prediction column besides 'id'")
-    ref_ids = pd.Index(ref["id"])
+    ref_ids, columns, aligned = read_aligned(paths, sample_submission)
     total = {c: np.zeros(len(ref_ids)) for c in columns}
-    for path, df, weight in zip(paths, frames, w):
-        values = _aligned(path, df, ref_path, ref, columns)
+    for values, weight in zip(aligned, w):
         for c in columns:
             v = values[c]
             if rank:

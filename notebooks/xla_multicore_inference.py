@@ -27,7 +27,7 @@
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
-model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input); else "tiny-random" on the bundled sample only. Or a folder, or a hub name
+model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input: several attached are blended); else "tiny-random" on the bundled sample only. Or a folder, a group folder of fold/seed checkpoints (artifacts/cv: blended), or a hub name
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv
@@ -41,7 +41,7 @@ accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu"
 precision = "auto"  # "auto": bf16 on TPU, fp16 on CUDA, fp32 on CPU; or "fp32", "bf16", "fp16", or "int8" (eager CPU only: dynamic int8 linear layers, kitlib.quantize; BENCHMARKS.md section 4 says when it pays); logits stay float32
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
-blend = "mean"  # with several kit-trained checkpoints attached (folds, seeds): "mean" or "rank" of their predictions
+blend = "mean"  # with several checkpoints (a group folder, or several attached: folds, seeds): "mean" or "rank" of their predictions (kitlib/cv.py)
 
 
 # %%
@@ -70,7 +70,8 @@ import pandas as pd
 from kitlib import collapse, compat, paths, storage
 from kitlib.data import iter_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
-from kitlib.model import TINY, resolve_checkpoint
+from kitlib.cv import predict_members, resolve_members
+from kitlib.model import TINY
 from kitlib.runtime import detect_runtime
 from kitlib.train import checkpoint_report
 
@@ -106,7 +107,7 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 # refuses and says what to attach or pass.
 
 # %%
-checkpoint = resolve_checkpoint(
+members = resolve_members(  # one checkpoint, or a group to blend (kitlib/cv.py)
     model,
     data_dir=data,
     cache_dir=Path(cache_dir) if cache_dir else paths.scratch_dir(root),
@@ -115,22 +116,23 @@ checkpoint = resolve_checkpoint(
     real_data=paths.is_competition_data(data),
     data_files=[test_path],
 )
-print(f"model {model!r} -> {checkpoint}")
-trained = checkpoint_report(checkpoint)
-if trained is None:
-    print("not a checkpoint trained by this kit: no training figures recorded")
-else:
-    kept, held = trained["kept_epoch"], trained["heldout"]
-    print(f"trained from {trained['trained_from']} (recipe {trained['recipe']!r}, lr {trained['lr']:g}, "
-          f"{trained['epochs_trained']} of {trained['epochs']} epoch(s), max_len {trained['max_len']}, "
-          f"batch {trained['batch_size']} x {trained['world_size']}): kept epoch {kept['epoch']}"
-          + (f" ({trained['best']['why']})" if trained["best"] else "") + f": train loss {kept['train_loss']:.4f}, "
-          f"held-out loss {kept['valid_loss']:.4f}, held-out ROC AUC {kept['valid_auc']:.4f} ({trained['valid_csv']})")
-    if held:
-        print(f"through the inference path: {held['rows']} ROC AUC {held['roc_auc']:.4f}"
-              + "".join(f", {k} {v:.4f}" for k, v in held["per_language"].items()))
+print(f"model {model!r} -> {', '.join(map(str, members))}")
+for checkpoint in members:
+    trained = checkpoint_report(checkpoint)
+    if trained is None:
+        print("not a checkpoint trained by this kit: no training figures recorded")
+    else:
+        kept, held = trained["kept_epoch"], trained["heldout"]
+        print(f"trained from {trained['trained_from']} (recipe {trained['recipe']!r}, lr {trained['lr']:g}, "
+              f"{trained['epochs_trained']} of {trained['epochs']} epoch(s), max_len {trained['max_len']}, "
+              f"batch {trained['batch_size']} x {trained['world_size']}): kept epoch {kept['epoch']}"
+              + (f" ({trained['best']['why']})" if trained["best"] else "") + f": train loss {kept['train_loss']:.4f}, "
+              f"held-out loss {kept['valid_loss']:.4f}, held-out ROC AUC {kept['valid_auc']:.4f} ({trained['valid_csv']})")
+        if held:
+            print(f"through the inference path: {held['rows']} ROC AUC {held['roc_auc']:.4f}"
+                  + "".join(f", {k} {v:.4f}" for k, v in held["per_language"].items()))
 if not max_len:
-    max_len = (trained or {}).get("max_len") or 128
+    max_len = (checkpoint_report(members[0]) or {}).get("max_len") or 128
     print(f"max_len {max_len}" + (" (as trained)" if trained else " (default)"))
 
 # %% [markdown]
@@ -154,7 +156,8 @@ job = InferJob(
     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY),
 )
 t0 = time.perf_counter()
-result = predict(job, rt, start_method)
+result = (predict(job, rt, start_method) if len(members) == 1 else  # several: each predicts, then kitlib.blend
+          predict_members(job, members, rt, start_method, blend=blend, pred_dir=work / "artifacts" / "predictions" / Path(str(out_path)).stem))
 if result is None:  # a multi-host run (docs/multi-host.md): the host of global rank 0 merges
     print(f"this host's shards are in {shards} ({time.perf_counter() - t0:.1f} s); the first host writes {out_path}")
 else:
