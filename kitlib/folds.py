@@ -185,8 +185,9 @@ def read_folds(folds_csv: str | os.PathLike, train_csv: str | os.PathLike, *, k:
     ids = read_csv_checked(train_csv)["id"]
     missing, extra = ids[~ids.isin(table["id"])], table["id"][~table["id"].isin(ids)]
     if len(missing) or len(extra):
-        raise FoldsError(f"{folds_csv} does not match {train_csv}: {len(missing)} training id(s) in no fold "
-                         f"({', '.join(missing[:5])}), {len(extra)} id(s) not among its rows ({', '.join(extra[:5])}); {fix}")
+        parts = [f"{len(v)} {what} ({', '.join(map(repr, v[:5]))}{' ...' if len(v) > 5 else ''})"
+                 for v, what in ((list(missing), "training id(s) in no fold"), (list(extra), "id(s) not among its rows")) if v]
+        raise FoldsError(f"{folds_csv} does not match {train_csv}: {'; '.join(parts)}; {fix}")
     fold = pd.to_numeric(table["fold"], errors="coerce")
     meta_path = folds_csv.parent / FOLDS_META
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}

@@ -55,7 +55,7 @@ train_limit = 0  # 0: every training row; else the first N rows
 valid_limit = 0  # 0: every row of the per-epoch validation set; else the first N rows
 seed = 0
 folds = 0  # 0: no folds; K: split the training rows (not the held-out ones) into K stratified folds (kitlib/folds.py); output_dir is then the group folder (default artifacts/cv), the checkpoint <output_dir>/fold-<fold>
-fold = -1  # with folds = K: train on the other folds, validate on fold i (its out-of-fold predictions); make cv runs every fold
+fold = -1  # with folds K: train on the other folds, validate on fold i (its out-of-fold predictions); make cv runs every fold
 pseudo_csv = ""  # with folds: pseudo-labelled rows (kitlib/pseudo.py) added to every fold's training rows, never validated on
 log_every = 10  # the master logs the step loss every N steps
 precision = "auto"  # "auto", "fp32", "bf16" or "fp16": the rule is kitlib/backends/precision.py's

@@ -338,6 +338,6 @@ def test_rehearsed_outputs_hold_only_what_the_user_needs(tmp_path, repo_project)
         assert not [f for f in files if any(c in f for c in clutter)], (name, sorted(files))
     assert train_out == {ckpt + f for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                                             "heldout_scores.json", "train_history.json", "training_state.pt",
-                                            "valid_predictions.csv")} | {
-        "artifacts/validation_predictions.csv", "artifacts/validation_predictions.csv.writer.json"}, sorted(train_out)
+                                            "valid_predictions.csv", "heldout_predictions.csv",
+                                            "heldout_predictions.csv.writer.json")}, sorted(train_out)
     assert infer_out == {"submission.csv", "submission.csv.writer.json"}, sorted(infer_out)
