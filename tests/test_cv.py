@@ -172,6 +172,17 @@ def test_resolve_members_gives_every_checkpoint_of_a_group_folder(split, tmp_pat
         ["s0-artifacts-x", "s1-artifacts-x"]
 
 
+def test_auto_blends_every_kit_trained_checkpoint_attached(split, tmp_path):
+    """On Kaggle (kaggle_kit run --folds K): the fold kernels' outputs under /kaggle/input, no checkpoint
+    in the working folder: model="auto" gives every one of them, and refuses a run with a fold missing."""
+    group, _, _ = _fake_group(tmp_path, split)
+    kw = dict(data_dir=SAMPLE, cache_dir=tmp_path / "cache", trained_dir=tmp_path / "working" / "artifacts" / "xlmr-toxic")
+    assert cv.resolve_members("auto", search_dir=group, **kw) == [group / f"fold-{i}" for i in range(3)]
+    (group / "fold-1" / "train_history.json").unlink()
+    with pytest.raises(cv.GroupError, match=r"folds \[0, 2\] of \[3\]"):
+        cv.resolve_members("auto", search_dir=group, **kw)
+
+
 def test_pseudo_labels_are_the_rows_every_member_agrees_on(tmp_path):
     from kitlib.pseudo import write_pseudo
 
