@@ -18,6 +18,8 @@
 #
 # * How the checkpoint is fine-tuned is a recipe (`kitlib/recipe.py`) the checkpoint calls for:
 #   learning rates, schedule, frozen parameters, loss weighting. `lr = 0` takes the recipe's rate.
+# * `folds=K`, `fold=i` trains fold i of K stratified folds of the training rows and writes its
+#   out-of-fold predictions (`kitlib/folds.py`, `kitlib/cv.py`; `make cv` runs every fold and blends them).
 # * The hand-off refuses to call a checkpoint ready when its held-out predictions say nothing
 #   (AUC at most 0.5, or barely any spread: `kitlib/collapse.py`).
 #
@@ -159,7 +161,7 @@ display(pd.DataFrame({
     "rows": [len(train_df), len(epoch_valid_df), len(valid_df)],
     "toxic share": [train_df["toxic"].mean(), epoch_valid_df["toxic"].mean(), valid_df["toxic"].mean()],
     "steps per epoch": [len(train_df) // global_batch if global_batch else None, None, None],
-}, index=["train", "scored every epoch" + {"validation": " (held-out multilingual)", "english": " (held-out English)" if holdout_frac else ""}[split],
+}, index=["train", "scored every epoch" + (f" (fold {fold})" if folds else {"validation": " (held-out multilingual)", "english": " (held-out English)" if holdout_frac else ""}[split]),
          "scored at the end (multilingual)"]))
 
 # %% [markdown]

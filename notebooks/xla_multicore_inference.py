@@ -104,7 +104,9 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 # ## Model
 # Resolved once, here, to a local folder; every replica then loads that folder. `"auto"` falls
 # back to a random model only on the bundled sample (recognised by content); on any other data it
-# refuses and says what to attach or pass.
+# refuses and says what to attach or pass. A group folder of fold or seed checkpoints (`make cv`:
+# `artifacts/cv`), or several kit-trained checkpoints attached on Kaggle, gives every member: each
+# predicts, and their predictions are blended (`blend`) into one submission (`kitlib/cv.py`).
 
 # %%
 members = resolve_members(  # one checkpoint, or a group to blend (kitlib/cv.py)
