@@ -132,7 +132,11 @@ SEEDS ?=
 PSEUDO ?= 0
 CV_BLEND ?= mean
 CV_REUSE ?= 0
-CV_ARGS := $(if $(SEEDS),--seeds "$(SEEDS)",--folds $(FOLDS)) --blend $(CV_BLEND) $(if $(filter 1,$(PSEUDO)),--pseudo) $(if $(filter 1,$(CV_REUSE)),--reuse)
+# PSEUDO_HIGH / PSEUDO_LOW: the thresholds every fold must agree on (default kitlib.pseudo.HIGH / LOW)
+PSEUDO_HIGH ?=
+PSEUDO_LOW ?=
+CV_ARGS := $(if $(SEEDS),--seeds "$(SEEDS)",--folds $(FOLDS)) --blend $(CV_BLEND) $(if $(filter 1,$(PSEUDO)),--pseudo) \
+	$(if $(PSEUDO_HIGH),--high $(PSEUDO_HIGH)) $(if $(PSEUDO_LOW),--low $(PSEUDO_LOW)) $(if $(filter 1,$(CV_REUSE)),--reuse)
 cv: $(TORCH_STAMP)
 	$(PY) scripts/cv.py $(CV_ARGS) --python $(PY) -- $(TRAIN_PARAMS) $(TRAIN_EXTRA)
 

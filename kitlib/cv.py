@@ -432,18 +432,18 @@ def main(argv=None) -> int:
     s.add_argument("--predictions", required=True, help="folder of the members' test predictions (<member>.csv)")
     s.add_argument("--test", required=True, help="the test CSV (id, text, lang)")
     s.add_argument("-o", "--output", required=True)
-    s.add_argument("--high", type=float, default=0.9)
-    s.add_argument("--low", type=float, default=0.1)
+    s.add_argument("--high", type=float, default=None, help="label 1 where every member predicts at least this (kitlib.pseudo.HIGH)")
+    s.add_argument("--low", type=float, default=None, help="label 0 where every member predicts at most this (kitlib.pseudo.LOW)")
     args = p.parse_args(argv)
     try:
         if args.command == "report":
             print(format_report(report(args.group, single=args.single, blend=args.blend, heldout_csv=args.heldout,
                                        started=args.started, compare=args.compare)))
         else:
-            from .pseudo import write_pseudo
+            from .pseudo import HIGH, LOW, write_pseudo
 
             print(write_pseudo(sorted(Path(args.predictions).glob("*.csv")), args.test, args.output,
-                               high=args.high, low=args.low)["summary"])
+                               high=HIGH if args.high is None else args.high, low=LOW if args.low is None else args.low)["summary"])
     except (GroupError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -72,8 +72,8 @@ def main(argv=None) -> int:
     p.add_argument("--folds", type=int, default=0)
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.replace(",", " ").split()], default=None)
     p.add_argument("--pseudo", action="store_true", help="one round of pseudo-labels after the folds")
-    p.add_argument("--high", type=float, default=0.9)
-    p.add_argument("--low", type=float, default=0.1)
+    p.add_argument("--high", type=float, default=None, help="pseudo-label 1 where every fold predicts at least this (kitlib.pseudo.HIGH)")
+    p.add_argument("--low", type=float, default=None, help="pseudo-label 0 where every fold predicts at most this (kitlib.pseudo.LOW)")
     p.add_argument("--blend", choices=("mean", "rank"), default="mean")
     p.add_argument("--group", type=Path, help="default: artifacts/cv (folds), artifacts/seeds (seeds)")
     p.add_argument("--submission", type=Path, default=ROOT / "submission-cv.csv")
@@ -95,11 +95,11 @@ def main(argv=None) -> int:
     try:
         first = run_round(args, group, submission, [])
         if args.pseudo:
-            from kitlib.pseudo import write_pseudo
+            from kitlib.pseudo import HIGH, LOW, write_pseudo
 
             preds = ROOT / "artifacts" / "predictions" / submission.stem
             pseudo_csv = group / "pseudo.csv"
-            summary = write_pseudo(sorted(preds.glob("fold-*.csv")), args.test, pseudo_csv, high=args.high, low=args.low)
+            summary = write_pseudo(sorted(preds.glob("fold-*.csv")), args.test, pseudo_csv, high=HIGH if args.high is None else args.high, low=LOW if args.low is None else args.low)
             print(f"== pseudo-labels: {summary['summary']} -> {pseudo_csv}", flush=True)
             second = run_round(args, group.with_name(group.name + "-pseudo"),
                                submission.with_name(submission.stem + "-pseudo" + submission.suffix),
