@@ -118,23 +118,24 @@ members = resolve_members(  # one checkpoint, or a group to blend (kitlib/cv.py)
     real_data=paths.is_competition_data(data),
     data_files=[test_path],
 )
-print(f"model {model!r} -> {', '.join(map(str, members))}")
-for checkpoint in members:
-    trained = checkpoint_report(checkpoint)
-    if trained is None:
-        print("not a checkpoint trained by this kit: no training figures recorded")
-    else:
-        kept, held = trained["kept_epoch"], trained["heldout"]
-        print(f"trained from {trained['trained_from']} (recipe {trained['recipe']!r}, lr {trained['lr']:g}, "
-              f"{trained['epochs_trained']} of {trained['epochs']} epoch(s), max_len {trained['max_len']}, "
-              f"batch {trained['batch_size']} x {trained['world_size']}): kept epoch {kept['epoch']}"
-              + (f" ({trained['best']['why']})" if trained["best"] else "") + f": train loss {kept['train_loss']:.4f}, "
-              f"held-out loss {kept['valid_loss']:.4f}, held-out ROC AUC {kept['valid_auc']:.4f} ({trained['valid_csv']})")
-        if held:
-            print(f"through the inference path: {held['rows']} ROC AUC {held['roc_auc']:.4f}"
-                  + "".join(f", {k} {v:.4f}" for k, v in held["per_language"].items()))
+checkpoint = members[0]
+print(f"model {model!r} -> {checkpoint}" + (f" and {len(members) - 1} more, blended ({blend}): "
+                                            + ", ".join(map(str, members[1:])) if len(members) > 1 else ""))
+trained = checkpoint_report(checkpoint)
+if trained is None:
+    print("not a checkpoint trained by this kit: no training figures recorded")
+else:
+    kept, held = trained["kept_epoch"], trained["heldout"]
+    print(f"trained from {trained['trained_from']} (recipe {trained['recipe']!r}, lr {trained['lr']:g}, "
+          f"{trained['epochs_trained']} of {trained['epochs']} epoch(s), max_len {trained['max_len']}, "
+          f"batch {trained['batch_size']} x {trained['world_size']}): kept epoch {kept['epoch']}"
+          + (f" ({trained['best']['why']})" if trained["best"] else "") + f": train loss {kept['train_loss']:.4f}, "
+          f"held-out loss {kept['valid_loss']:.4f}, held-out ROC AUC {kept['valid_auc']:.4f} ({trained['valid_csv']})")
+    if held:
+        print(f"through the inference path: {held['rows']} ROC AUC {held['roc_auc']:.4f}"
+              + "".join(f", {k} {v:.4f}" for k, v in held["per_language"].items()))
 if not max_len:
-    max_len = (checkpoint_report(members[0]) or {}).get("max_len") or 128
+    max_len = (trained or {}).get("max_len") or 128
     print(f"max_len {max_len}" + (" (as trained)" if trained else " (default)"))
 
 # %% [markdown]
