@@ -43,7 +43,7 @@ KAGGLE_TESTS := tests/test_kaggle_image.py tests/test_versions.py tests/test_not
 	tests/test_keras_runtime.py tests/test_keras_backends.py tests/test_data.py tests/test_merge.py
 KAGGLE_DESELECT := not tensorflow_before_torch_xla and not test_tf_ and not reloads_under_tf
 
-.PHONY: setup setup-torch setup-push submission test test-fast test-kaggle-image benchmark clean
+.PHONY: setup setup-torch setup-push submission cv test test-fast test-kaggle-image benchmark clean
 
 setup: $(STAMP)
 setup-torch: $(TORCH_STAMP)
@@ -120,6 +120,26 @@ submission: $(TRAINED_STAMP)
 		--setup-seconds-file $(VENV)/.kit-torch-seconds --train-seconds-file outputs/.train-seconds \
 		--predict-seconds-file outputs/.predict-seconds --train-status-file outputs/.train-status
 
+# Cross-validation on the bundled sample (scripts/cv.py, kitlib/folds.py, kitlib/cv.py): FOLDS stratified
+# folds of make submission's training rows (never its held-out rows), each fine-tuned by the training
+# notebook with TRAIN_PARAMS; then the inference notebook blends the fold models into submission-cv.csv,
+# and the report prints the out-of-fold ROC AUC per language, each fold's and the blend's held-out ROC
+# AUC against the single model's (artifacts/xlmr-toxic, when make submission has run) and the time.
+# PSEUDO=1 adds one pseudo-label round (artifacts/cv-pseudo, submission-cv-pseudo.csv); SEEDS="0 1 2"
+# trains seeds instead of folds (artifacts/seeds); CV_BLEND=rank blends ranks; CV_REUSE=1 keeps trained folds.
+FOLDS ?= 5
+SEEDS ?=
+PSEUDO ?= 0
+CV_BLEND ?= mean
+CV_REUSE ?= 0
+# PSEUDO_HIGH / PSEUDO_LOW: the thresholds every fold must agree on (default kitlib.pseudo.HIGH / LOW)
+PSEUDO_HIGH ?=
+PSEUDO_LOW ?=
+CV_ARGS := $(if $(SEEDS),--seeds "$(SEEDS)",--folds $(FOLDS)) --blend $(CV_BLEND) $(if $(filter 1,$(PSEUDO)),--pseudo) \
+	$(if $(PSEUDO_HIGH),--high $(PSEUDO_HIGH)) $(if $(PSEUDO_LOW),--low $(PSEUDO_LOW)) $(if $(filter 1,$(CV_REUSE)),--reuse)
+cv: $(TORCH_STAMP)
+	$(PY) scripts/cv.py $(CV_ARGS) --python $(PY) -- $(TRAIN_PARAMS) $(TRAIN_EXTRA)
+
 # One pytest process: tests that need TensorFlow run its side in child processes.
 test: $(STAMP)
 	$(PY) scripts/check_pairs.py
@@ -145,7 +165,7 @@ test-kaggle-image: $(KAGGLE_STAMP)
 	PYTHONPATH=$(CURDIR) $(KPY) -m pytest -q --durations=8 -m "" -k "$(KAGGLE_DESELECT)" $(KAGGLE_TESTS)
 
 clean:
-	rm -rf outputs artifacts .cache submission.csv
+	rm -rf outputs artifacts .cache submission.csv submission-cv*.csv
 
 benchmark: $(STAMP)
 	$(PY) benchmarks/run.py

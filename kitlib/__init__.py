@@ -12,6 +12,9 @@ Modules, one job each:
 * :mod:`kitlib.train`: ``train(job, rt)`` and its replica program ``_mp_fn`` (``xm.optimizer_step`` or DDP).
 * :mod:`kitlib.recipe`: how a checkpoint is fine-tuned (one table: learning rates, schedule, frozen parts, loss).
 * :mod:`kitlib.splits`: which rows train and which are held out.
+* :mod:`kitlib.folds`: K stratified folds of the training rows, written down (``folds=K``, ``fold=i``).
+* :mod:`kitlib.cv`: a group of fold or seed models: out-of-fold scores, held-out and test blends, the report (``python -m kitlib.cv``).
+* :mod:`kitlib.pseudo`: one round of pseudo-labels (the test rows every fold model agrees on).
 * :mod:`kitlib.collapse`: predictions that barely vary, refused at the hand-off and never submitted silently.
 * :mod:`kitlib.keras`: the Keras side (TF or JAX backend): runtime, strategy, data, model.
 * :mod:`kitlib.shards`: the atomic per-rank shard writer.

@@ -176,6 +176,45 @@ def _weights(weights, n: int) -> tuple[float, ...]:
     return tuple(w / sum(weights) for w in weights)
 
 
+def read_aligned(inputs: list[str | os.PathLike], sample_submission: str | os.PathLike | None = None, *,
+                 expected=None, expected_name: str = "the expected rows", notes: list[str] | None = None):
+    """Read prediction files by the rules every blend input passes, in one row order.
+
+    Args:
+        inputs: submission-like CSVs (``id`` + prediction columns), each read by the one reader of
+            such files (:func:`kitlib.submission_csv.read`: an index column is dropped, with a note).
+        sample_submission: its ids give the row order and must equal every input's; its columns other
+            than ``id`` are the prediction columns. None: the first input's.
+        expected: instead of ``sample_submission``, a DataFrame of the same shape (``id`` as strings +
+            the prediction columns), named ``expected_name`` in messages (e.g. the held-out rows).
+        notes: a list the readers' notes are appended to (an index column dropped).
+
+    Returns:
+        ``(ids, columns, values)``: the reference ids (a ``pandas.Index`` of exact strings), the
+        prediction columns, and per input ``{column: float64 [n]}`` in the ids' order.
+
+    Raises:
+        BlendError: as :func:`blend` (an unreadable file, a missing column, a blank, repeated, missing
+            or extra id, a value that is not a finite number), naming the file, the column and the ids.
+    """
+    import pandas as pd
+
+    notes = [] if notes is None else notes
+    paths = [Path(normalise(p)) for p in inputs]
+    if not paths:
+        raise BlendError("no prediction file given")
+    frames = [_read(p, notes) for p in paths]
+    if expected is not None:
+        ref_path, ref = expected_name, expected
+    elif sample_submission is not None:
+        ref_path = Path(normalise(sample_submission))
+        ref = _read(ref_path, notes)
+    else:
+        ref_path, ref = paths[0], frames[0]
+    columns = _prediction_columns(ref_path, ref)  # the sample submission's (kitlib.submission_csv)
+    return pd.Index(ref["id"]), columns, [_aligned(p, df, ref_path, ref, columns) for p, df in zip(paths, frames)]
+
+
 def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights=None, rank: bool = False,
           sample_submission: str | os.PathLike | None = None, collapsed: str | None = None) -> BlendResult:
     """Write the weighted mean of ``inputs``' predictions (or of their ranks) to ``output``.
@@ -211,17 +250,9 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
         raise BlendError(f"blend needs two or more submissions, got {len(paths)}")
     w = _weights(weights, len(paths))
     notes: list[str] = []
-    frames = [_read(p, notes) for p in paths]
-    if sample_submission is not None:
-        ref_path = Path(normalise(sample_submission))
-        ref = _read(ref_path, notes)
-    else:
-        ref_path, ref = paths[0], frames[0]
-    columns = _prediction_columns(ref_path, ref)  # the sample submission's (kitlib.submission_csv)
-    ref_ids = pd.Index(ref["id"])
+    ref_ids, columns, aligned = read_aligned(paths, sample_submission, notes=notes)
     total = {c: np.zeros(len(ref_ids)) for c in columns}
-    for path, df, weight in zip(paths, frames, w):
-        values = _aligned(path, df, ref_path, ref, columns)
+    for values, weight in zip(aligned, w):
         for c in columns:
             v = values[c]
             if rank:

@@ -18,6 +18,8 @@
 #
 # * How the checkpoint is fine-tuned is a recipe (`kitlib/recipe.py`) the checkpoint calls for:
 #   learning rates, schedule, frozen parameters, loss weighting. `lr = 0` takes the recipe's rate.
+# * `folds=K`, `fold=i` trains fold i of K stratified folds of the training rows and writes its
+#   out-of-fold predictions (`kitlib/folds.py`, `kitlib/cv.py`; `make cv` runs every fold and blends them).
 # * The hand-off refuses to call a checkpoint ready when its held-out predictions say nothing
 #   (AUC at most 0.5, or barely any spread: `kitlib/collapse.py`).
 #
@@ -55,8 +57,9 @@ recipe = "auto"  # "auto": the one the checkpoint calls for (config.json kitlib_
 train_limit = 0  # 0: every training row; else the first N rows
 valid_limit = 0  # 0: every row of the per-epoch validation set; else the first N rows
 seed = 0
-folds = 0  # 0: no folds; K: split the training rows into K folds
-fold = -1  # -1: train every fold in turn; i: train fold i only
+folds = 0  # 0: no folds; K: split the training rows (not the held-out ones) into K stratified folds (kitlib/folds.py); output_dir is then the group folder (default artifacts/cv), the checkpoint <output_dir>/fold-<fold>
+fold = -1  # with folds K: train on the other folds, validate on fold i (its out-of-fold predictions); make cv runs every fold
+pseudo_csv = ""  # with folds: pseudo-labelled rows (kitlib/pseudo.py) added to every fold's training rows, never validated on
 log_every = 10  # the master logs the step loss every N steps
 precision = "auto"  # "auto", "fp32", "bf16" or "fp16": the rule is kitlib/backends/precision.py's
 monitor = "valid_auc"  # the epoch kept in output_dir: "valid_auc" (the highest held-out ROC AUC) or "valid_loss" (the lowest)
@@ -93,6 +96,8 @@ import pandas as pd
 from kitlib import compat, paths, storage
 from kitlib import recipe as recipes
 from kitlib.collapse import check_ready
+from kitlib.cv import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
+from kitlib.folds import check_fold_parameters, fold_split, write_folds
 from kitlib.data import read_csv_checked
 from kitlib.handoff import check_reload
 from kitlib.model import resolve_checkpoint
@@ -113,6 +118,10 @@ out_dir = storage.as_path(output_dir) if output_dir else work / paths.TRAINED_CH
 scratch = paths.scratch_dir(root)  # not saved as the kernel's output: caches, split copies, shards
 cache = storage.as_path(cache_dir) if cache_dir else scratch
 
+check_fold_parameters(folds, fold, pseudo_csv)
+if folds:  # the group folder: the folds file and every fold's checkpoint (kitlib/cv.py)
+    cv_dir = Path(output_dir) if output_dir else work / paths.CV_GROUP
+    out_dir = cv_dir / f"fold-{fold}"
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
 print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}")
@@ -141,6 +150,10 @@ elif holdout_frac:
 else:
     epoch_valid_path = valid_path
 print(f"split {split!r}: {SPLITS[split]}")
+if folds:  # fold `fold` of the training rows is validated on (the epoch kept, the out-of-fold predictions); the others train
+    folds_csv = write_folds(train_path, cv_dir / "folds", folds)
+    train_path, epoch_valid_path = fold_split(train_path, folds_csv, fold, scratch / "folds" / f"fold-{fold}", pseudo_csv or None)
+    print(f"fold {fold} of {folds} ({folds_csv})" + (f"; + pseudo-labelled rows {pseudo_csv}" if pseudo_csv else ""))
 train_df = read_csv_checked(train_path, text_col=text_col or None, label_cols=("toxic",), limit=train_limit or None)
 epoch_valid_df = read_csv_checked(epoch_valid_path, text_col=text_col or None, label_cols=("toxic",), limit=valid_limit or None)
 valid_df = read_csv_checked(valid_path, text_col=text_col or None, label_cols=("toxic",))
@@ -149,7 +162,7 @@ display(pd.DataFrame({
     "rows": [len(train_df), len(epoch_valid_df), len(valid_df)],
     "toxic share": [train_df["toxic"].mean(), epoch_valid_df["toxic"].mean(), valid_df["toxic"].mean()],
     "steps per epoch": [len(train_df) // global_batch if global_batch else None, None, None],
-}, index=["train", "scored every epoch" + {"validation": " (held-out multilingual)", "english": " (held-out English)" if holdout_frac else ""}[split],
+}, index=["train", "scored every epoch" + (f" (fold {fold})" if folds else {"validation": " (held-out multilingual)", "english": " (held-out English)" if holdout_frac else ""}[split]),
          "scored at the end (multilingual)"]))
 
 # %% [markdown]
@@ -197,6 +210,7 @@ job = TrainJob(
     time_budget_s=time_budget(time_budget_minutes, rt.backend.hardware),
     resume=resume,
     tracker=tracker,
+    tags=fold_tags(folds_csv, fold, pseudo_csv or None) if folds else {},
 )
 job = recipes.resolve(job)  # "auto" and lr = 0 made concrete (train() would do the same)
 print(f"recipe {job.recipe!r}: {recipes.describe(recipes.RECIPES[job.recipe], job.lr)}")
@@ -212,7 +226,7 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 # %%
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
 display(epochs_df)
-scored = {"validation": "held-out multilingual", "english": "held-out English" if holdout_frac else "validation"}[split]
+scored = f"fold {fold}" if folds else {"validation": "held-out multilingual", "english": "held-out English" if holdout_frac else "validation"}[split]
 if not history["finished"]:
     raise RuntimeError(f"training stopped ({history['stopped']}) before its last epoch, with no epoch kept yet; its state "
                        f"is saved beside {out_dir}: run this notebook again (resume='auto') to continue it")
@@ -252,9 +266,8 @@ plt.show()
 scores = None
 if holdout_frac or split == "validation":
     t1 = time.perf_counter()
-    (work / "artifacts").mkdir(parents=True, exist_ok=True)  # output_dir may be elsewhere: artifacts/ may not exist yet
     ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(scratch / "shards" / "validation"),
-                          output_csv=str(work / "artifacts" / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len,
+                          output_csv=str(out_dir / HELDOUT_PREDICTIONS_FILE), batch_size=batch_size, max_len=max_len,
                           text_col=text_col or None, collapsed="warn"),  # held-out rows, not a submission: the hand-off below judges the model
                  rt, start_method)
     ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)
@@ -271,6 +284,8 @@ if holdout_frac or split == "validation":
     scores = {"rows": what, "csv": str(valid_path), "split": split, "roc_auc": ml_auc, "per_language": per_lang,
               "num_rows": len(valid_df), "predict_seconds": time.perf_counter() - t1}
     save_scores(out_dir, scores)
+if folds:
+    print(f"out-of-fold predictions of fold {fold}: {save_oof(out_dir, epoch_valid_path)}")
 
 # %% [markdown]
 # ## Hand-off check

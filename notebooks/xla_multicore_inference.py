@@ -27,7 +27,7 @@
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
-model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input); else "tiny-random" on the bundled sample only. Or a folder, or a hub name
+model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input: several attached are blended); else "tiny-random" on the bundled sample only. Or a folder, a group folder of fold/seed checkpoints (artifacts/cv: blended), or a hub name
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv; "none": no sample, rows in the test set's order (checked before any replica starts)
@@ -42,7 +42,7 @@ accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu"
 precision = "auto"  # "auto", "fp32", "bf16" or "fp16" (logits stay float32): the rule is kitlib/backends/precision.py's
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
-blend = "mean"  # with several kit-trained checkpoints attached (folds, seeds): "mean" or "rank" of their predictions
+blend = "mean"  # with several checkpoints (a group folder, or several attached: folds, seeds): "mean" or "rank" of their predictions (kitlib/cv.py)
 
 
 # %%
@@ -71,7 +71,8 @@ import pandas as pd
 from kitlib import collapse, compat, paths, storage
 from kitlib.data import iter_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
-from kitlib.model import TINY, resolve_checkpoint
+from kitlib.cv import predict_members, resolve_members
+from kitlib.model import TINY
 from kitlib.runtime import detect_runtime
 from kitlib.train import checkpoint_report
 
@@ -104,10 +105,12 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 # ## Model
 # Resolved once, here, to a local folder; every replica then loads that folder. `"auto"` falls
 # back to a random model only on the bundled sample (recognised by content); on any other data it
-# refuses and says what to attach or pass.
+# refuses and says what to attach or pass. A group folder of fold or seed checkpoints (`make cv`:
+# `artifacts/cv`), or several kit-trained checkpoints attached on Kaggle, gives every member: each
+# predicts, and their predictions are blended (`blend`) into one submission (`kitlib/cv.py`).
 
 # %%
-checkpoint = resolve_checkpoint(
+members = resolve_members(  # one checkpoint, or a group to blend (kitlib/cv.py)
     model,
     data_dir=data,
     cache_dir=storage.as_path(cache_dir) if cache_dir else paths.scratch_dir(root),
@@ -116,7 +119,9 @@ checkpoint = resolve_checkpoint(
     real_data=paths.is_competition_data(data),
     data_files=[test_path],
 )
-print(f"model {model!r} -> {checkpoint}")
+checkpoint = members[0]
+print(f"model {model!r} -> {checkpoint}" + (f" and {len(members) - 1} more, blended ({blend}): "
+                                            + ", ".join(map(str, members[1:])) if len(members) > 1 else ""))
 trained = checkpoint_report(checkpoint)
 if trained is None:
     print("not a checkpoint trained by this kit: no training figures recorded")
@@ -156,7 +161,8 @@ job = InferJob(
     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY),
 )
 t0 = time.perf_counter()
-result = predict(job, rt, start_method)
+result = (predict(job, rt, start_method) if len(members) == 1 else  # several: each predicts, then kitlib.blend
+          predict_members(job, members, rt, start_method, blend=blend, pred_dir=work / "artifacts" / "predictions" / Path(str(out_path)).stem))
 if result is None:  # a multi-host run (docs/multi-host.md): the host of global rank 0 merges
     print(f"this host's shards are in {shards} ({time.perf_counter() - t0:.1f} s); the first host writes {out_path}")
 else:
