@@ -9,7 +9,8 @@ What is compared (issue 28, "int8 through a maintained runtime, or not at all"),
 ==============  ====================================================================================
 torch-fp32      the kit's eager path (``kitlib.infer``): ``load_model`` + ``keep_head_float32``, ``torch.no_grad``
 torch-bf16      the same under ``torch.autocast("cpu", bfloat16)`` (``kitlib.backends.precision.autocast``)
-torch-int8      the same after ``kitlib.quantize.for_precision(model, "int8")`` (torch.ao dynamic int8, fbgemm)
+torch-int8      the same after torch.ao's ``quantize_dynamic`` of the body's ``nn.Linear`` layers (per-channel
+                qint8, fbgemm): what the kit shipped as ``precision="int8"`` until issue 28 removed it
 ort-fp32        ONNX Runtime (CPU EP, graph optimizations all) on ``torch.onnx.export`` of the kit's own model
 ort-int8        ``onnxruntime.quantization.quantize_dynamic`` of that file (int8 weights, per channel; uint8
                 activations quantized per batch at run time), the body's MatMuls; the head stays float32
@@ -207,7 +208,7 @@ def export_onnx(ck: Path, out: Path, example: dict) -> None:
 def quantize_ort(src: Path, out: Path, per_channel: bool = True) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    # int8 weights, one scale per output channel (as kitlib.quantize), for the MatMuls with a weight (the
+    # int8 weights, one scale per output channel (as torch_ao_int8), for the MatMuls with a weight (the
     # body's linear layers; MatMulConstBOnly, quantize_dynamic's default); not the word embeddings (Gather),
     # and not the classifier head (a Gemm reading model.classifier.*), which the kit keeps float32. No
     # quant_pre_process: its symbolic shape inference fails on the exported attention masks.
@@ -294,6 +295,25 @@ def ort_avx2_package() -> Path:
 
 # --- one measurement: a fresh process, one runtime ---
 
+def torch_ao_int8(model):
+    """``model``'s body ``nn.Linear`` layers (not the ``classifier`` head) as torch.ao dynamic int8, in place.
+
+    The kit's former ``precision="int8"`` (deprecated ``torch.ao.quantization``; torch 2.9 says it goes
+    in 2.10), kept here only to measure it against the maintained runtimes.
+    """
+    import warnings
+
+    import torch
+
+    names = {n for n, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear) and n != "classifier" and not n.startswith("classifier.")}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        return quantize_dynamic(model, dict.fromkeys(names, per_channel_dynamic_qconfig), dtype=torch.qint8, inplace=True)
+
+
 def runner(name: str, ck: Path):
     """``(fn, info)``: ``fn(ids, mask) -> float32 logits [batch, 1]`` as numpy; ``info()`` -> what ran."""
     import numpy as np
@@ -301,11 +321,12 @@ def runner(name: str, ck: Path):
     if name.startswith("torch-"):
         import torch
 
-        from kitlib import quantize
         from kitlib.backends.precision import autocast
 
         precision = name.split("-", 1)[1]
-        model = quantize.for_precision(load_torch(ck), precision)
+        model = load_torch(ck)
+        if precision == "int8":
+            model, precision = torch_ao_int8(model), "fp32"
 
         def fn(ids, mask):
             with torch.no_grad(), autocast("cpu", precision):

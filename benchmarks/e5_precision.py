@@ -1,4 +1,4 @@
-"""Does a CPU precision keep the fine-tuned model's ranking? ROC AUC of fp32 against int8 on held-out rows.
+"""Does a CPU precision keep the fine-tuned model's ranking? ROC AUC of fp32 against bf16 on held-out rows.
 
     .venv/bin/python benchmarks/e5_precision.py --checkpoint FOLDER   # a fine-tuned multilingual-e5-small
     .venv/bin/python benchmarks/e5_precision.py                        # a quick frozen-body probe instead
@@ -14,7 +14,7 @@ Without ``--checkpoint`` the model is a *probe*, built once into ``.cache/bench-
 pretrained multilingual-e5-small body, frozen, with its mean-pooled head fitted by logistic
 regression on 800 English training rows plus validation.csv rows 0-499 (max_len 64). That is
 quicker than a fine-tune (no backward pass) and gives predictions that spread; a fine-tuned body
-may react to int8 differently, so prefer ``--checkpoint`` with ``make submission``'s checkpoint.
+may react to a precision differently, so prefer ``--checkpoint`` with ``make submission``'s checkpoint.
 """
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def score(checkpoint: Path, test_csv: Path, precision: str, tmp: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", help="a fine-tuned multilingual-e5-small folder (default: the probe)")
-    ap.add_argument("--precisions", default="fp32,int8")
+    ap.add_argument("--precisions", default="fp32,bf16")
     args = ap.parse_args()
     import numpy as np
 

@@ -250,7 +250,7 @@ from kitlib.runtime import detect_runtime
 checkpoint, test_csv, out_dir, replicas, precision = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 rt = detect_runtime(replicas or None)
 predict(InferJob(checkpoint=checkpoint, test_csv=test_csv, shard_dir=out_dir + "/shards", output_csv=out_dir + "/sub.csv",
-                 batch_size=32, max_len=128, precision=precision), rt)
+                 batch_size=32, max_len=128, precision=precision, collapsed="warn"), rt)  # timings; the random model on purpose
 stats = replica_stats(out_dir + "/shards")
 print("LOOP", max(s["seconds"] for s in stats))
 print("RUNTIME", f"{rt.mode} x{rt.num_replicas}, {stats[0]['precision']}")
@@ -360,7 +360,7 @@ if part == "parent":  # predict's work in the notebook's process before the repl
     predict(InferJob(checkpoint=checkpoint, test_csv=test_csv, shard_dir=work + "/run", batch_size=32, max_len=128),
             detect_runtime(1, "cpu"))
 else:  # and after them: predict's merge without a sample submission (ordered and checked by the test file)
-    merge_shards([work + "/shards"], work + "/sub.csv", test=test_csv)
+    merge_shards([work + "/shards"], work + "/sub.csv", test=test_csv, collapsed="warn")  # the random tiny model on purpose
 print(json.dumps({"start_mib": start, "peak_mib": vm("VmHWM:"), "seconds": time.perf_counter() - t,
                   "kitlib": kitlib.__file__}))
 """

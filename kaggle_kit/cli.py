@@ -47,7 +47,7 @@ from .project import chain, check_order, entry_problems, load_project_metadata
 from .remote import DEFAULT_WAIT_S, DownloadError, PushError, WaitTimeout, download, output_command, push, wait
 from .rules import VENDOR_TAG, MetadataError
 from .stage import notebook_paths, read_notebook, stage
-from .submit import (SubmitError, check_allowance, competition_sample, format_submission, list_submissions, precheck,
+from .submit import (SubmitError, check_allowance, competition_sample, description, format_submission, list_submissions, precheck, run_lines,
                      submit_code, submit_file, wait_scored)
 from .vendor import KITLIB, vendored_files
 
@@ -131,8 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--attach", action="append", default=[], metavar="NOTEBOOK",
                     help="add the data set to this entry's dataset_sources in kernel-metadata.json (e.g. xla_multicore_inference)")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
-    sp = sub.add_parser("submissions", help="list what was submitted, with the scores")
+    sp = sub.add_parser("submissions", help="list what was submitted, with the scores and the run each came from")
     sp.add_argument("--competition")
+    sp.add_argument("--runs-root", type=Path, default=OUTPUTS,
+                    help="where to look up the runs a description names: runs.csv tables under this folder (the "
+                         "kernels' downloaded outputs, default outputs/kernels) and under artifacts/")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
     sp = sub.add_parser("status", help="a run's status")
     sp.add_argument("kernel", help="owner/slug")
@@ -355,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{competition}: {len(subs)} submission(s)")
             for s in subs:
                 print(format_submission(s))
+                for line in run_lines(s, [a.runs_root, ROOT / "artifacts"]):
+                    print(line)
             return 0
         if a.cmd == "submit":
             return _submit(a, api)
@@ -479,9 +484,9 @@ def _run(a, api, project: dict, staged, waves=None) -> int:
     left = check_allowance(api, competition)
     print(f"{competition}: {left} submission(s) left today", flush=True)
     if a.code:
-        ref = submit_code(api, competition, last.kernel_id, version, a.file, a.message or f"{last.kernel_id} v{version}")
+        ref = submit_code(api, competition, last.kernel_id, version, a.file, description(a.message or f"{last.kernel_id} v{version}", path))
     else:
-        ref = submit_file(api, competition, path, a.message or f"{last.kernel_id} v{version}")
+        ref = submit_file(api, competition, path, description(a.message or f"{last.kernel_id} v{version}", path))
     print(f"{competition}: submitted as {ref}; waiting for the score", flush=True)
     return _score(a, api, competition, ref)
 
@@ -520,9 +525,9 @@ def _submit(a, api) -> int:
     left = check_allowance(api, competition)
     print(f"{competition}: {left} submission(s) left today", flush=True)
     if a.kernel and a.code:
-        ref = submit_code(api, competition, a.kernel, a.version, a.file_name, a.message or f"{a.kernel} v{a.version}")
+        ref = submit_code(api, competition, a.kernel, a.version, a.file_name, description(a.message or f"{a.kernel} v{a.version}", path))
     else:
-        ref = submit_file(api, competition, path, a.message or path.name)
+        ref = submit_file(api, competition, path, description(a.message or path.name, path))
     print(f"{competition}: submitted as {ref}; waiting for the score", flush=True)
     return _score(a, api, competition, ref)
 

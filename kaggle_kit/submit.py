@@ -99,11 +99,12 @@ def precheck(path: Path, sample_submission: Path) -> str:
     from kitlib.blend import BlendError, check_submission
 
     try:
-        rows, columns = check_submission(path, sample_submission)
+        rows, columns, notes = check_submission(path, sample_submission)
     except BlendError as e:
         raise SubmitError(f"{e}. Refused before uploading (checked against {sample_submission}; nothing was sent, "
                           "no submission spent); --force submits it unchecked") from None
-    return f"{path}: {rows} rows, columns {', '.join(columns)}: the ids and columns of {sample_submission}, values in [0, 1]"
+    return (f"{path}: {rows} rows, columns {', '.join(columns)}: the ids and columns of {sample_submission}, values in [0, 1]"
+            + "".join(f"; note: {n}" for n in notes))
 
 
 def submit_file(api, competition: str, path: Path, message: str) -> int:
@@ -195,6 +196,29 @@ def wait_scored(api, ref: int, *, timeout: float = 1800.0, poll: float = 10.0, s
                 raise SubmitError(f"submission {ref}: still {status} after {timeout:g} s (timeout); it stays on Kaggle: "
                                   "see `submissions` later")
             time.sleep(poll)
+
+
+def description(message: str, path: Path) -> str:
+    """A submission's description: ``message``, then the training runs its predictions came from, as
+    the file's writer record names them (``<file>.writer.json``, :func:`kitlib.provenance.recorded_runs`),
+    e.g. ``"owner/infer v3 [runs 3f2a9c01be77]"`` (:func:`kitlib.runs.runs_tag`); ``submissions`` reads them back."""
+    from kitlib.provenance import recorded_runs
+    from kitlib.runs import runs_tag
+
+    tag = runs_tag(recorded_runs(path))
+    return f"{message} {tag}".strip() if tag and tag not in message else message
+
+
+def run_lines(sub, roots) -> list[str]:
+    """Lines naming the run(s) behind ``sub`` (its description's ``[runs ...]``), each looked up in the
+    runs tables under ``roots`` (:func:`kitlib.runs.find_runs`); [] when the description names none."""
+    from kitlib.runs import describe_run, find_runs, runs_in_description
+
+    ids = runs_in_description(getattr(sub, "description", ""))
+    found = find_runs(ids, roots)
+    return [f"            run {r}: " + (f"{describe_run(found[r][1])} ({found[r][0]})" if r in found else
+                                       "in no runs table here (download the training kernel's output: "
+                                       "python -m kaggle_kit output OWNER/SLUG)") for r in ids]
 
 
 def list_submissions(api, competition: str) -> list:

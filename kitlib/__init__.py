@@ -19,7 +19,9 @@ Modules, one job each:
 * :mod:`kitlib.blend`: blend submissions, by value or rank (``python -m kitlib blend``).
 * :mod:`kitlib.params`: notebook parameters checked against their defaults' types.
 * :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.
-* :mod:`kitlib.model`: the XLM-R classifier: checkpoint resolution, loading, probabilities.
+* :mod:`kitlib.model`: the XLM-R classifier: checkpoint resolution, loading, the predicted column, probabilities.
+* :mod:`kitlib.limits`: what a model can take (positions, token ids, attention on the device), probed from
+  the model itself; ``preflight``, checked before any replica starts.
 * :mod:`kitlib.packaged`: checkpoints shipped inside Python packages (multilingual-e5-small, all-MiniLM-L6-v2).
 * :mod:`kitlib.checkpoint`: what a kit-trained folder holds (history, training state, the kit's config keys); resuming.
 * :mod:`kitlib.mean_pooling`: the mean-pooled BERT classifier (multilingual-e5).

@@ -22,17 +22,21 @@ import sys
 import warnings
 
 from . import provenance
+from .collapse import POLICIES, CollapsedPredictionWarning
 from .merge import MergeError, merge_shards
 from .storage import CannotWrite
 
 EXIT_OK, EXIT_IO, EXIT_REFUSED = 0, 1, 2
+COLLAPSED_HELP = ("predictions that barely vary (std < 0.005, kitlib.collapse): warn (write, with a note) or refuse; "
+                  "default: warn on the bundled sample only (recognised by content), else refuse")
 
 
 def _merge(args) -> int:
-    with warnings.catch_warnings():  # a replaced submission is printed below, as a note
+    with warnings.catch_warnings():  # a replaced submission and a collapse warning are printed below, once, as notes
         warnings.simplefilter("ignore", provenance.SubmissionReplaced)
+        warnings.simplefilter("ignore", CollapsedPredictionWarning)
         r = merge_shards(args.shards, args.output, sample_submission=args.sample_submission, test=args.test,
-                         writer=provenance.CLI)
+                         writer=provenance.CLI, collapsed=args.collapsed)
     for note in r.notes:
         print(f"note: {note}", file=sys.stderr)
     print(
@@ -66,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("-o", "--output", required=True, help="submission CSV to write")
     m.add_argument("--sample-submission", help="write rows in this file's order; its ids must all be predicted")
     m.add_argument("--test", help="test CSV: the order for shards without a row index; checked against kit shards")
+    m.add_argument("--collapsed", choices=POLICIES, help=COLLAPSED_HELP)
     m.set_defaults(run=_merge)
     b = sub.add_parser("blend", help="blend submissions: weighted mean of predictions or of ranks (kitlib.blend)")
     b.add_argument("inputs", nargs="+", help="two or more submission CSVs")
@@ -73,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--weights", nargs="+", type=float, help="one weight per input (default: equal)")
     b.add_argument("--rank", action="store_true", help="average ranks (divided by the row count), the usual choice for ROC AUC")
     b.add_argument("--sample-submission", help="row order and id set; its columns are the prediction columns")
+    b.add_argument("--collapsed", choices=POLICIES, help=COLLAPSED_HELP)
     b.set_defaults(run=_blend)
     args = parser.parse_args(argv)
     return run_command(args.run, args)
@@ -82,15 +88,16 @@ def _blend(args) -> int:
     from .blend import blend  # BlendError is a ValueError: refused input, exit 2 (run_command)
 
     try:
-        with warnings.catch_warnings():  # a replaced submission is printed below, as a note
+        with warnings.catch_warnings():  # a replaced submission and a collapse warning are printed below, as notes
             warnings.simplefilter("ignore", provenance.SubmissionReplaced)
+            warnings.simplefilter("ignore", CollapsedPredictionWarning)
             r = blend(args.inputs, args.output, weights=args.weights, rank=args.rank,
-                      sample_submission=args.sample_submission)
+                      sample_submission=args.sample_submission, collapsed=args.collapsed)
     except OSError as e:  # the inputs were read by then: writing failed (the old output is kept)
         print(f"error: {e if isinstance(e, CannotWrite) else CannotWrite(args.output, e)}", file=sys.stderr)
         return EXIT_IO
-    if r.replaced:
-        print(f"note: {r.replaced}", file=sys.stderr)
+    for note in (*r.notes, *([r.replaced] if r.replaced else [])):
+        print(f"note: {note}", file=sys.stderr)
     how = "ranks" if r.rank else "predictions"
     print(f"wrote {r.output}: {r.num_rows} rows, the weighted mean of {len(args.inputs)} files' {how} "
           f"(weights {', '.join(f'{w:.3g}' for w in r.weights)}), columns id,{','.join(r.columns)}")

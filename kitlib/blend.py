@@ -21,8 +21,13 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
+
+from .collapse import CollapsedModelError, CollapsedPredictionWarning, check_predictions
+from .storage import normalise
 
 _SHOW = 5  # ids shown in a message
 
@@ -41,6 +46,7 @@ class BlendResult:
     weights: tuple[float, ...]
     rank: bool
     replaced: str | None = None  # what the write replaced, when another writer's file (kitlib.provenance)
+    notes: tuple[str, ...] = ()  # index columns dropped (kitlib.submission_csv), a collapse warning
 
 
 def _preview(values, total: int | None = None) -> str:
@@ -50,18 +56,21 @@ def _preview(values, total: int | None = None) -> str:
     return shown + (f" and {total - _SHOW} more" if total > _SHOW else "")
 
 
-def _read(path: Path):
-    """One submission as a DataFrame of strings (ids exactly as written)."""
-    import pandas as pd
+def _read(path: Path, notes: list[str] | None = None):
+    """One submission as a DataFrame (ids the exact strings of the file), read by the one reader of
+    submission-like files (:func:`kitlib.submission_csv.read`): an index column (``Unnamed: 0``) is
+    dropped, its note appended to ``notes``."""
+    from . import submission_csv
 
-    if not path.is_file():
-        raise BlendError(f"{path}: no such file")
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (ValueError, OSError, UnicodeDecodeError) as e:
-        raise BlendError(f"{path}: unreadable CSV ({e})") from None
-    if "id" not in df.columns:
-        raise BlendError(f"{path}: no 'id' column (columns: {', '.join(map(str, df.columns))})")
+        sub = submission_csv.read(path)
+    except FileNotFoundError:
+        raise BlendError(f"{path}: no such file") from None
+    except submission_csv.SubmissionFileError as e:
+        raise BlendError(str(e)) from None
+    if notes is not None:
+        notes.extend(n for n in sub.notes if n not in notes)
+    df = sub.table.to_pandas()
     blank = df.index[df["id"].str.strip() == ""]
     if len(blank):
         raise BlendError(f"{path}: blank id in data row(s) {_preview([int(i) + 1 for i in blank])}")
@@ -69,6 +78,16 @@ def _read(path: Path):
     if len(dup):
         raise BlendError(f"{path}: duplicate id(s) {_preview(dup.unique())}")
     return df
+
+
+def _prediction_columns(ref_path: Path, ref) -> tuple[str, ...]:
+    """The reference's prediction columns (:func:`kitlib.submission_csv.prediction_columns`)."""
+    from . import submission_csv
+
+    try:
+        return submission_csv.prediction_columns(list(ref.columns), ref_path)
+    except submission_csv.SubmissionFileError as e:
+        raise BlendError(str(e)) from None
 
 
 def _numbers(path: Path, df, column: str):
@@ -108,6 +127,14 @@ def _aligned(path: Path, df, ref_path: Path, ref, columns: tuple[str, ...]) -> d
     return {c: _numbers(path, df, c)[pos] for c in columns}
 
 
+class Checked(NamedTuple):
+    """What :func:`check_submission` found: ``rows``, ``columns`` (predictions), ``notes``."""
+
+    rows: int
+    columns: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
 def check_submission(path: str | os.PathLike, sample_submission: str | os.PathLike,
                      value_range: tuple[float, float] | None = (0.0, 1.0)) -> tuple[int, tuple[str, ...]]:
     """Check one submission file by the rules every blend input passes (the merger's guarantees),
@@ -116,16 +143,16 @@ def check_submission(path: str | os.PathLike, sample_submission: str | os.PathLi
     ``value_range`` (the kit's predictions are probabilities; None: any finite value).
 
     Returns:
-        (rows, prediction columns).
+        :class:`Checked`: ``rows``, ``columns`` (the prediction columns), ``notes`` (an index column
+        dropped: :mod:`kitlib.submission_csv`; the file itself is sent as it is).
 
     Raises:
         BlendError: naming the file, the column and the ids (or rows).
     """
-    path, ref_path = Path(path), Path(sample_submission)
-    df, ref = _read(path), _read(ref_path)
-    columns = tuple(c for c in ref.columns if c != "id")
-    if not columns:
-        raise BlendError(f"{ref_path}: no prediction column besides 'id'")
+    path, ref_path = Path(normalise(path)), Path(normalise(sample_submission))
+    notes: list[str] = []
+    df, ref = _read(path, notes), _read(ref_path, notes)
+    columns = _prediction_columns(ref_path, ref)
     values = _aligned(path, df, ref_path, ref, columns)
     if value_range is not None:
         lo, hi = value_range
@@ -135,7 +162,7 @@ def check_submission(path: str | os.PathLike, sample_submission: str | os.PathLi
                 ids = [ref["id"].iloc[i] for i in out]
                 raise BlendError(f"{path}: column {c!r}: {len(out)} value(s) outside [{lo:g}, {hi:g}], for id(s) "
                                  f"{_preview(ids)} (got {_preview([float(v[i]) for i in out[:_SHOW]], len(out))})")
-    return len(df), columns
+    return Checked(len(df), columns, tuple(notes))
 
 
 def _weights(weights, n: int) -> tuple[float, ...]:
@@ -150,7 +177,7 @@ def _weights(weights, n: int) -> tuple[float, ...]:
 
 
 def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights=None, rank: bool = False,
-          sample_submission: str | os.PathLike | None = None) -> BlendResult:
+          sample_submission: str | os.PathLike | None = None, collapsed: str | None = None) -> BlendResult:
     """Write the weighted mean of ``inputs``' predictions (or of their ranks) to ``output``.
 
     Args:
@@ -160,6 +187,9 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
         rank: blend each column's rank / row count instead of the values (see the module docstring).
         sample_submission: its ids give the row order and must equal every input's id set;
             its columns other than ``id`` are the prediction columns.
+        collapsed: a blend whose predictions barely vary (:func:`kitlib.collapse.check_predictions`):
+            ``"warn"`` (written, with a ``WARNING`` note) or ``"refuse"``; None: a warning only when
+            ``sample_submission`` is the bundled sample's, else refused.
 
     Returns:
         :class:`BlendResult`.
@@ -167,7 +197,8 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
     Raises:
         BlendError: fewer than two inputs; an unreadable file; a missing ``id`` or prediction
             column; a blank or repeated id; an id set that differs from the first file's (or the
-            sample's); a value that is not a finite number; bad weights. Nothing is written.
+            sample's); a value that is not a finite number; bad weights; blended predictions that
+            barely vary, under the ``"refuse"`` policy. Nothing is written.
         OSError: ``output`` cannot be written (an existing file is left as it was).
     """
     import numpy as np
@@ -175,20 +206,18 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
 
     from . import provenance
 
-    paths = [Path(p) for p in inputs]
+    paths = [Path(normalise(p)) for p in inputs]
     if len(paths) < 2:
         raise BlendError(f"blend needs two or more submissions, got {len(paths)}")
     w = _weights(weights, len(paths))
-    frames = [_read(p) for p in paths]
+    notes: list[str] = []
+    frames = [_read(p, notes) for p in paths]
     if sample_submission is not None:
-        ref_path = Path(sample_submission)
-        ref = _read(ref_path)
-        columns = tuple(c for c in ref.columns if c != "id")
+        ref_path = Path(normalise(sample_submission))
+        ref = _read(ref_path, notes)
     else:
         ref_path, ref = paths[0], frames[0]
-        columns = tuple(c for c in ref.columns if c != "id")
-    if not columns:
-        raise BlendError(f"{ref_path}: no prediction column besides 'id'")
+    columns = _prediction_columns(ref_path, ref)  # the sample submission's (kitlib.submission_csv)
     ref_ids = pd.Index(ref["id"])
     total = {c: np.zeros(len(ref_ids)) for c in columns}
     for path, df, weight in zip(paths, frames, w):
@@ -198,9 +227,17 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
             if rank:
                 v = pd.Series(v).rank(method="average").to_numpy() / len(v)
             total[c] += weight * v
+    output = Path(normalise(output))
+    try:  # the one collapse rule (kitlib.collapse.check_predictions): a blend of collapsed files is one too
+        warning = check_predictions(total, str(output), policy=collapsed,
+                                    data_files=(sample_submission,) if sample_submission is not None else ())
+    except CollapsedModelError as e:
+        raise BlendError(str(e)) from e
+    if warning:
+        notes.append(warning)
+        warnings.warn(warning, CollapsedPredictionWarning, stacklevel=2)
     out = pd.DataFrame({"id": ref_ids.to_numpy(), **total})
-    output = Path(output)
     replaced = provenance.write_recorded(output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"),
                                          writer=provenance.BLEND, source=f"blend of {', '.join(map(str, paths))}",
-                                         rows=len(out))
-    return BlendResult(output, len(out), columns, w, rank, replaced)
+                                         rows=len(out), runs=[r for p in paths for r in provenance.recorded_runs(p)])
+    return BlendResult(output, len(out), columns, w, rank, replaced, tuple(notes))

@@ -8,13 +8,16 @@ notebook nor give a submission without a word:
 
 * :func:`check_ready` (the training notebook's hand-off): refuses a checkpoint whose held-out ROC
   AUC is at most :data:`MIN_AUC` or whose held-out predictions barely vary (:func:`barely_varies`).
-* :func:`submission_problem` (:func:`kitlib.merge.merge_shards`, so the inference notebook and
-  ``python -m kitlib merge`` alike): a loud warning, or a refusal; :func:`policy_for` says which.
-  A warning only where chance-level output is expected: the random ``tiny-random`` model named
-  on purpose, or the bundled sample's test set (recognised by content, :mod:`kitlib.sample`:
-  demos, tests, ``kernels.py run-local`` rehearsals, which copy it under a competition path).
-  Anything else is refused: the competition's test set wherever it lies (Kaggle's mount, Colab,
-  a local copy) predicted by a trained model that collapsed.
+* :func:`check_predictions`, the one decision every writer of a submission calls (the torch
+  inference notebook and the Keras notebook through :func:`kitlib.merge.merge_shards`,
+  ``python -m kitlib merge``, ``python -m kitlib blend``): a loud warning, or a refusal;
+  :func:`policy_for` says which. A warning only where chance-level output is expected: the random
+  ``tiny-random`` model named on purpose, or the bundled sample's test set or sample submission
+  (recognised by content, :mod:`kitlib.sample`: demos, tests, ``kernels.py run-local``
+  rehearsals, which copy it under a competition path). Anything else is refused: the
+  competition's test set wherever it lies (Kaggle's mount, Colab, a local copy) predicted by a
+  trained model that collapsed, or a blend of such files. A writer given no policy decides by
+  these files; none given (a blend without ``--sample-submission``) is not the sample: refused.
 
 "Barely vary": the standard deviation of the predictions is below :data:`MIN_STD` (0.005). A
 working classifier on this data spreads them over tenths (multilingual-e5-small fine-tuned: std
@@ -124,20 +127,54 @@ def check_checkpoint_ready(out_dir: str | os.PathLike, *, id_col: str = "id") ->
                        recipe=config.get("recipe"), refuse=config.get("recipe") != "tiny")
 
 
-def policy_for(test_csv: str | os.PathLike, *, random_on_purpose: bool = False) -> str:
-    """What a submission of ``test_csv``'s rows that barely varies gets (the rule: module docstring).
+SAMPLE_ROWS_FILES = ("test.csv", "sample_submission.csv")  # bundled sample files that name its test rows
+
+
+class CollapsedPredictionWarning(UserWarning):
+    """The warning a submission whose predictions barely vary is written with (where expected)."""
+
+
+def policy_for(*files: str | os.PathLike | None, random_on_purpose: bool = False) -> str:
+    """What a submission that barely varies gets, for a run over ``files`` (the rule: module docstring).
 
     Args:
-        test_csv: the test file predicted.
+        files: the test file predicted and/or the sample submission (None entries are skipped).
         random_on_purpose: the random model was asked for by name (``model="tiny-random"``).
 
     Returns:
-        ``"warn"`` when ``random_on_purpose`` or ``test_csv`` is the bundled sample's ``test.csv``
-        by content (:func:`kitlib.sample.sample_file_name`), else ``"refuse"``.
+        ``"warn"`` when ``random_on_purpose`` or one of ``files`` is the bundled sample's
+        ``test.csv`` or ``sample_submission.csv`` by content (:func:`kitlib.sample.sample_file_name`),
+        else ``"refuse"``.
     """
     from .sample import sample_file_name
 
-    return "warn" if random_on_purpose or sample_file_name(test_csv) == "test.csv" else "refuse"
+    if random_on_purpose:
+        return "warn"
+    return "warn" if any(sample_file_name(f) in SAMPLE_ROWS_FILES for f in files if f is not None) else "refuse"
+
+
+def check_predictions(preds: dict, where: str, *, data_files=(), random_on_purpose: bool = False,
+                      policy: str | None = None) -> str | None:
+    """The one collapse decision for every writer of a submission, called just before it writes.
+
+    Args:
+        preds: column -> float ``[n]`` predictions about to be written.
+        where: the output, for the message.
+        data_files: the test file and/or the sample submission of the rows (:func:`policy_for`).
+        random_on_purpose: the random model was named on purpose (:func:`policy_for`).
+        policy: ``"warn"`` or ``"refuse"``, when the caller decided already by :func:`policy_for`
+            (the inference notebook); None: decided here from ``data_files``.
+
+    Returns:
+        None when every column varies; else the warning (starting ``WARNING``) the writer shows once.
+
+    Raises:
+        CollapsedModelError: the predictions barely vary and the policy is ``"refuse"``; nothing
+            may be written.
+    """
+    if policy is None:
+        policy = policy_for(*data_files, random_on_purpose=random_on_purpose)
+    return submission_problem(preds, policy, where)
 
 
 def submission_problem(preds: dict, policy: str, where: str) -> str | None:

@@ -347,28 +347,6 @@ def xla_attention_implementation() -> str:
     return XLA_ATTENTION
 
 
-def quantize_dynamic_int8(model, names: set[str]):
-    """``model`` with the ``nn.Linear`` modules named in ``names`` replaced by dynamic int8 ones, in place.
-
-    torch's eager dynamic quantization (``torch.ao.quantization.quantize_dynamic``: qint8 weights
-    with one scale per output channel, which moved MiniLM's predictions less than one scale per
-    tensor; activations quantized per batch at run time; CPU only). torch 2.9 warns that
-    ``torch.ao.quantization`` "will be removed in 2.10" and points to torchao: the warning is
-    silenced here, the one place that calls it. When torch 2.10 is the oldest supported version,
-    move this to torchao's ``quantize_(model, Int8DynamicActivationInt8WeightConfig())``.
-    """
-    import warnings
-
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated")
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-        return quantize_dynamic(model, dict.fromkeys(names, per_channel_dynamic_qconfig), dtype=torch.qint8, inplace=True)
-
-
 # --- versions: what the kit was tested with, and what this environment has ---
 
 # Tested releases, as (oldest, newest) "major.minor", both inclusive: patch releases in between are

@@ -353,7 +353,6 @@ def convert(weights: str | os.PathLike, tokenizer_json: str | os.PathLike, out_d
                             "author reports cosine 0.98-0.99 against the original fp32 model (not checkable offline)",
             "tensors": NUM_TENSORS, **(source or {}),
         }, indent=1))
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700
     return out_dir
 
 

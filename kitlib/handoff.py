@@ -30,7 +30,7 @@ class HandoffMismatch(RuntimeError):
 
 
 def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndarray, max_len: int,
-                 precision: str, rows: int = 64) -> dict:
+                 precision: str, rows: int = 64, label: str = "toxic") -> dict:
     """Reload ``checkpoint`` on the CPU and compare its predictions with the in-memory model's.
 
     Args:
@@ -42,6 +42,8 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
         precision: the run's compute precision as recorded (``"fp32"``, ``"bf16"``, ``"fp16"``:
             ``train_history.json``'s ``precision``); the reload runs under it.
         rows: how many of the first rows to predict again.
+        label: the label trained (``TrainJob.label_col``): its head column is read as training read it
+            (:func:`kitlib.model.prediction_column`).
 
     Returns:
         ``{"rows", "gap", "tolerance", "precision"}``: the largest |difference| of the probabilities
@@ -53,7 +55,7 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
     """
     import torch
 
-    from .model import keep_head_float32, load_classifier, probabilities, with_text_prefix
+    from .model import keep_head_float32, load_classifier, prediction_column, probabilities, with_text_prefix
 
     p = named(precision, "cpu")
     n = min(rows, len(texts), len(saved))
@@ -62,7 +64,7 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
     enc = tok(with_text_prefix(checkpoint, list(texts[:n])), padding="max_length", truncation=True,
               max_length=max_len, return_tensors="pt")
     with torch.no_grad(), p.autocast():
-        again = probabilities(model(**enc).logits).numpy()
+        again = probabilities(model(**enc).logits, prediction_column(model.config, label, checkpoint)[0]).numpy()
     gap = float(np.abs(again - np.asarray(saved, dtype=np.float64)[:n]).max()) if n else 0.0
     result = {"rows": n, "gap": gap, "tolerance": p.reload_tolerance, "precision": p.name}
     if not gap <= p.reload_tolerance:

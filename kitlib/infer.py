@@ -43,17 +43,22 @@ from pathlib import Path
 
 import numpy as np
 
-from . import heap, provenance, quantize, storage
+from . import heap, provenance, storage
+from .backends.precision import check as check_precision
 from .backends.precision import check_float32_logits, check_inference
 from .collapse import POLICIES
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .merge import MergeResult, merge_shards
-from .model import check_max_len, keep_head_float32, load_model, probabilities, text_prefix
+from .limits import preflight
+from .model import keep_head_float32, load_model, prediction_column, probabilities, text_prefix
 from .replica import PeerFailed
+from .runs import run_ids_of
 from .runtime import Runtime, holds_global_rank0, launch
 from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
+from .submission_csv import NO_SAMPLE
 
 TOKENS_DIR = "tokens"  # kitlib.data.Tokens, in a local temporary folder of the calling process
+PATH_FIELDS = ("checkpoint", "test_csv", "shard_dir", "output_csv", "sample_submission")  # InferJob's paths
 
 
 @dataclass(frozen=True)
@@ -69,22 +74,23 @@ class InferJob:
             at a time: the merge refuses another run's shards there.
         output_csv: the merged submission (a path or a URL); None: write the shards only.
         sample_submission: Kaggle's ``sample_submission.csv``: the submission's row order and
-            columns; None: the test set's order.
+            columns (checked before any replica starts: :func:`check_outputs`); None or ``"none"``:
+            the test set's order.
         batch_size: rows per model call on each replica (global batch = batch_size x world size).
         max_len: tokens per row; longer texts are truncated. At most the model's position table
-            (:func:`kitlib.model.check_max_len`).
+            (:func:`kitlib.limits.check_max_len`).
         num_buckets: on XLA devices, pad each batch to one of at most this many lengths (one
             compiled graph each), chosen over the whole test set; 1: every batch is ``max_len``
             long. Eager devices use at most :data:`EAGER_LENGTHS` lengths (:func:`padded_lengths`).
-        precision: ``"auto"``, ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"int8"`` (eager CPU inference
-            only: :mod:`kitlib.quantize`): the rule, and what ``"auto"`` is on each device, is
+        precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"``: the rule, and what ``"auto"`` is on each device, is
             :mod:`kitlib.backends.precision`'s; logits are float32 whatever the compute precision
             (checked in every replica).
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
         text_col: text column; None picks ``content`` or ``comment_text``.
         collapsed: a submission whose predictions barely vary (:mod:`kitlib.collapse`): ``"warn"``
             (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written); the notebook asks
-            :func:`kitlib.collapse.policy_for`.
+            :func:`kitlib.collapse.policy_for` (it knows whether the random model was named); None:
+            decided by the test set and the sample submission (:func:`kitlib.collapse.check_predictions`).
     """
 
     checkpoint: str
@@ -98,14 +104,20 @@ class InferJob:
     precision: str = "auto"
     prediction_column: str = "toxic"
     text_col: str | None = None
-    collapsed: str = "warn"
+    collapsed: str | None = None
 
     def __post_init__(self):
+        if isinstance(self.sample_submission, str) and self.sample_submission.lower() == NO_SAMPLE:
+            object.__setattr__(self, "sample_submission", None)  # "none", by name: the test set's order
+        for name in PATH_FIELDS:  # once, up front: every reader and writer gets the same path (storage.normalise)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, storage.normalise(getattr(self, name)))
         for name in ("batch_size", "max_len", "num_buckets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"InferJob.{name} must be >= 1, not {getattr(self, name)}")
-        if self.collapsed not in POLICIES:
-            raise ValueError(f"InferJob.collapsed must be one of {POLICIES}, not {self.collapsed!r}")
+        if self.collapsed is not None and self.collapsed not in POLICIES:
+            raise ValueError(f"InferJob.collapsed must be None or one of {POLICIES}, not {self.collapsed!r}")
+        check_precision(self.precision, "InferJob.precision")
 
 
 @dataclass(frozen=True)
@@ -134,18 +146,25 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
         global rank 0's (:func:`kitlib.runtime.holds_global_rank0`).
 
     Raises:
-        ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), ``max_len`` above the
-            model's limit, ``precision="int8"`` off the eager CPU, or a bad test CSV (file, row, field named); nothing started then.
+        ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), a model that cannot take
+            the run (``max_len`` above its positions, token ids past its embedding, a head whose labels
+            do not name ``prediction_column``, an attention the device lacks: :func:`kitlib.limits.preflight`),
+            an unknown or removed ``precision`` (``"int8"``), a sample submission that does not fit the
+            test set (:func:`check_outputs`), or a bad test CSV (file, row, field named); nothing started then.
+        FileNotFoundError: no such sample submission (or test file); nothing started.
         kitlib.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
         kitlib.merge.MergeError: the shards cannot give a correct submission, or another run's
             shards are in ``shard_dir``; nothing written.
-        kitlib.storage.CannotWrite: the submission cannot be written (full disk, no permission).
+        kitlib.storage.CannotWrite: the shard or output folder cannot be written (checked before any
+            replica starts), or the submission cannot be written at the end (full disk).
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
-    check_max_len(job.checkpoint, job.max_len)
+    checked = preflight(job.checkpoint, max_len=job.max_len, device=rt.backend.device, target=job.prediction_column)
     check_inference(job.precision, rt.backend.device)
+    check_outputs(job, rt)  # what the merge at the end needs, before any work
     with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
-        tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR)
+        tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR, checked.tokenizer)
+        checked.check_tokens(job.checkpoint, tokens.ids, job.test_csv)  # every id below the embedding's rows
         plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
                      padded_lengths(tokens.lengths, job, rt),
                      multi_host=rt.multi_host)
@@ -161,15 +180,42 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     return merge_run(job, plan.run_id, rt.world_size)
 
 
-def tokenize_test_set(job: InferJob, folder: Path) -> Tokens:
-    """``job.test_csv`` checked and tokenized into ``folder`` (:func:`kitlib.data.tokenize_csv`).
+def check_outputs(job: InferJob, rt: Runtime) -> None:
+    """What the run's end needs, checked before the first replica starts (issue 27 item 7).
+
+    The shard folder can be written (every host's replicas write there), and, in the process that
+    merges (:func:`kitlib.runtime.holds_global_rank0`) of a run that writes a submission, the
+    submission's folder can be written and the sample submission fits the test set
+    (:func:`kitlib.submission_csv.check_sample_submission`: exists, readable, the test set's ids,
+    the predicted column).
+
+    Raises:
+        kitlib.storage.CannotWrite: a folder cannot be written (read-only, no permission).
+        FileNotFoundError: no such sample submission, or test file.
+        ValueError: the sample submission does not fit (the ids or columns named).
+    """
+    from .submission_csv import check_sample_submission
+
+    storage.check_writable(job.shard_dir, "shard_dir", folder=True)
+    if job.output_csv is None or not holds_global_rank0(rt):
+        return
+    storage.check_writable(job.output_csv, "output_csv")
+    if job.sample_submission is not None:
+        check_sample_submission(job.sample_submission, read_ids(job.test_csv), (job.prediction_column,),
+                                test_path=job.test_csv)
+
+
+def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None) -> Tokens:
+    """``job.test_csv`` checked and tokenized into ``folder`` (:func:`kitlib.data.tokenize_csv`) by
+    ``tokenizer`` (None: the checkpoint's, loaded here).
 
     Memory in the calling process stays bounded: chunks of :data:`kitlib.data.CHUNK_ROWS` rows,
     the packed ids written to ``folder`` as they come (the replicas map them).
     """
     from transformers import AutoTokenizer
 
-    return tokenize_csv(AutoTokenizer.from_pretrained(job.checkpoint), job.test_csv, folder, job.max_len,
+    tokenizer = AutoTokenizer.from_pretrained(job.checkpoint) if tokenizer is None else tokenizer
+    return tokenize_csv(tokenizer, job.test_csv, folder, job.max_len,
                         text_col=job.text_col, prefix=text_prefix(job.checkpoint))
 
 
@@ -178,7 +224,8 @@ def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult
     ``world_size``, when known), else :class:`kitlib.merge.MergeError` (two runs share the folder)."""
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
                         test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size,
-                        writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed)
+                        writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed,
+                        runs=run_ids_of(job.checkpoint))
 
 
 EAGER_LENGTHS = 16  # at most this many padded lengths on an eager device (see padded_lengths)
@@ -250,7 +297,7 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
                 heap.give_back_freed()
     logits = logits if logits is not None else torch.zeros(0, 1)
     check_float32_logits(logits, f"replica rank {replica.rank}")  # the float32 head, checked, not assumed
-    probs = probabilities(logits).numpy()
+    probs = probabilities(logits, prediction_column(model.config, job.prediction_column)[0]).numpy()
     order = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)
     keep = order >= 0
     return order[keep], probs[keep].astype(np.float32)
@@ -280,7 +327,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     tokens = Tokens.load(plan.tokens_file)
     model = load_model(job.checkpoint, xla=replica.xla)
     keep_head_float32(model)
-    model = quantize.for_precision(model, replica.precision.name).to(replica.device)
+    model = model.to(replica.device)
     start = time.perf_counter()
     positions, probs = predict_rows(model, tokens, rows, plan, replica)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),

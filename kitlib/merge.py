@@ -30,7 +30,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import re
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,17 +41,16 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from . import provenance, storage
-from .collapse import CollapsedModelError, submission_problem
+from . import provenance, storage, submission_csv
+from .collapse import CollapsedModelError, CollapsedPredictionWarning, check_predictions
 from .data import csv_columns, read_ids
 from .shards import SHARD_FORMAT, SHARD_RE, ShardInfo, read_shard_info, shard_name
 
 # Duplicates without a padding mark are the same text predicted twice: equal up to float noise.
 # Measured float32 noise is below 1e-6; bfloat16 can exceed this, hence the kit's padding mark.
 DUPLICATE_ATOL = 1e-4
-# Columns that are a row index, not a prediction: pandas' unnamed index ("" in the header,
-# "Unnamed: N" when pandas reads it back, "__index_level_N__" in Parquet) and a seed shard's "row".
-INDEX_COLUMN_RE = re.compile(r"^(|Unnamed: \d+|__index_level_\d+__|row)$")
+# Columns that are a row index, not a prediction: the rule of kitlib.submission_csv (one home).
+INDEX_COLUMN_RE = submission_csv.INDEX_COLUMN_RE
 _SHOW = 5  # how many offending values an error lists
 _NONFINITE_HINT = (
     "a NaN or inf is what float16/bfloat16 inference gives when a logit overflows: "
@@ -147,23 +145,12 @@ def expand_shard_paths(inputs: list[str | os.PathLike], exclude: Path | None = N
 
 
 def _read_csv(path: Path, string_columns: tuple[str, ...] = ("id",)) -> pa.Table:
-    """Read a seed-pattern CSV shard keeping ``string_columns`` as exact strings ("007", "NA" and "" stay).
-
-    Quoted newlines are allowed whatever the file's size: by default pyarrow splits a file over
-    1 MB into blocks at raw newlines and refuses a quoted one (a smaller file is one block and
-    reads), so the rules would depend on the size.
-    """
+    """Read a seed-pattern CSV shard by the one reader of submission-like files
+    (:func:`kitlib.submission_csv.read_table`: exact string ids, quoted newlines at any size)."""
     try:
-        return pacsv.read_csv(
-            storage.readable(path),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(
-                column_types={c: pa.string() for c in string_columns},
-                strings_can_be_null=False,
-            ),
-        )
-    except (pa.ArrowInvalid, OSError) as e:
-        raise MergeError(f"{path}: unreadable CSV ({e})") from None
+        return submission_csv.read_table(path, string_columns)
+    except (submission_csv.SubmissionFileError, OSError) as e:
+        raise MergeError(f"{path}: unreadable CSV ({e})" if isinstance(e, OSError) else str(e)) from None
 
 
 def _string_ids(path: Path, table: pa.Table) -> tuple[pa.Table, str | None]:
@@ -240,9 +227,8 @@ def _seed_columns(path: Path, table: pa.Table, targets: tuple[str, ...] | None, 
     for c in table.column_names:
         if c == "id":
             continue
-        if INDEX_COLUMN_RE.match(c):
-            hint = "" if c == "row" else " (pandas writes one unless index=False)"
-            notes.add(f"dropped column {c!r}: a row index, not a prediction{hint}", path)
+        if submission_csv.is_index_column(c):
+            notes.add(submission_csv.index_note(c), path)
         elif targets is not None:
             if c not in targets:
                 notes.add(f"ignored column {c!r}: not a column of the sample submission", path)
@@ -475,7 +461,8 @@ def merge_shards(
     world_size: int | None = None,
     writer: str = "kitlib.merge.merge_shards",
     source: str = "",
-    collapsed: str = "warn",
+    collapsed: str | None = None,
+    runs=(),
 ) -> MergeResult:
     """Merge prediction shards into a submission CSV.
 
@@ -495,9 +482,12 @@ def merge_shards(
         world_size: with ``run_id``, the run's world size (None: read from the shards).
         writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
             submission another writer recorded is said (:mod:`kitlib.provenance` holds the rule).
-        collapsed: predictions that barely vary (:func:`kitlib.collapse.submission_problem`):
-            ``"warn"`` writes them with a ``WARNING`` note (also a Python warning), ``"refuse"``
-            (the competition data) writes nothing.
+        runs: the training run ids the predictions came from, recorded beside ``output``.
+        collapsed: predictions that barely vary (:func:`kitlib.collapse.check_predictions`):
+            ``"warn"`` writes them with a ``WARNING`` note (also a
+            :class:`kitlib.collapse.CollapsedPredictionWarning`), ``"refuse"`` writes nothing;
+            None: decided by ``test`` and ``sample_submission`` (a warning only on the bundled
+            sample, :func:`kitlib.collapse.policy_for`).
 
     Returns:
         A :class:`MergeResult` (its ``notes`` list the columns dropped or ignored).
@@ -515,17 +505,15 @@ def merge_shards(
     notes = _Notes()
     targets: tuple[str, ...] | None = None
     if sample_submission is not None:
-        ss_path = Path(sample_submission)
+        ss_path = storage.as_path(sample_submission)  # ~ expanded (storage.normalise)
         ss_ids, ss_columns = _reference_ids(ss_path, "the sample submission")
-        kept = []
         for c in ss_columns:
-            if c != "id" and INDEX_COLUMN_RE.match(c):
-                notes.add(f"dropped column {c!r} of the sample submission: a row index, not a prediction", ss_path)
-            elif c != "id":
-                kept.append(c)
-        if not kept:
-            raise MergeError(f"{ss_path}: the sample submission names no prediction column besides 'id'")
-        targets = tuple(kept)
+            if c != "id" and submission_csv.is_index_column(c):
+                notes.add(submission_csv.index_note(c) + " (the sample submission)", ss_path)
+        try:
+            targets = submission_csv.prediction_columns(ss_columns, ss_path)  # the one rule
+        except submission_csv.SubmissionFileError as e:
+            raise MergeError(str(e)) from None
     try:
         paths = expand_shard_paths(list(inputs), exclude=output)
     except MergeError as e:
@@ -553,7 +541,8 @@ def merge_shards(
     src = f"{len(paths)} shard(s) in {paths[0].parent}"
     columns = list(preds)
     if test is not None:
-        test_ids, _ = _reference_ids(Path(test), "the test file")
+        test = storage.as_path(test)
+        test_ids, _ = _reference_ids(test, "the test file")
         if kit:
             if len(test_ids) != len(ids) or not pa.chunked_array([test_ids]).equals(ids):
                 n_diff = len(test_ids) - len(ids)
@@ -562,7 +551,7 @@ def merge_shards(
                     + (f" ({len(ids)} rows in the shards, {len(test_ids)} in the test file)" if n_diff else "")
                 )
         else:
-            order = _align(ids, test_ids, Path(test), src)
+            order = _align(ids, test_ids, test, src)
             ids, preds = test_ids, {c: v[order] for c, v in preds.items()}
     elif not kit and sample_submission is None:
         raise MergeError("seed-pattern shards carry no row index: pass --sample-submission or --test for the order")
@@ -576,16 +565,17 @@ def merge_shards(
         order = _align(ids, ss_ids, ss_path, src)
         ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
-    try:
-        warning = submission_problem({c: preds[c] for c in columns}, collapsed, str(output))
+    try:  # the one collapse rule (kitlib.collapse.check_predictions)
+        warning = check_predictions({c: preds[c] for c in columns}, str(output), policy=collapsed,
+                                    data_files=(test, sample_submission))
     except CollapsedModelError as e:
         raise MergeError(str(e)) from e
     if warning:
         notes.add(warning)
-        warnings.warn(warning, stacklevel=2)
+        warnings.warn(warning, CollapsedPredictionWarning, stacklevel=2)
     table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
     replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
-                                         source=source or src, rows=table.num_rows)
+                                         source=source or src, rows=table.num_rows, runs=runs)
     if replaced:
         notes.add(replaced)
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines(), run_id)

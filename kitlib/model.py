@@ -20,7 +20,9 @@ parent process, once, before any replica starts; every replica then only loads t
   ``huggingface_hub.snapshot_download`` (needs internet; on Kaggle, attach the model instead).
 
 Classifier heads: one logit (``num_labels=1``, ``problem_type="multi_label_classification"``,
-sigmoid) is what this kit trains; two-class heads (softmax, column 1) load too. A checkpoint whose
+sigmoid) is what this kit trains; two-class heads (softmax) load too, the predicted column read
+from the head's own label map (:func:`prediction_column`). What a model can take (positions,
+vocabulary, attention on the device) is :mod:`kitlib.limits`'. A checkpoint whose
 ``config.json`` says ``kitlib_pooling: "mean"`` (multilingual-e5-small) gets
 :class:`BertMeanPooledClassifier` (mean of the last hidden states, then one ``Linear``) instead of
 the standard pooler head, and ``kitlib_text_prefix`` is put before every text it reads
@@ -31,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -283,41 +286,6 @@ def _hub_checkpoint(model: str) -> Path:
     return Path(snapshot_download(model))
 
 
-def usable_positions(checkpoint: str | os.PathLike) -> int | None:
-    """Tokens per row the model's position table can take, or None if it has no such limit.
-
-    ``max_position_embeddings`` less the RoBERTa family's offset: XLM-R numbers positions from
-    ``padding_idx + 1`` (modeling_xlm_roberta ``create_position_ids_from_input_ids``), so 514 slots
-    hold 512 tokens; BERT uses them all (512).
-    """
-    from transformers import AutoConfig
-
-    cfg = AutoConfig.from_pretrained(checkpoint)
-    n = getattr(cfg, "max_position_embeddings", None)
-    if not n:
-        return None
-    if cfg.model_type in ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer"):
-        n -= (cfg.pad_token_id or 0) + 1
-    return int(n)
-
-
-def check_max_len(checkpoint: str | os.PathLike, max_len: int) -> None:
-    """Refuse a ``max_len`` above the model's position table, before any replica starts.
-
-    Past the table, eager torch raises "index out of range" but XLA clamps the index and
-    silently computes a wrong prediction (measured: 0.4997661 instead of 0.49982214).
-
-    Raises:
-        ValueError: ``max_len`` is above :func:`usable_positions`, naming the limit.
-    """
-    limit = usable_positions(checkpoint)
-    if limit is not None and max_len > limit:
-        raise ValueError(
-            f"max_len={max_len} is more than {checkpoint} can read: its position table holds {limit} tokens "
-            f"per row. Set max_len <= {limit}."
-        )
-
-
 def __getattr__(name: str):
     """``BertMeanPooledClassifier`` lives in :mod:`kitlib.mean_pooling` (its base class imports
     transformers' BERT at class definition); importing it from here still works."""
@@ -328,15 +296,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False):
+def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False, label: str = "toxic"):
     """Load ``(tokenizer, model)`` from a local checkpoint folder: ``AutoTokenizer`` and :func:`load_model`."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path), load_model(path, xla=xla, head_for_training=head_for_training)
+    return AutoTokenizer.from_pretrained(path), load_model(path, xla=xla, head_for_training=head_for_training, label=label)
 
 
-def _classifier(path, head_for_training: bool):
-    """``(class, kwargs)`` that load the classifier of the folder ``path`` (see :func:`load_model`).
+def _classifier(path, head_for_training: bool, label: str = "toxic"):
+    """``(class, kwargs)`` that load the classifier of the folder ``path`` (see :func:`load_model`);
+    a new training head's one logit is named ``label`` (its ``id2label``).
 
     Raises:
         ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
@@ -349,7 +318,7 @@ def _classifier(path, head_for_training: bool):
         archs = getattr(config, "architectures", None) or []
         if not any(a.endswith(("ForSequenceClassification", "MeanPooledClassifier")) for a in archs):
             kwargs.update(num_labels=1, problem_type="multi_label_classification",
-                          id2label={0: "toxic"}, label2id={"toxic": 0})
+                          id2label={0: label}, label2id={label: 0})
     pooling = getattr(config, POOLING_KEY, None)
     if pooling is None:
         return AutoModelForSequenceClassification, kwargs
@@ -361,7 +330,7 @@ def _classifier(path, head_for_training: bool):
                      "kitlib reads 'mean' pooling of a BERT body only")
 
 
-def load_model(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False):
+def load_model(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False, label: str = "toxic"):
     """Load the classifier from a local checkpoint folder (no tokenizer); it is in eval mode on CPU.
 
     Replicas that predict from tokens already made call this alone: reading the tokenizer again
@@ -371,13 +340,15 @@ def load_model(path: str | os.PathLike, *, xla: bool = False, head_for_training:
     attention never inspects mask values, so one input shape means one XLA graph. With
     ``head_for_training=True``, a checkpoint that is not yet a sequence classifier (a pretrained
     encoder such as MiniLM or xlm-roberta-base) gets this kit's head: one logit
-    (``num_labels=1``, ``problem_type="multi_label_classification"``, sigmoid). ``config.json``'s
-    ``kitlib_pooling: "mean"`` selects :class:`BertMeanPooledClassifier`.
+    (``num_labels=1``, ``problem_type="multi_label_classification"``, sigmoid), named ``label``
+    (``id2label``: what :func:`prediction_column` reads). ``config.json``'s ``kitlib_pooling:
+    "mean"`` selects :class:`BertMeanPooledClassifier`. Whether the model can run there at all
+    (positions, vocabulary, attention) is :mod:`kitlib.limits`', checked before any replica starts.
 
     Raises:
         ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
     """
-    cls, kwargs = _classifier(path, head_for_training)
+    cls, kwargs = _classifier(path, head_for_training, label)
     if xla:
         kwargs["attn_implementation"] = compat.xla_attention_implementation()
     return cls.from_pretrained(path, **kwargs).eval()
@@ -418,25 +389,80 @@ def keep_head_float32(model) -> None:
     head._kitlib_float32 = True
 
 
-def probabilities(logits):
-    """Class-1 probability per row from classifier logits.
+def _label_key(name) -> str:
+    """A label name compared without case and punctuation: ``"Non-Toxic"`` -> ``"non_toxic"``."""
+    return re.sub(r"[^0-9a-z]+", "_", str(name).lower()).strip("_")
+
+
+def prediction_column(config, target: str, where: str | os.PathLike = "the model") -> tuple[int, str | None]:
+    """Which logit column of a classifier head is P(``target``): the one rule, read from the head itself.
+
+    The checkpoint's own label map (``config.id2label``) decides when it names labels: the column
+    whose label is ``target`` (compared without case or punctuation), e.g. ``{0: "toxic", 1:
+    "non-toxic"}`` gives column 0. Only a head whose labels are all transformers' unnamed defaults
+    (``LABEL_0``, ``LABEL_1``) falls back to a convention: its one logit (sigmoid), or column 1 of
+    two (softmax), with a note saying so. Inference (:mod:`kitlib.infer`, ``InferJob.prediction_column``),
+    training (:mod:`kitlib.train`, ``TrainJob.label_col``: the loss's positive column) and the
+    hand-off (:mod:`kitlib.handoff`) all ask this function; the kit's own heads are named by
+    :func:`load_model` (``id2label={0: label}``).
+
+    Args:
+        config: the model's ``PretrainedConfig`` (``num_labels``, ``id2label``).
+        target: the label predicted (``"toxic"``).
+        where: the checkpoint, named in the messages.
+
+    Returns:
+        ``(column, note)``: ``column`` an index into ``logits[:, column]``; ``note`` None when the
+        label map named it, else the sentence to print.
+
+    Raises:
+        ValueError: not one or two logits; or labels that do not name ``target`` exactly once
+            (``{0: "negative", 1: "positive"}``, a head naming it twice): nothing to guess from.
+    """
+    n = int(config.num_labels)
+    id2label = {int(k): v for k, v in (getattr(config, "id2label", None) or {}).items()}
+    labels = [str(id2label.get(i, f"LABEL_{i}")) for i in range(n)]
+    if n not in (1, 2):
+        raise ValueError(f"{where}: its head has {n} outputs ({labels}); the kit predicts one column "
+                         f"({target!r}) from a head of one logit (sigmoid) or two (softmax)")
+    hits = [i for i, name in enumerate(labels) if _label_key(name) == _label_key(target)]
+    if len(hits) == 1:
+        return hits[0], None
+    if all(re.fullmatch(r"LABEL_\d+", name) for name in labels):
+        if n == 1:
+            return 0, None
+        return 1, (f"{where}: its two-class head's labels are unnamed ({labels}); column 1 is taken as "
+                   f"P({target}) (transformers' convention). Name them in config.json's id2label to be sure")
+    raise ValueError(
+        f"{where}: its head's labels {dict(enumerate(labels))} (config.json id2label) do not name {target!r} "
+        f"{'once' if hits else 'at all'}, so which column is P({target}) is unknown and a guess could invert the "
+        f"submission. Set id2label (and label2id) in config.json so that exactly one label is {target!r}, "
+        f"e.g. {{\"0\": \"not_{target}\", \"1\": \"{target}\"}} if column 1 is {target}")
+
+
+def probabilities(logits, column: int | None = None):
+    """P(the target) per row from classifier logits.
 
     Args:
         logits: float tensor ``[batch, num_labels]``.
+        column: the target's column (:func:`prediction_column`); None only for a one-logit head.
 
     Returns:
         float32 tensor ``[batch]`` in [0, 1]: ``sigmoid`` of the single logit when
-        ``num_labels == 1``, ``softmax(...)[:, 1]`` when ``num_labels == 2``.
+        ``num_labels == 1``, ``softmax(...)[:, column]`` when ``num_labels == 2``.
 
     Raises:
-        ValueError: any other ``num_labels`` (this kit predicts one column, e.g. ``toxic``).
+        ValueError: any other ``num_labels`` (this kit predicts one column, e.g. ``toxic``), or two
+            logits without ``column`` (which one is the target is the head's label map's to say).
     """
     import torch
 
     if logits.shape[-1] == 1:
         return torch.sigmoid(logits[:, 0].float())
     if logits.shape[-1] == 2:
-        return torch.softmax(logits.float(), dim=-1)[:, 1]
+        if column is None:
+            raise ValueError("two logits per row: pass column= (kitlib.model.prediction_column reads it from the head)")
+        return torch.softmax(logits.float(), dim=-1)[:, column]
     raise ValueError(f"expected 1 or 2 logits per row, got {logits.shape[-1]}")
 
 

@@ -84,7 +84,7 @@ def replaced_note(output, writer: str) -> str | None:
             f"tool's file), with the output of {writer}")
 
 
-def record_writer(output, writer: str, *, source: str = "", rows: int | None = None) -> None:
+def record_writer(output, writer: str, *, source: str = "", rows: int | None = None, runs=()) -> None:
     """Write ``<output>.writer.json`` for the file just written at ``output`` (atomically).
 
     A failure to write the record (a full disk) is a warning, not an error: the submission is
@@ -95,9 +95,11 @@ def record_writer(output, writer: str, *, source: str = "", rows: int | None = N
         writer: who wrote it (e.g. :data:`INFER`).
         source: what it predicted with (e.g. ``"model /kaggle/input/x/artifacts/xlmr-toxic"``).
         rows: data rows written.
+        runs: the training run ids the predictions came from (:func:`kitlib.runs.run_ids_of`), which
+            ``python -m kaggle_kit submit`` puts in the submission's description.
     """
     data = _read_bytes(output)
-    record = {"writer": writer, "source": source, "rows": rows,
+    record = {"writer": writer, "source": source, "rows": rows, "runs": list(dict.fromkeys(runs)),
               "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "sha256": hashlib.sha256(data or b"").hexdigest()}
     text = json.dumps(record, indent=1)
@@ -114,13 +116,23 @@ def record_writer(output, writer: str, *, source: str = "", rows: int | None = N
         warnings.warn(f"wrote {output}, but could not record its writer in {record_path(output)}: {e}", stacklevel=3)
 
 
+def recorded_runs(output) -> list[str]:
+    """The run ids in ``output``'s writer record (:func:`record_writer`); [] without a record or runs."""
+    try:
+        record = json.loads(_read_bytes(record_path(output)) or b"{}")
+    except ValueError:
+        return []
+    runs = record.get("runs") if isinstance(record, dict) else None
+    return [r for r in runs if isinstance(r, str)] if isinstance(runs, list) else []
+
+
 def say_replaced(note: str | None, stacklevel: int = 3) -> None:
     """Warn with ``note`` (:class:`SubmissionReplaced`) when there is one."""
     if note:
         warnings.warn(note, SubmissionReplaced, stacklevel=stacklevel)
 
 
-def write_recorded(output, write, *, writer: str, source: str = "", rows: int | None = None) -> str | None:
+def write_recorded(output, write, *, writer: str, source: str = "", rows: int | None = None, runs=()) -> str | None:
     """Write a submission as ``writer`` the kit's way: atomically, recorded, a replacement said.
 
     :func:`replaced_note`, then :func:`kitlib.storage.atomic_write` ``(output, write)``, then
@@ -130,7 +142,7 @@ def write_recorded(output, write, *, writer: str, source: str = "", rows: int | 
     Args:
         output: the submission (a Path, a str or a storage URL).
         write: ``write(tmp_path)`` writes the whole file to a local temporary path.
-        writer, source, rows: as for :func:`record_writer`.
+        writer, source, rows, runs: as for :func:`record_writer`.
 
     Returns:
         The line saying what was replaced (also warned), or None.
@@ -140,7 +152,7 @@ def write_recorded(output, write, *, writer: str, source: str = "", rows: int | 
     """
     note = replaced_note(output, writer)
     storage.atomic_write(output, write)
-    record_writer(output, writer, source=source, rows=rows)
+    record_writer(output, writer, source=source, rows=rows, runs=runs)
     say_replaced(note, stacklevel=4)
     return note
 

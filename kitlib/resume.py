@@ -60,8 +60,12 @@ RESUME_MODES = ("auto", "never")
 
 
 def state_dir(out_dir: str | os.PathLike) -> Path:
-    """The state folder of the run that writes ``out_dir``: ``<out_dir>.state`` beside it."""
-    out_dir = Path(out_dir)
+    """The state folder of the run that writes ``out_dir``: ``<out_dir>.state`` beside it (beside the
+    folder a linked ``out_dir`` points to, so the state lives where the checkpoint does:
+    :func:`kitlib.atomic.real_target`)."""
+    from .atomic import real_target
+
+    out_dir = real_target(out_dir)
     return out_dir.with_name(out_dir.name + STATE_SUFFIX)
 
 

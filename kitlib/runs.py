@@ -35,8 +35,11 @@ COLUMNS = ("run_id", "started", "ended", "status", "git_commit", "kitlib", "data
 
 
 def runs_table(out_dir: str | os.PathLike) -> Path:
-    """Where the runs of ``out_dir`` are recorded: ``runs.csv`` beside it."""
-    return Path(out_dir).parent / RUNS_FILE
+    """Where the runs of ``out_dir`` are recorded: ``runs.csv`` beside it (beside what a linked
+    ``out_dir`` points to: :func:`kitlib.atomic.real_target`)."""
+    from .atomic import real_target
+
+    return real_target(out_dir).parent / RUNS_FILE
 
 
 def git_commit(root: str | os.PathLike | None = None) -> str:
@@ -108,6 +111,65 @@ def update_run(table: str | os.PathLike, run_id: str, **values) -> bool:
 def read_runs(table: str | os.PathLike) -> list[dict]:
     """The rows of a runs table (strings, as written), oldest first; [] when there is none."""
     return _read(Path(table))
+
+
+# --- which run a submission came from ---
+
+RUNS_TAG_RE = r"\[runs? ([0-9a-f]{6,32}(?:,[0-9a-f]{6,32})*)\]"  # in a Kaggle submission's description
+
+
+def run_ids_of(checkpoint: str | os.PathLike) -> list[str]:
+    """The training run(s) a checkpoint folder holds: its ``train_history.json``'s ``run_id``; [] for a
+    folder the kit did not train (a packaged or hub model) or that cannot be read."""
+    from .checkpoint import HISTORY_FILE
+
+    try:
+        run_id = json.loads((Path(checkpoint) / HISTORY_FILE).read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+    return [run_id] if isinstance(run_id, str) and run_id else []
+
+
+def runs_tag(run_ids) -> str:
+    """What ``python -m kaggle_kit submit`` appends to a submission's description, e.g. ``"[runs 3f2a9c01be77]"``
+    (:data:`RUNS_TAG_RE`); ``""`` with no run."""
+    ids = [r for r in dict.fromkeys(run_ids) if r]
+    return f"[runs {','.join(ids)}]" if ids else ""
+
+
+def runs_in_description(description: str | None) -> list[str]:
+    """The run ids :func:`runs_tag` put in a submission's description; [] when it holds none."""
+    import re
+
+    m = re.search(RUNS_TAG_RE, description or "")
+    return m.group(1).split(",") if m else []
+
+
+def find_runs(run_ids, roots) -> dict[str, tuple[Path, dict]]:
+    """``run_id -> (table, row)`` for each id found in a runs table (``runs.csv``) under ``roots``
+    (searched recursively: ``artifacts/``, the kernels' downloaded outputs ``outputs/kernels/<slug>/v<N>/``)."""
+    wanted, found = set(run_ids), {}
+    for root in roots:
+        root = Path(root)
+        if not wanted or not root.is_dir():
+            continue
+        for table in sorted(root.rglob(RUNS_FILE)):
+            for row in _read(table):
+                if row.get("run_id") in wanted and row["run_id"] not in found:
+                    found[row["run_id"]] = (table, row)
+    return found
+
+
+def describe_run(row: dict) -> str:
+    """One line for a run's row: recipe, epoch kept and its figure, the held-out AUC, code and data."""
+    parts = [f"recipe {row.get('recipe') or '?'}", f"kept epoch {row.get('best_epoch') or '?'} of {row.get('epochs') or '?'}"]
+    if row.get("best_value"):
+        parts.append(f"{row.get('monitor')} {float(row['best_value']):.4f}")
+    for name in ("heldout_auc", "oof_auc"):
+        if row.get(name):
+            parts.append(f"{name} {float(row[name]):.4f}")
+    parts.append(f"commit {(row.get('git_commit') or '-')[:10]}, kitlib {row.get('kitlib') or '-'}, data {row.get('data') or '-'}")
+    return ", ".join(parts)
 
 
 class Tracker:

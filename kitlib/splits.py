@@ -48,6 +48,7 @@ def english_holdout_split(
     lang_col: str | None = None,
     lang: str = "en",
     label_col: str = "toxic",
+    text_col: str | None = None,
 ) -> tuple[Path, Path]:
     """Split the English rows of ``train_csv`` into a training part and a held-out part.
 
@@ -75,6 +76,7 @@ def english_holdout_split(
         seed: ``random_state`` of the split.
         lang_col, lang: the language rule above.
         label_col: the 0/1 (or [0, 1]) label the split is stratified on.
+        text_col: the text column (None: ``content`` or ``comment_text``, :func:`kitlib.data.read_csv_checked`).
 
     Returns:
         ``(train_path, holdout_path)``.
@@ -89,7 +91,7 @@ def english_holdout_split(
     train_csv, out_dir = Path(train_csv), Path(out_dir)
     if not 0 < frac < 1:
         raise ValueError(f"frac must be between 0 and 1 (exclusive), not {frac}")
-    checked = read_csv_checked(train_csv, label_cols=(label_col,))  # ids, text and label column checked
+    checked = read_csv_checked(train_csv, text_col=text_col, label_cols=(label_col,))  # ids, text and label column checked
     raw = pd.read_csv(train_csv, dtype=str, keep_default_na=False)
     if lang_col is None:
         if "lang" in raw.columns:
@@ -138,7 +140,6 @@ def english_holdout_split(
         raw.iloc[tr].to_csv(tmp / TRAIN_FILE, index=False)
         raw.iloc[ho].to_csv(tmp / HOLDOUT_FILE, index=False)
         (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700
     return out_dir / TRAIN_FILE, out_dir / HOLDOUT_FILE
 
 
@@ -149,6 +150,7 @@ def validation_split(
     train_frac: float = 0.5,
     *,
     label_col: str = "toxic",
+    text_col: str | None = None,
 ) -> tuple[Path, Path]:
     """Train on every row of ``train_csv`` plus the first rows of ``valid_csv``; hold out the rest.
 
@@ -165,6 +167,8 @@ def validation_split(
         valid_csv: the multilingual validation CSV (``id``, ``comment_text``, ``lang``, ``label_col``).
         out_dir: folder for the two CSVs (owned by the split).
         train_frac: share of ``valid_csv``'s rows (its first rows) that train, in (0, 1).
+        text_col: the text column of both files (None: ``content`` or ``comment_text``); the
+            written files name it ``text_col`` (None: ``comment_text``).
 
     Returns:
         ``(train_path, holdout_path)``.
@@ -178,8 +182,8 @@ def validation_split(
     train_csv, valid_csv, out_dir = Path(train_csv), Path(valid_csv), Path(out_dir)
     if not 0 < train_frac < 1:
         raise ValueError(f"train_frac must be between 0 and 1 (exclusive), not {train_frac}")
-    en = read_csv_checked(train_csv, label_cols=(label_col,))
-    va = read_csv_checked(valid_csv, label_cols=(label_col,))
+    en = read_csv_checked(train_csv, text_col=text_col, label_cols=(label_col,))
+    va = read_csv_checked(valid_csv, text_col=text_col, label_cols=(label_col,))
     raw_va = pd.read_csv(valid_csv, dtype=str, keep_default_na=False)
     raw_en = pd.read_csv(train_csv, dtype=str, keep_default_na=False)
     both = sorted(set(en["id"]) & set(va["id"]))
@@ -192,7 +196,7 @@ def validation_split(
                          "no training rows or a held-out part with one class; change train_frac")
 
     def columns(raw: pd.DataFrame, checked: pd.DataFrame, lang) -> pd.DataFrame:
-        return pd.DataFrame({"id": checked["id"].to_numpy(), "comment_text": checked["text"].to_numpy(),
+        return pd.DataFrame({"id": checked["id"].to_numpy(), text_col or "comment_text": checked["text"].to_numpy(),
                              "lang": lang, label_col: raw[label_col].to_numpy()})
 
     lang_va = raw_va["lang"].to_numpy() if "lang" in raw_va.columns else ""
@@ -214,5 +218,4 @@ def validation_split(
         train_part.to_csv(tmp / MIXED_TRAIN_FILE, index=False)
         holdout_part.to_csv(tmp / VALID_HOLDOUT_FILE, index=False)
         (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700
     return out_dir / MIXED_TRAIN_FILE, out_dir / VALID_HOLDOUT_FILE

@@ -104,17 +104,39 @@ def file_url_path(url: str) -> Path:
 def as_path(path: str | os.PathLike | URL) -> Path | URL:
     """``path`` as a :class:`pathlib.Path` (local, or a ``file:`` URL) or a :class:`URL` (anything else).
 
+    A local path's ``~`` is expanded (:meth:`pathlib.Path.expanduser`), as pandas and pyarrow
+    expand it when they read: the kit's own writers (``pathlib``, ``os``) do not, and would write
+    a literal ``./~/...`` folder that the readers never look in. :func:`normalise` gives the same
+    path as a string.
+
     Raises:
         ValueError: a ``file:`` URL that names no local path (:func:`file_url_path`).
         ImportError: the URL's fsspec filesystem is not installed (e.g. ``pip install s3fs``),
             raised when the URL is first used.
     """
-    if isinstance(path, (Path, URL)):
+    if isinstance(path, URL):
         return path
+    if isinstance(path, Path):
+        return path.expanduser()
     s = os.fspath(path)
     if isinstance(s, str) and _FILE_RE.match(s):
         return file_url_path(s)
-    return URL(s) if is_url(s) else Path(s)
+    return URL(s) if is_url(s) else Path(s).expanduser()
+
+
+def normalise(path: str | os.PathLike | URL) -> str:
+    """The one form of a path the user gave, taken once, up front, by every job (``InferJob``,
+    ``TrainJob``) and command line (``merge``, ``blend``, ``submit``), so that every reader and
+    writer (pathlib, pandas, pyarrow, fsspec) gets the same file.
+
+    ``~`` and ``~user`` expanded; a ``file:`` URL decoded to its local path
+    (:func:`file_url_path`); any other URL kept as it is. A relative path stays relative (to the
+    working folder the job runs in).
+
+    Raises:
+        ValueError: a ``file:`` URL that names no local path.
+    """
+    return str(as_path(path))
 
 
 def check_shared(folder: str | os.PathLike | URL, what: str = "shard_dir") -> None:
@@ -313,3 +335,37 @@ def atomic_write(final: str | os.PathLike | URL, write: Callable[[str], None]) -
         raise CannotWrite(final, e) from e
     finally:
         os.unlink(tmp)
+
+
+def check_writable(target: str | os.PathLike | URL, what: str, *, folder: bool = False) -> None:
+    """Check, before any work, that the kit can write ``target`` (a file, or with ``folder`` a folder).
+
+    Local: the folder that will hold the file (the real one, for a link: :func:`kitlib.atomic.real_target`)
+    is created if missing, and a temporary file is created and removed in it: what the writer
+    itself will do (a read-only mount, no permission, a file where a folder should be, all fail
+    here). A URL: its bucket or folder is checked (:meth:`URL.mkdir`).
+
+    Raises:
+        CannotWrite: naming ``what``, the path and the system's reason (``errno`` kept).
+        ValueError: a file ``target`` that is an existing folder.
+    """
+    from .atomic import real_target
+
+    p = as_path(target)
+    if isinstance(p, URL):
+        try:
+            (p if folder else p.parent).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CannotWrite(f"{p} ({what})", e) from e
+        return
+    p = real_target(p)
+    if not folder and p.is_dir():
+        raise ValueError(f"{what}={p}: is a folder; name the file to write (e.g. {p / 'submission.csv'})")
+    where = p if folder else p.parent
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".kit-write-check-", dir=where)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise CannotWrite(f"{where} ({what}, checked before any work)", e) from e

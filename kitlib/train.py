@@ -34,8 +34,9 @@ gathered together, each validation row once (the sampler's padding duplicates ar
 Loss is logged and tqdm shown on the master (rank 0) only. The master alone writes
 ``out_dir``: ``save_pretrained`` of the model and the tokenizer (what
 :func:`kitlib.model.load_classifier` and :mod:`kitlib.infer` load), plus
-``train_history.json``, ``valid_predictions.csv`` and ``training_state.pt`` (the optimizer's
-state, for resuming: :mod:`kitlib.checkpoint`). Reading the data and saving are wrapped in
+``train_history.json`` and ``valid_predictions.csv``; the run's whole state (for resuming, and
+for a later run that continues this one) is kept beside it in ``<out_dir>.state/``
+(:mod:`kitlib.resume`), and one row per run in ``artifacts/runs.csv`` (:mod:`kitlib.runs`). Reading the data and saving are wrapped in
 ``replica.together``: a failure on one rank (a read-only folder, a full disk) ends every rank
 with one error naming that rank, instead of leaving the others waiting at a barrier.
 """
@@ -54,20 +55,25 @@ from tqdm.auto import tqdm
 
 from . import recipe as recipes
 from . import resume
-from .atomic import atomic_dir, atomic_write
+from .atomic import atomic_dir, atomic_write, real_target
 from .checkpoint import HISTORY_FILE, RECIPE_KEY, SCORES_FILE, VALID_PREDICTIONS_FILE, replacing_message  # noqa: F401
 from .resume import RESUME_MODES
 from .runs import TRACKERS, Tracker, append_run, code_fingerprint, git_commit, runs_table
 from .data import plan_batches, read_csv_checked
 from .metrics import auc_text, check_two_classes, one_class_reason, roc_auc, slice_name  # noqa: F401 (roc_auc: kept here)
-from .model import check_max_len, keep_head_float32, load_classifier, probabilities, with_text_prefix
+from .limits import preflight
+from .model import keep_head_float32, load_classifier, prediction_column, probabilities, with_text_prefix
 from .backends.collectives import average_gradients  # noqa: F401  (was defined here)
 from .backends.precision import check as check_precision
 from .runtime import Runtime, holds_global_rank0, launch
+from .storage import normalise
 
 PATTERNS = ("optimizer_step", "ddp")
 # monitor -> whether higher is better (TrainJob.monitor: the epoch kept)
 MONITORS = {"valid_auc": True, "valid_loss": False}
+
+
+PATH_FIELDS = ("checkpoint", "train_csv", "valid_csv", "out_dir", "compile_cache_dir", "rank_states_dir")  # TrainJob's paths
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,9 @@ class TrainJob:
     tracker: str = "none"
 
     def __post_init__(self):
+        for name in PATH_FIELDS:  # once, up front: every reader and writer gets the same path (storage.normalise)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, normalise(getattr(self, name)))
         if self.pattern not in PATTERNS:
             raise ValueError(f"pattern must be one of {PATTERNS}, not {self.pattern!r}")
         if self.recipe != recipes.AUTO and self.recipe not in recipes.RECIPES:
@@ -171,7 +180,7 @@ class TrainJob:
             raise ValueError(f"TrainJob.time_budget_s must be > 0 seconds (None: no limit), not {self.time_budget_s}")
 
 
-def classification_loss(logits, labels, pos_weight=None):
+def classification_loss(logits, labels, pos_weight=None, column: int = 1):
     """Mean loss of a one- or two-logit classifier head.
 
     Args:
@@ -179,10 +188,12 @@ def classification_loss(logits, labels, pos_weight=None):
         labels: float32 tensor ``[batch]`` in [0, 1] (soft labels allowed).
         pos_weight: None, or a float32 scalar tensor weighting the positive term of the one-logit
             loss (``binary_cross_entropy_with_logits(pos_weight=...)``; :func:`kitlib.recipe.positive_weight`).
+        column: a two-logit head's column of the label (:func:`kitlib.model.prediction_column`:
+            the head's own label map; a replica passes what it says).
 
     Returns:
         A float32 scalar tensor: binary cross-entropy with logits for one logit, cross-entropy
-        against ``[1 - y, y]`` for two.
+        against ``y`` in ``column`` and ``1 - y`` in the other for two.
 
     Raises:
         ValueError: any other number of logits.
@@ -193,8 +204,15 @@ def classification_loss(logits, labels, pos_weight=None):
     if logits.shape[-1] == 1:
         return F.binary_cross_entropy_with_logits(logits[:, 0].float(), labels, pos_weight=pos_weight)
     if logits.shape[-1] == 2:
-        return F.cross_entropy(logits.float(), torch.stack([1 - labels, labels], dim=1))
+        pair = [labels, 1 - labels] if column == 0 else [1 - labels, labels]
+        return F.cross_entropy(logits.float(), torch.stack(pair, dim=1))
     raise ValueError(f"expected 1 or 2 logits per row, got {logits.shape[-1]}")
+
+
+def job_column(model, job: TrainJob) -> int:
+    """The head's column of ``job.label_col`` (:func:`kitlib.model.prediction_column`; :func:`train`
+    refused a head that does not name it before any replica started)."""
+    return prediction_column(model.config, job.label_col)[0]
 
 
 def validation_rows(num_rows: int, world: int, rank: int, batch_size: int) -> np.ndarray:
@@ -262,7 +280,7 @@ def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, job: Train
     with torch.no_grad(), replica.autocast():
         for batch in loader:
             ids, mask = replica.to_device(batch)
-            out.append(probabilities(model(input_ids=ids, attention_mask=mask).logits))
+            out.append(probabilities(model(input_ids=ids, attention_mask=mask).logits, job_column(model, job)))
     model.train()
     return torch.cat(out)
 
@@ -291,6 +309,7 @@ class _Training:
     take_step: "object"
     scheduler: "object"
     pos_weight: "object"
+    column: int = 0  # the head's column of the label (job_column)
 
     @property
     def stateful(self) -> dict:
@@ -363,7 +382,7 @@ def _load_model(replica, job: TrainJob):
     import torch
 
     torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
-    tokenizer, model = load_classifier(job.checkpoint, xla=replica.xla, head_for_training=True)
+    tokenizer, model = load_classifier(job.checkpoint, xla=replica.xla, head_for_training=True, label=job.label_col)
     recipes.prepare_model(model, recipes.RECIPES[job.recipe])
     keep_head_float32(model)
     if job.dropout is not None:
@@ -415,7 +434,7 @@ def _optimization(replica, job: TrainJob, model, data: _Data) -> _Training:
     pos_weight = recipes.positive_weight(data.train_df[job.label_col].to_numpy(), recipe)
     if pos_weight is not None:
         pos_weight = torch.tensor(pos_weight, dtype=torch.float32, device=replica.device)
-    return _Training(model, net, optimizer, take_step, None, pos_weight)
+    return _Training(model, net, optimizer, take_step, None, pos_weight, job_column(model, job))
 
 
 def run_settings(job: TrainJob, world_size: int, steps_per_epoch: int, param_groups, precision: str):
@@ -450,7 +469,7 @@ def _start(replica, job: TrainJob, run: _Training, data: _Data) -> _Loop:
     if plan is not None:
         _restore(replica, run, plan, loop)
     if replica.is_master:  # (train() printed the plan's note)
-        loop.tracker = Tracker(job.tracker, Path(str(job.out_dir) + ".tensorboard") / loop.history["run_id"])
+        loop.tracker = Tracker(job.tracker, Path(str(real_target(job.out_dir)) + ".tensorboard") / loop.history["run_id"])
     return loop
 
 
@@ -523,7 +542,7 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loo
             run.optimizer.zero_grad(set_to_none=True)
             with replica.autocast():
                 logits = run.net(input_ids=ids, attention_mask=mask).logits
-            loss = classification_loss(logits, y, run.pos_weight)
+            loss = classification_loss(logits, y, run.pos_weight, run.column)
             run.take_step(loss)
             if run.scheduler is not None:
                 run.scheduler.step()
@@ -891,7 +910,9 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
     row to the runs table beside ``out_dir`` (:mod:`kitlib.runs`).
 
     Raises:
-        ValueError: ``max_len`` is above the model's position table; ``rt``'s launch mode has
+        ValueError: the model cannot take the run (:func:`kitlib.limits.preflight`: ``max_len`` above
+            its positions, token ids past its embedding, a head whose labels do not name
+            ``label_col``, an attention the device lacks); ``rt``'s launch mode has
             no collectives for more than one replica (``xla-cpu-processes``); the precision cannot
             train there (fp16 on XLA: :mod:`kitlib.backends.precision`); the training labels
             hold one class (:func:`check_labels`); the saved state cannot be continued by this run
@@ -899,7 +920,7 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
             recipe is unknown (:func:`kitlib.recipe.resolve`).
         kitlib.runtime.ReplicaError: a replica failed; names its rank and the original error.
     """
-    check_max_len(job.checkpoint, job.max_len)
+    preflight(job.checkpoint, max_len=job.max_len, device=rt.backend.device, target=job.label_col, head_for_training=True)
     job = recipes.resolve(_recipe_of_run(job))
     check_labels(job)
     rt.backend.check_training(rt, job.precision)

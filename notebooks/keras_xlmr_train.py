@@ -76,7 +76,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kitlib import paths
+from kitlib import paths, storage
 from kitlib.data import read_csv_checked
 from kitlib.compat import keras_guarded
 from kitlib.metrics import auc_text, check_two_classes, one_class_reason, slice_name
@@ -97,9 +97,9 @@ from kitlib.keras.model import (
 from kitlib.keras.runtime import count_compiles
 
 root = paths.project_root()
-data = Path(data_dir) if data_dir else paths.default_data_dir(root)
-work = Path(work_dir) if work_dir else paths.working_dir(root)
-cache = Path(cache_dir) if cache_dir else paths.scratch_dir(root)
+data = storage.as_path(data_dir) if data_dir else paths.default_data_dir(root)
+work = storage.as_path(work_dir) if work_dir else paths.working_dir(root)
+cache = storage.as_path(cache_dir) if cache_dir else paths.scratch_dir(root)
 model_path = work / paths.KERAS_MODEL
 print(f"keras {keras.__version__} on {keras.backend.backend()}; data {data}; output {work}")
 

@@ -38,6 +38,7 @@ model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition's), else <data_dir>/train.csv
 valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scored after training
+text_col = ""  # "": the text column is content or comment_text; else its name in train_csv and valid_csv
 split = "english"  # which rows are held out (kitlib/splits.py SPLITS): "english" (holdout_frac of the English rows) or "validation" (train on the English rows + the first half of validation.csv, hold out its second half)
 holdout_frac = 0.2  # split "english": share of the English training rows held out (stratified) for the per-epoch AUC; 0: score validation.csv every epoch instead
 output_dir = ""  # "": <working dir>/artifacts/xlmr-toxic, which the inference notebook loads when its model is "auto"
@@ -89,7 +90,7 @@ import time
 
 import pandas as pd
 
-from kitlib import compat, paths
+from kitlib import compat, paths, storage
 from kitlib import recipe as recipes
 from kitlib.collapse import check_ready
 from kitlib.data import read_csv_checked
@@ -105,12 +106,12 @@ from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, save_scores, train
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
 work = paths.working_dir(root)
-data = Path(data_dir) if data_dir else paths.default_data_dir(root)
-train_path = Path(train_csv) if train_csv else paths.train_file(data)
-valid_path = Path(valid_csv) if valid_csv else data / "validation.csv"
-out_dir = Path(output_dir) if output_dir else work / paths.TRAINED_CHECKPOINT
+data = storage.as_path(data_dir) if data_dir else paths.default_data_dir(root)
+train_path = storage.as_path(train_csv) if train_csv else paths.train_file(data)
+valid_path = storage.as_path(valid_csv) if valid_csv else data / "validation.csv"
+out_dir = storage.as_path(output_dir) if output_dir else work / paths.TRAINED_CHECKPOINT
 scratch = paths.scratch_dir(root)  # not saved as the kernel's output: caches, split copies, shards
-cache = Path(cache_dir) if cache_dir else scratch
+cache = storage.as_path(cache_dir) if cache_dir else scratch
 
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
@@ -132,17 +133,17 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 if split not in SPLITS:
     raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
 if split == "validation":
-    train_path, epoch_valid_path = validation_split(train_path, valid_path, scratch / "validation-holdout")
+    train_path, epoch_valid_path = validation_split(train_path, valid_path, scratch / "validation-holdout", text_col=text_col or None)
     valid_path = epoch_valid_path  # scored at the end: the held-out rows only, never the trained ones
 elif holdout_frac:
     train_path, epoch_valid_path = english_holdout_split(train_path, scratch / "english-holdout",
-                                                         frac=holdout_frac, seed=seed)
+                                                         frac=holdout_frac, seed=seed, text_col=text_col or None)
 else:
     epoch_valid_path = valid_path
 print(f"split {split!r}: {SPLITS[split]}")
-train_df = read_csv_checked(train_path, label_cols=("toxic",), limit=train_limit or None)
-epoch_valid_df = read_csv_checked(epoch_valid_path, label_cols=("toxic",), limit=valid_limit or None)
-valid_df = read_csv_checked(valid_path, label_cols=("toxic",))
+train_df = read_csv_checked(train_path, text_col=text_col or None, label_cols=("toxic",), limit=train_limit or None)
+epoch_valid_df = read_csv_checked(epoch_valid_path, text_col=text_col or None, label_cols=("toxic",), limit=valid_limit or None)
+valid_df = read_csv_checked(valid_path, text_col=text_col or None, label_cols=("toxic",))
 global_batch = batch_size * rt.world_size if rt.world_size else None  # None: torch_xla counts the TPU chips
 display(pd.DataFrame({
     "rows": [len(train_df), len(epoch_valid_df), len(valid_df)],
@@ -159,7 +160,7 @@ display(pd.DataFrame({
 # %%
 checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
                                 real_data=paths.is_competition_data(data), purpose="training",
-                                data_files=[Path(train_csv) if train_csv else paths.train_file(data), valid_path])
+                                data_files=[storage.as_path(train_csv) if train_csv else paths.train_file(data), valid_path])
 print(f"model {model!r} -> {checkpoint}")
 
 # %% [markdown]
@@ -183,6 +184,7 @@ job = TrainJob(
     max_len=max_len,
     lr=lr,
     recipe=recipe,
+    text_col=text_col or None,
     train_limit=train_limit or None,
     valid_limit=valid_limit or None,
     seed=seed,
@@ -259,7 +261,8 @@ if holdout_frac or split == "validation":
     t1 = time.perf_counter()
     (work / "artifacts").mkdir(parents=True, exist_ok=True)  # output_dir may be elsewhere: artifacts/ may not exist yet
     ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(scratch / "shards" / "validation"),
-                          output_csv=str(work / "artifacts" / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len),
+                          output_csv=str(work / "artifacts" / "validation_predictions.csv"), batch_size=batch_size, max_len=max_len,
+                          text_col=text_col or None, collapsed="warn"),  # held-out rows, not a submission: the hand-off below judges the model
                  rt, start_method)
     ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)
     ml_auc, ml_auc_shown = auc_text(valid_df["toxic"].to_numpy(), ml_pred["toxic"].to_numpy(), str(valid_path))

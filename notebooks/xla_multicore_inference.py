@@ -30,7 +30,8 @@
 model = "auto"  # "auto": the training notebook's checkpoint (working folder, or attached under /kaggle/input); else "tiny-random" on the bundled sample only. Or a folder, or a hub name
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
-sample_submission = ""  # "": <data_dir>/sample_submission.csv
+sample_submission = ""  # "": <data_dir>/sample_submission.csv; "none": no sample, rows in the test set's order (checked before any replica starts)
+text_col = ""  # "": the text column is content or comment_text; else its name in test_csv
 output_csv = ""  # "": <working dir>/submission.csv (/kaggle/working on Kaggle, the repository locally); or a URL (gs://, s3://)
 shard_dir = ""  # "": kitlib.paths.scratch_dir()/shards/xla_multicore_inference (outside the kernel's output); several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
 batch_size = 32  # rows per replica per step; the global batch is batch_size x replicas
@@ -38,7 +39,7 @@ max_len = 0  # tokens per row (longer comments are truncated); 0: the max_len th
 num_buckets = 4  # pad each batch to one of at most this many lengths (rows sorted by length per replica); 1: always max_len
 num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, one CPU replica per 4 cores)
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
-precision = "auto"  # "auto": bf16 on TPU, fp16 on CUDA, fp32 on CPU; or "fp32", "bf16", "fp16", or "int8" (eager CPU only: dynamic int8 linear layers, kitlib.quantize; BENCHMARKS.md section 4 says when it pays); logits stay float32
+precision = "auto"  # "auto", "fp32", "bf16" or "fp16" (logits stay float32): the rule is kitlib/backends/precision.py's
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
 blend = "mean"  # with several kit-trained checkpoints attached (folds, seeds): "mean" or "rank" of their predictions
@@ -77,9 +78,9 @@ from kitlib.train import checkpoint_report
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
 work = paths.working_dir(root)
-data = Path(data_dir) if data_dir else paths.default_data_dir(root)
-test_path = Path(test_csv) if test_csv else data / "test.csv"
-sample_path = Path(sample_submission) if sample_submission else data / "sample_submission.csv"
+data = storage.as_path(data_dir) if data_dir else paths.default_data_dir(root)
+test_path = storage.as_path(test_csv) if test_csv else data / "test.csv"
+sample_path = storage.as_path(sample_submission) if sample_submission else data / "sample_submission.csv"
 out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"  # a Path, or a URL
 shards = storage.as_path(shard_dir) if shard_dir else paths.scratch_dir(root) / "shards" / "xla_multicore_inference"
 
@@ -93,7 +94,7 @@ print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}"
 # column) stop here with the file, row and field named.
 
 # %%
-test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path))  # checked in chunks: no text is kept here
+test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path, text_col=text_col or None))  # checked in chunks: no text is kept here
 print(f"{test_rows:,} rows" + (f"; {test_rows / rt.world_size:,.1f} per replica before padding" if rt.world_size else ""))
 if "lang" in pd.read_csv(test_path, nrows=0).columns:
     langs = pd.read_csv(test_path, dtype=str, keep_default_na=False, usecols=["id", "lang"])
@@ -109,7 +110,7 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 checkpoint = resolve_checkpoint(
     model,
     data_dir=data,
-    cache_dir=Path(cache_dir) if cache_dir else paths.scratch_dir(root),
+    cache_dir=storage.as_path(cache_dir) if cache_dir else paths.scratch_dir(root),
     trained_dir=work / paths.TRAINED_CHECKPOINT,
     search_dir=paths.kaggle_input_dir(),
     real_data=paths.is_competition_data(data),
@@ -151,6 +152,7 @@ job = InferJob(
     max_len=max_len,
     num_buckets=num_buckets,
     precision=precision,
+    text_col=text_col or None,
     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY),
 )
 t0 = time.perf_counter()

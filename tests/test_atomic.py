@@ -244,3 +244,86 @@ def test_write_csv_second_failure_writes_nothing(tmp_path, monkeypatch, second):
         atomic_write(out, lambda tmp: _write_csv(TABLE, tmp))
     assert out.read_text() == "earlier good submission\n"
     assert [p.name for p in tmp_path.iterdir()] == ["s.csv"]
+
+
+# issue 27 item 4: a destination that is a symbolic link (Colab: into a mounted Drive) is written
+# through; the link stays and the drive gets the new file or folder.
+def test_atomic_write_through_a_link_replaces_the_target(tmp_path):
+    drive, local = tmp_path / "drive", tmp_path / "work"
+    drive.mkdir(), local.mkdir()
+    (drive / "submission.csv").write_text("old")
+    link = local / "submission.csv"
+    link.symlink_to(drive / "submission.csv")
+    atomic_write(link, lambda tmp: Path(tmp).write_text("new"))
+    assert link.is_symlink() and os.readlink(link) == str(drive / "submission.csv")
+    assert (drive / "submission.csv").read_text() == "new"
+    assert sorted(p.name for p in local.iterdir()) == ["submission.csv"]
+    assert sorted(p.name for p in drive.iterdir()) == ["submission.csv"]  # the temporary was beside the target
+
+
+def test_atomic_write_through_a_dangling_link_creates_the_target(tmp_path):
+    (tmp_path / "drive").mkdir()
+    link = tmp_path / "submission.csv"
+    link.symlink_to(tmp_path / "drive" / "submission.csv")
+    atomic_write(link, lambda tmp: Path(tmp).write_text("new"))
+    assert link.is_symlink() and (tmp_path / "drive" / "submission.csv").read_text() == "new"
+
+
+def test_atomic_dir_through_a_link_replaces_the_linked_folder(tmp_path, mode):
+    drive = tmp_path / "drive" / "xlmr-toxic"
+    make_old(drive)
+    link = tmp_path / "artifacts" / "xlmr-toxic"
+    link.parent.mkdir()
+    link.symlink_to(drive, target_is_directory=True)
+    with atomic_dir(link) as tmp:
+        write_new(tmp)
+    assert link.is_symlink() and contents(drive) == NEW and contents(link) == NEW
+    assert leftovers(drive.parent, "xlmr-toxic") == [] and sorted(p.name for p in link.parent.iterdir()) == ["xlmr-toxic"]
+
+
+# issue 27 item 5: what the kit writes gets the modes a plain create under the umask gives
+# (mkdtemp makes 0700, mkstemp and safetensors' save_file 0600).
+@pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750), (0o002, 0o664, 0o775)])
+def test_modes_follow_the_umask(tmp_path, umask, file_mode, dir_mode):
+    import torch
+    from safetensors.torch import save_file
+
+    old = os.umask(umask)
+    try:
+        with atomic_dir(tmp_path / "ckpt") as tmp:
+            save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))  # 0600 by itself
+            (tmp / "sub").mkdir()
+            (tmp / "sub" / "config.json").write_text("{}")
+        atomic_write(tmp_path / "submission.csv", lambda t: Path(t).write_text("id,toxic\n"))
+        plain = tmp_path / "plain.csv"
+        plain.write_text("")  # what a plain create gives
+    finally:
+        os.umask(old)
+    mode = lambda p: p.stat().st_mode & 0o7777  # noqa: E731
+    assert mode(plain) == file_mode
+    assert mode(tmp_path / "ckpt") == dir_mode and mode(tmp_path / "ckpt" / "sub") == dir_mode
+    assert mode(tmp_path / "ckpt" / "model.safetensors") == file_mode
+    assert mode(tmp_path / "ckpt" / "sub" / "config.json") == file_mode
+    assert mode(tmp_path / "submission.csv") == file_mode
+
+
+def test_current_umask_reads_without_changing_it():
+    old = os.umask(0o027)
+    try:
+        assert atomic.current_umask() == 0o027 and atomic.current_umask() == 0o027
+    finally:
+        os.umask(old)
+
+
+def test_a_linked_output_dir_keeps_its_run_records_beside_the_target(tmp_path):
+    """Issue 27 item 4: the resume state and the runs table follow a linked output_dir to its drive."""
+    from kitlib.resume import state_dir
+    from kitlib.runs import runs_table
+
+    (tmp_path / "drive").mkdir()
+    link = tmp_path / "work" / "xlmr-toxic"
+    link.parent.mkdir()
+    link.symlink_to(tmp_path / "drive" / "xlmr-toxic", target_is_directory=True)  # dangling until the first save
+    assert state_dir(link) == tmp_path / "drive" / "xlmr-toxic.state"
+    assert runs_table(link) == tmp_path / "drive" / "runs.csv"
+    assert state_dir(tmp_path / "plain") == tmp_path / "plain.state"

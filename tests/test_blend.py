@@ -97,3 +97,45 @@ def test_refusals_name_the_file_and_id_and_write_nothing(tmp_path, two, case, me
 def test_one_input_is_refused(two, tmp_path):
     with pytest.raises(BlendError, match="two or more"):
         blend([two[1]], tmp_path / "s.csv")
+
+
+# issue 27 item 9: files saved with pandas' index blended into "id,Unnamed: 0,toxic".
+def test_an_index_column_is_dropped_with_a_note(tmp_path, capsys):
+    from kitlib.__main__ import main
+
+    ids = ["007", "7", "x"]
+    pd.DataFrame({"id": ids, "toxic": [0.1, 0.9, 0.3]}).to_csv(tmp_path / "a.csv")  # index written: ",id,toxic"
+    pd.DataFrame({"id": ids[::-1], "toxic": [0.5, 0.7, 0.2]}).to_csv(tmp_path / "b.csv")
+    pd.read_csv(tmp_path / "b.csv", dtype=str).to_csv(tmp_path / "c.csv", index=False)  # "Unnamed: 0,id,toxic"
+    out = tmp_path / "s.csv"
+    assert main(["blend", str(tmp_path / "a.csv"), str(tmp_path / "c.csv"), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    got = pd.read_csv(out, dtype={"id": str}, keep_default_na=False)
+    assert list(got.columns) == ["id", "toxic"]
+    assert got["id"].tolist() == ids and np.allclose(got["toxic"], [(0.1 + 0.2) / 2, (0.9 + 0.7) / 2, (0.3 + 0.5) / 2])
+    assert "note: dropped column '' of a.csv: a row index, not a prediction" in err
+    assert "note: dropped column 'Unnamed: 0' of c.csv: a row index" in err
+
+
+def test_the_prediction_columns_are_the_sample_submissions(tmp_path):
+    """The sample's own index column is not a prediction column either; other columns are."""
+    ids = ["1", "2", "3"]
+    pd.DataFrame({"id": ids, "toxic": [0.5] * 3}).to_csv(tmp_path / "sample.csv")  # with its index
+    a = write(tmp_path / "a.csv", ids, [0.1, 0.2, 0.3])
+    pd.DataFrame({"id": ids, "toxic": [0.5, 0.6, 0.7], "extra": [9, 9, 9]}).to_csv(tmp_path / "b.csv")
+    r = blend([a, tmp_path / "b.csv"], tmp_path / "s.csv", sample_submission=tmp_path / "sample.csv")
+    assert r.columns == ("toxic",)
+    got = pd.read_csv(tmp_path / "s.csv", dtype={"id": str})
+    assert list(got.columns) == ["id", "toxic"] and np.allclose(got["toxic"], [0.3, 0.4, 0.5])
+    assert any("dropped column '' of sample.csv" in n for n in r.notes)
+
+
+def test_submit_check_reads_an_index_column_the_same_way(tmp_path):
+    from kitlib.blend import check_submission
+
+    ids = ["1", "2"]
+    write(tmp_path / "sample.csv", ids, [0.5, 0.5])
+    pd.DataFrame({"id": ids, "toxic": [0.1, 0.9]}).to_csv(tmp_path / "sub.csv")
+    rows, columns, notes = check_submission(tmp_path / "sub.csv", tmp_path / "sample.csv")
+    assert (rows, columns) == (2, ("toxic",)) and notes == ("dropped column '' of sub.csv: a row index, not a prediction "
+                                                            "(pandas writes one unless index=False)",)

@@ -113,3 +113,77 @@ def test_collapse_policy_warns_only_on_the_bundled_sample_by_content(tmp_path):
     assert policy_for(tmp_path / "test.csv") == "refuse"
     assert policy_for(tmp_path / "test.csv", random_on_purpose=True) == "warn"  # model="tiny-random", named
     assert policy_for(SAMPLE / "validation.csv") == "refuse"  # a sample file, but not its test set
+
+
+# issue 27 item 8: one collapse rule for every writer (kitlib.collapse.check_predictions).
+def _flat_submission(path, ids, value=0.5):
+    import pandas as pd
+
+    pd.DataFrame({"id": ids, "toxic": np.full(len(ids), value) + np.arange(len(ids)) * 4e-9}).to_csv(path, index=False)
+    return path
+
+
+def _sample_ids():
+    import pandas as pd
+
+    return pd.read_csv(SAMPLE / "sample_submission.csv", dtype=str, keep_default_na=False)["id"].tolist()
+
+
+def test_merge_cli_refuses_a_collapsed_submission_off_the_sample(tmp_path, capsys):
+    """`python -m kitlib merge` wrote it (std 4e-6 and less) with exit 0; now refused, exit 2, nothing written."""
+    from conftest import write_slice
+    from kitlib.__main__ import main
+
+    test, sample = write_slice(tmp_path / "d", 50)  # not the bundled sample by content
+    import pandas as pd
+
+    ids = pd.read_csv(sample, dtype=str)["id"].tolist()
+    _flat_submission(tmp_path / "shard_0.csv", ids)
+    assert main(["merge", str(tmp_path / "shard_0.csv"), "-o", str(tmp_path / "sub.csv"),
+                 "--sample-submission", str(sample), "--test", str(test)]) == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and "the predictions barely vary" in err and "nothing was written" in err
+    assert not (tmp_path / "sub.csv").exists()
+    assert main(["merge", str(tmp_path / "shard_0.csv"), "-o", str(tmp_path / "sub.csv"),
+                 "--sample-submission", str(sample), "--collapsed", "warn"]) == 0  # asked for by name
+
+
+def test_merge_cli_warns_once_on_the_bundled_sample(tmp_path):
+    import subprocess
+    import sys
+
+    _flat_submission(tmp_path / "shard_0.csv", _sample_ids())
+    r = subprocess.run([sys.executable, "-m", "kitlib", "merge", str(tmp_path / "shard_0.csv"), "-o", str(tmp_path / "sub.csv"),
+                        "--sample-submission", str(SAMPLE / "sample_submission.csv")], capture_output=True, text=True,
+                       timeout=120, cwd=SAMPLE.parents[1])
+    assert r.returncode == 0, r.stderr
+    err = r.stderr
+    assert err.count("the predictions barely vary") == 1, err  # was printed twice (a note and a Python warning)
+    assert "note: WARNING: " in err and (tmp_path / "sub.csv").is_file()
+
+
+def test_blend_refuses_a_collapsed_blend_off_the_sample(tmp_path, capsys):
+    """`blend` wrote one without a word."""
+    from kitlib.__main__ import main
+    from kitlib.blend import BlendError, blend
+
+    ids = [f"r{i}" for i in range(40)]
+    a, b = _flat_submission(tmp_path / "a.csv", ids, 0.4), _flat_submission(tmp_path / "b.csv", ids[::-1], 0.6)
+    with pytest.raises(BlendError, match=r"the predictions barely vary.*nothing was written"):
+        blend([a, b], tmp_path / "s.csv")
+    assert not (tmp_path / "s.csv").exists()
+    sa, sb = _flat_submission(tmp_path / "sa.csv", _sample_ids(), 0.4), _flat_submission(tmp_path / "sb.csv", _sample_ids(), 0.6)
+    assert main(["blend", str(sa), str(sb), "-o", str(tmp_path / "s.csv"),
+                 "--sample-submission", str(SAMPLE / "sample_submission.csv")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("the predictions barely vary") == 1 and "note: WARNING: " in err
+
+
+def test_policy_for_reads_the_sample_submission_too(tmp_path):
+    from kitlib.collapse import check_predictions, policy_for
+
+    assert policy_for(None, SAMPLE / "sample_submission.csv") == "warn"
+    assert policy_for() == "refuse"
+    with pytest.raises(CollapsedModelError):
+        check_predictions({"toxic": np.full(10, 0.5)}, "out.csv", data_files=(tmp_path / "nothing.csv",))
+    assert check_predictions({"toxic": np.linspace(0, 1, 10)}, "out.csv") is None

@@ -6,6 +6,9 @@ TPU rehearsal) and as processes, 1 to 4 replicas, ``fork`` and ``spawn``: the sa
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,7 +25,8 @@ def run(checkpoint, test_csv, out_dir, devices, accelerator="cpu", start_method=
     job = InferJob(checkpoint=str(checkpoint), test_csv=str(test_csv), shard_dir=str(out_dir / "shards"),
                    output_csv=str(out_dir / "sub.csv"),
                    # fp32: these tests compare predictions across paths ("auto" is bf16 on AMX / avx512_bf16 CPUs)
-                   **{"batch_size": 8, "max_len": 64, "num_buckets": 1, "precision": "fp32", **job})
+                   # collapsed="warn": tiny_checkpoint is the random model, named on purpose (kitlib.collapse)
+                   **{"batch_size": 8, "max_len": 64, "num_buckets": 1, "precision": "fp32", "collapsed": "warn", **job})
     result = predict(job, rt, start_method)
     sub = pd.read_csv(out_dir / "sub.csv", dtype={"id": str}, keep_default_na=False)
     return sub, replica_stats(out_dir / "shards"), result
@@ -150,10 +154,11 @@ def test_two_runs_sharing_a_shard_folder_never_exchange_predictions(sharp_checkp
     real_launch = infer.launch
     shared = tmp_path / "shared"
     job_b = InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(slice_103), shard_dir=str(shared),
-                     output_csv=str(tmp_path / "b.csv"), batch_size=8, max_len=64, num_buckets=1)
+                     output_csv=str(tmp_path / "b.csv"), batch_size=8, max_len=64, num_buckets=1,
+                     collapsed="warn")  # the random tiny model, on purpose
 
-    def a_then_b(fn, plan, rt, start_method="fork"):
-        real_launch(fn, plan, rt, start_method)
+    def a_then_b(fn, plan, rt, start_method="fork", **kw):
+        real_launch(fn, plan, rt, start_method, **kw)
         if plan.job.checkpoint == str(sharp_checkpoint):  # A's replicas are done: B runs now
             monkeypatch.setattr(infer, "launch", real_launch)
             predict(job_b, detect_runtime(3, "cpu"))
@@ -183,7 +188,8 @@ def test_predict_without_sample_submission_reads_a_big_test_csv_with_quoted_newl
     assert test.stat().st_size > 1 << 20
     rt = detect_runtime(2, "cpu")
     result = predict(InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(test), shard_dir=str(tmp_path / "shards"),
-                              output_csv=str(tmp_path / "sub.csv"), batch_size=32, max_len=16, num_buckets=1), rt)
+                              output_csv=str(tmp_path / "sub.csv"), batch_size=32, max_len=16, num_buckets=1,
+                              collapsed="warn"), rt)  # the random tiny model, on purpose
     sub = pd.read_csv(tmp_path / "sub.csv", dtype={"id": str}, keep_default_na=False)
     assert result.num_rows == rows and sub["id"].tolist() == read_csv_checked(test)["id"].tolist()
 
@@ -215,12 +221,157 @@ def test_the_parent_tokenizes_in_chunks_and_keeps_no_text(tiny_checkpoint, tmp_p
 
     seen = {}
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", spying)
-    monkeypatch.setattr(infer, "launch", lambda fn, plan, rt, start_method: seen.update(
+    monkeypatch.setattr(infer, "launch", lambda fn, plan, rt, start_method, **kw: seen.update(
         tokens=data.Tokens.load(plan.tokens_file), rows=plan.num_rows))
     predict(InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(tmp_path / "test.csv"), shard_dir=str(tmp_path / "s"),
                      max_len=64), detect_runtime(1, "cpu"))
     assert sum(calls) >= 5000 and max(calls) <= data.CHUNK_ROWS, calls
     assert seen["rows"] == 5000 and isinstance(seen["tokens"].ids, np.memmap)  # the replicas map the packed ids
+
+
+def stub_launch(spread: bool = True):
+    """A launch that writes what the replicas would (one shard of every row) without a model:
+    what reaches the merge is then predict's own doing."""
+    from kitlib.data import read_ids
+    from kitlib.shards import write_shard
+
+    def launch(fn, plan, rt, start_method="fork", **kw):
+        ids = read_ids(plan.job.test_csv)
+        n = len(ids)
+        probs = np.linspace(0.01, 0.99, n, dtype=np.float32) if spread else np.full(n, 0.5, np.float32)
+        write_shard(plan.job.shard_dir, rank=0, world_size=1, num_rows=n, rows=np.arange(n), ids=ids,
+                    predictions={plan.job.prediction_column: probs}, padding=np.zeros(n, bool), run_id=plan.run_id)
+    return launch
+
+
+def test_a_home_path_reaches_every_reader_and_writer(tiny_checkpoint, tmp_path, monkeypatch):
+    """Issue 27 item 6: "~/test.csv" was "no such file"; "~/shards" was written as ./~/shards while
+    pyarrow's merge read $HOME/shards. Every path is normalised once, in InferJob."""
+    from kitlib import infer
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    cwd.mkdir()
+    write_slice(home, 20)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(infer, "launch", stub_launch())
+    job = InferJob(checkpoint=str(tiny_checkpoint), test_csv="~/test.csv", shard_dir="~/shards",
+                   output_csv="~/sub.csv", sample_submission="~/sample_submission.csv", max_len=32)
+    assert (job.test_csv, job.shard_dir) == (str(home / "test.csv"), str(home / "shards"))
+    result = predict(job, detect_runtime(1, "cpu"))
+    assert result.num_rows == 20 and result.output == home / "sub.csv"
+    assert [p.name for p in (home / "shards").iterdir()] == ["shard-00000-of-00001.parquet"]
+    assert list(cwd.iterdir()) == []  # no literal ./~ folder
+
+
+def test_train_job_paths_are_normalised_once(tmp_path, monkeypatch):
+    from kitlib.train import TrainJob
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    job = TrainJob(checkpoint="~/ckpt", train_csv="~/train.csv", valid_csv="file://" + str(tmp_path / "v%20a.csv"),
+                   out_dir="~/out")
+    assert (job.checkpoint, job.train_csv, job.valid_csv, job.out_dir) == (
+        str(tmp_path / "ckpt"), str(tmp_path / "train.csv"), str(tmp_path / "v a.csv"), str(tmp_path / "out"))
+
+
+# issue 27 item 7: what the run's end needs is checked before the first replica starts.
+def never_launch(fn, plan, rt, start_method="fork", **kw):
+    raise AssertionError("a replica started before the run's end was checked")
+
+
+def end_job(tiny_checkpoint, tmp_path, **kw):
+    test, sample = write_slice(tmp_path / "d", 20)
+    return InferJob(**{"checkpoint": str(tiny_checkpoint), "test_csv": str(test), "shard_dir": str(tmp_path / "shards"),
+                       "output_csv": str(tmp_path / "out" / "sub.csv"), "sample_submission": str(sample), "max_len": 32, **kw})
+
+
+@pytest.mark.parametrize("case,error,message", [
+    ("extra column", ValueError, r"sample_submission\.csv: the sample submission's prediction columns are toxic, severe; "
+                                 r"this run predicts toxic \(not predicted: severe\)"),
+    ("misspelt", FileNotFoundError, r"sample_submission=\S*sample_submision\.csv: no such file\. .*sample_submission='none'"),
+    ("other ids", ValueError, r"the sample submission's ids are not \S*test\.csv's: 1 test id\(s\) not in it: '\w+'; "
+                              r"1 id\(s\) not in the test set: 'not-a-test-id'"),
+])
+def test_a_sample_submission_that_does_not_fit_is_refused_before_any_replica(tiny_checkpoint, tmp_path, monkeypatch,
+                                                                             case, error, message):
+    from kitlib import infer
+
+    monkeypatch.setattr(infer, "launch", never_launch)
+    job = end_job(tiny_checkpoint, tmp_path)
+    sample = pd.read_csv(job.sample_submission, dtype=str, keep_default_na=False)
+    if case == "extra column":
+        sample.assign(severe="0.5").to_csv(job.sample_submission, index=False)
+    elif case == "other ids":
+        sample.iloc[1:].pipe(lambda d: pd.concat([d, pd.DataFrame({"id": ["not-a-test-id"], "toxic": ["0.5"]})])).to_csv(
+            job.sample_submission, index=False)
+    else:
+        job = InferJob(**{**job.__dict__, "sample_submission": job.sample_submission.replace("submission", "submision")})
+    with pytest.raises(error, match=message):
+        predict(job, detect_runtime(1, "cpu"))
+    assert not (tmp_path / "shards").exists() or not any((tmp_path / "shards").iterdir())
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_replica(tiny_checkpoint, tmp_path, monkeypatch):
+    from kitlib import infer
+    from kitlib.storage import CannotWrite
+
+    monkeypatch.setattr(infer, "launch", never_launch)
+    (tmp_path / "out").write_text("a file where the output folder should be")
+    with pytest.raises(CannotWrite, match=r"cannot write \S*out \(output_csv, checked before any work\): "):
+        predict(end_job(tiny_checkpoint, tmp_path), detect_runtime(1, "cpu"))
+    (tmp_path / "shards-file").write_text("a file where the shard folder should be")
+    with pytest.raises(CannotWrite, match=r"cannot write \S*shards-file \(shard_dir, checked before any work\): "):
+        predict(end_job(tiny_checkpoint, tmp_path, output_csv=str(tmp_path / "ok.csv"), shard_dir=str(tmp_path / "shards-file")),
+                detect_runtime(1, "cpu"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_output_folder_is_refused_before_any_replica(tiny_checkpoint, tmp_path, monkeypatch):
+    from kitlib import infer
+    from kitlib.storage import CannotWrite
+
+    monkeypatch.setattr(infer, "launch", never_launch)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out").chmod(0o555)
+    try:
+        with pytest.raises(CannotWrite, match=r"Permission denied"):
+            predict(end_job(tiny_checkpoint, tmp_path), detect_runtime(1, "cpu"))
+    finally:
+        (tmp_path / "out").chmod(0o755)
+
+
+def test_sample_submission_none_writes_the_test_sets_order(tiny_checkpoint, tmp_path, monkeypatch):
+    from kitlib import infer
+
+    monkeypatch.setattr(infer, "launch", stub_launch())
+    job = end_job(tiny_checkpoint, tmp_path, sample_submission="none")
+    assert job.sample_submission is None
+    result = predict(job, detect_runtime(1, "cpu"))
+    sub = pd.read_csv(result.output, dtype={"id": str}, keep_default_na=False)
+    test = pd.read_csv(job.test_csv, dtype={"id": str}, keep_default_na=False)
+    assert sub["id"].tolist() == test["id"].tolist() and list(sub.columns) == ["id", "toxic"]
+
+
+def test_a_read_only_output_mount_is_refused_before_any_replica(tiny_checkpoint, tmp_path, monkeypatch):
+    """As root a chmod does not stop a write (the test above is skipped): the mount's EROFS, as the system gives it."""
+    import errno
+    import tempfile
+
+    from kitlib import infer, storage
+    from kitlib.storage import CannotWrite
+
+    real = tempfile.mkstemp
+
+    def read_only(*a, dir=None, **kw):
+        if dir is not None and Path(dir) == tmp_path / "out":
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real(*a, dir=dir, **kw)
+
+    monkeypatch.setattr(infer, "launch", never_launch)
+    monkeypatch.setattr(storage.tempfile, "mkstemp", read_only)
+    with pytest.raises(CannotWrite, match=r"cannot write \S*out \(output_csv, checked before any work\): Read-only file system") as e:
+        predict(end_job(tiny_checkpoint, tmp_path), detect_runtime(1, "cpu"))
+    assert e.value.errno == errno.EROFS
 
 
 def test_an_eager_run_pads_to_a_few_lengths_however_many_rows():

@@ -73,6 +73,32 @@ def test_submit_a_file_ends_complete_with_its_score_read_back(tmp_path):
         assert "1 submission(s)" in r.stdout and "COMPLETE" in r.stdout and f"public {public}" in r.stdout and "blend v1" in r.stdout
 
 
+def test_a_submission_names_its_training_run_and_submissions_looks_it_up(tmp_path):
+    """Issue 26 (a record of runs): the writer record of an inference's submission names the training
+    run (kitlib.runs.run_ids_of); submit puts it in the description; submissions finds the run's row
+    in a downloaded kernel output's runs.csv and shows what it was."""
+    from kitlib import provenance, runs
+
+    labels, _, data = labels_and_predictions()
+    sub = tmp_path / "submission.csv"
+    sub.write_bytes(data)
+    provenance.record_writer(sub, provenance.INFER, source="model x", rows=len(labels), runs=["3f2a9c01be77"])
+    root = tmp_path / "kernels"
+    runs.append_run(root / "train-slug" / "v2" / "artifacts" / runs.RUNS_FILE, {
+        "run_id": "3f2a9c01be77", "recipe": "e5", "epochs": 2, "best_epoch": 1, "monitor": "valid_auc",
+        "best_value": 0.90231, "heldout_auc": 0.9017, "git_commit": "0123456789abcdef", "kitlib": "k1", "data": "d1"})
+    with FakeKaggle(labels=labels) as fake:
+        env = fake.client_env(tmp_path / "cfg")
+        r = cli(["submit", str(sub), "-m", "e5 one epoch", "--score-poll", "0.05"], env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert fake.calls("CreateSubmission")[0]["body"]["submissionDescription"] == "e5 one epoch [runs 3f2a9c01be77]"
+        r = cli(["submissions", "--runs-root", str(root)], env)
+    assert r.returncode == 0, r.stderr
+    assert ("run 3f2a9c01be77: recipe e5, kept epoch 1 of 2, valid_auc 0.9023, heldout_auc 0.9017, commit 0123456789, "
+            "kitlib k1, data d1") in r.stdout, r.stdout
+    assert str(root / "train-slug" / "v2" / "artifacts" / "runs.csv") in r.stdout
+
+
 def test_submit_that_ends_error_exits_nonzero_with_the_reason(tmp_path):
     labels, _, data = labels_and_predictions()
     sub = tmp_path / "submission.csv"
@@ -319,7 +345,8 @@ def test_download_streams_a_large_file_and_writes_the_log_as_text(tmp_path):
 def test_rehearsed_outputs_hold_only_what_the_user_needs(tmp_path, repo_project):
     """A training rehearsal, then an inference rehearsal on its output, in one root (as Kaggle would
     run them): each working folder (the kernel's output on Kaggle) holds the checkpoint, the history,
-    the validation predictions, the submission; no vendored code, caches, split copies or shards."""
+    the validation predictions, the submission, the run's state (to continue it) and its row of the
+    runs table; no vendored code, caches, split copies or shards."""
     root = tmp_path / "run"
     args = ["--metadata", str(repo_project / "kernel-metadata.json"), "--root", str(root)]
     small = ["-p", "max_len", "32", "-p", "num_devices", "1", "-p", "batch_size", "8"]
@@ -337,7 +364,11 @@ def test_rehearsed_outputs_hold_only_what_the_user_needs(tmp_path, repo_project)
     for name, files in ((TRAIN_SLUG, train_out), (INFER_SLUG, infer_out)):
         assert not [f for f in files if any(c in f for c in clutter)], (name, sorted(files))
     assert train_out == {ckpt + f for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                                            "heldout_scores.json", "train_history.json", "training_state.pt",
-                                            "valid_predictions.csv")} | {
-        "artifacts/validation_predictions.csv", "artifacts/validation_predictions.csv.writer.json"}, sorted(train_out)
+                                            "heldout_scores.json", "train_history.json", "valid_predictions.csv")} | {
+        "artifacts/xlmr-toxic.state/" + f for f in ("run.json", "tensors.pt", "model.pt")} | {
+        "artifacts/runs.csv", "artifacts/validation_predictions.csv", "artifacts/validation_predictions.csv.writer.json"}, sorted(train_out)
     assert infer_out == {"submission.csv", "submission.csv.writer.json"}, sorted(infer_out)
+    # the submission names the training run it came from (what submit puts in its description)
+    history = json.loads((root / TRAIN_SLUG / "working" / ckpt / "train_history.json").read_text())
+    record = json.loads((root / INFER_SLUG / "working" / "submission.csv.writer.json").read_text())
+    assert record["runs"] == [history["run_id"]], record

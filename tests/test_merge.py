@@ -757,7 +757,7 @@ def test_blend_cli_write_failure_is_the_same_one_line(tmp_path, capsys, monkeypa
     import os
 
     pd.DataFrame({"id": ["a", "b"], "toxic": [0.1, 0.2]}).to_csv(tmp_path / "x.csv", index=False)
-    pd.DataFrame({"id": ["b", "a"], "toxic": [0.3, 0.4]}).to_csv(tmp_path / "y.csv", index=False)
+    pd.DataFrame({"id": ["b", "a"], "toxic": [0.9, 0.4]}).to_csv(tmp_path / "y.csv", index=False)  # blends to 0.25, 0.55 (not collapsed)
     out = tmp_path / "blend.csv"
     out.write_text("id,toxic\nold,0.5\n")
     real = pd.DataFrame.to_csv

@@ -49,3 +49,20 @@ def test_papermill_lists_every_parameter_with_its_default(path, caplog):
     for name, default in expected.items():
         got = ast.literal_eval(listed[name]["default"])
         assert got == default and type(got) is type(default), f"{path.name}: {name} = {got!r}, not {default!r}"
+
+
+@pytest.mark.parametrize("name", ["xla_multicore_inference", "xla_ddp_train"])
+def test_torch_notebooks_name_their_text_column(name):
+    """Issue 27 item 7: text_col in both torch notebooks ("": content or comment_text)."""
+    defaults = python_defaults(parameters_cell(ROOT / "notebooks" / f"{name}.ipynb"))
+    assert defaults["text_col"] == ""
+    source = (ROOT / "notebooks" / f"{name}.py").read_text()
+    assert source.count("text_col=text_col or None") >= 2
+
+
+def test_the_inference_notebook_may_run_without_a_sample_submission():
+    from kitlib.infer import InferJob
+
+    cell = parameters_cell(ROOT / "notebooks" / "xla_multicore_inference.ipynb")
+    assert '"none": no sample' in cell
+    assert InferJob(checkpoint="c", test_csv="t.csv", shard_dir="s", sample_submission="none").sample_submission is None

@@ -58,8 +58,20 @@ def test_the_probes_touch_no_device_and_read_this_machine():
     assert hardware.cpu_bf16_feature() == expected
     assert hardware.cuda_compute_capability() is None or len(hardware.cuda_compute_capability()) == 2
     assert not torch.cuda.is_initialized()
-    with pytest.raises(ValueError, match="TrainJob.precision must be one of auto, fp32, bf16, fp16, int8, not 'fp8'"):
+    with pytest.raises(ValueError, match="TrainJob.precision must be one of auto, fp32, bf16, fp16, not 'fp8'"):
         TrainJob(checkpoint="c", train_csv="t", valid_csv="v", out_dir="o", precision="fp8")
+
+
+def test_int8_is_refused_saying_why_for_training_and_inference():
+    """Issue 28.3: torch.ao int8 failed the AUC rule and no maintained runtime passed it, so int8 is gone;
+    asking for it names the measurement instead of 'must be one of'."""
+    from kitlib.infer import InferJob
+
+    why = r"precision='int8': int8 was removed \(issue 28\): .* -0\.013.*BENCHMARKS\.md section 4.*'auto'"
+    with pytest.raises(ValueError, match="TrainJob." + why):
+        TrainJob(checkpoint="c", train_csv="t", valid_csv="v", out_dir="o", precision="int8")
+    with pytest.raises(ValueError, match="InferJob." + why):
+        InferJob(checkpoint="c", test_csv="t", shard_dir="s", precision="int8")
 
 
 def test_a_precision_object_carries_its_autocast_and_scaler():

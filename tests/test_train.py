@@ -149,9 +149,14 @@ def test_two_processes_stay_identical_and_match_one_process(pattern, one_process
     for mine, theirs in zip(history["epochs"], ref_history["epochs"]):
         assert mine["train_loss"] == pytest.approx(theirs["train_loss"], abs=1e-4)
         assert mine["valid_auc"] == pytest.approx(theirs["valid_auc"], abs=1e-3)
-    # the master's saved checkpoint is the synced model
+    # the master's saved checkpoint is the synced model of the epoch kept (the best by valid_auc, the
+    # same epoch as the reference's): the last epoch's weights exactly when that one was kept
+    assert history["best"]["epoch"] == ref_history["best"]["epoch"], (history["best"], ref_history["best"])
     saved = load_file(str(tmp_path / "ckpt" / "model.safetensors"))
-    assert max_diff({k: saved[k] for k in init}, {k: rank0[k] for k in init}) == 0.0
+    ref_saved = load_file(str(Path(ref_history["config"]["out_dir"]) / "model.safetensors"))
+    assert max_diff({k: saved[k] for k in init}, {k: ref_saved[k] for k in init}) < 2e-4
+    if history["best"]["epoch"] == SMALL["epochs"]:
+        assert max_diff({k: saved[k] for k in init}, {k: rank0[k] for k in init}) == 0.0
 
 
 @pytest.mark.slow
@@ -232,7 +237,7 @@ def test_saved_checkpoint_predicts_like_the_in_memory_model(xla_run, tmp_path):
 
     predict(InferJob(checkpoint=str(ckpt), test_csv=str(tmp_path / "valid50.csv"), shard_dir=str(tmp_path / "shards"),
                      output_csv=str(tmp_path / "pred.csv"), batch_size=GLOBAL_BATCH, max_len=job.max_len, num_buckets=1,
-                     precision="fp32"),
+                     precision="fp32", collapsed="warn"),  # low, narrow probabilities (0.007-0.06): compared, not judged
             detect_runtime(1, "cpu"))
     pred = pd.read_csv(tmp_path / "pred.csv", dtype={"id": str}, keep_default_na=False)
     assert pred["id"].tolist() == in_memory["id"].tolist()
@@ -298,7 +303,9 @@ def test_notebook_end_to_end(tmp_path, sharp_checkpoint):
     executed = json.loads((tmp_path / "executed.ipynb").read_text())
     outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     text = "".join("".join(o.get("text", "")) for o in outputs)
-    assert "runtime: xla-cpu, 1 replica(s)" in text and "held-out English ROC AUC after epoch 2" in text
+    assert "runtime: xla-cpu, 1 replica(s)" in text
+    kept = history["best"]["epoch"]
+    assert re.search(rf"kept epoch {kept} of 2 \(the highest valid_auc so far \(\S+.*\); held-out English ROC AUC \S+", text), text[-3000:]
     assert "multilingual validation ROC AUC" in text
     assert "Defaulting to PJRT_DEVICE" not in text and "can conflict with" not in text
     assert "checkpoint ready for the inference notebook" in text

@@ -131,6 +131,27 @@ def test_turnstile_stops_the_others_when_a_rank_leaves_or_fails():
     assert isinstance(errors[1], PeerFailed) and "rank(s) [0]" in str(errors[1])
 
 
+def test_a_thread_replica_that_fails_while_opening_stops_the_others(monkeypatch):
+    """The CI hang: rank 1 failed inside ``open()`` (two threads importing transformers at once: "cannot
+    import name ... from partially initialized module") and rank 0 waited 1800 s at its first
+    collective for a rank that never started. Now the failed rank leaves the turnstile: the others stop."""
+    from kitlib.backends import precision
+
+    rt = detect_runtime(2, "xla-cpu")
+    assert rt.backend.threaded
+
+    def no_device(self, index):
+        raise OSError(f"replica {index} has no device")
+
+    monkeypatch.setattr(type(rt.backend.launcher), "rank_and_world", lambda self, index, rt: (index, 2))  # as inside a launch
+    monkeypatch.setattr(type(rt.backend.accelerator), "device", no_device)
+    monkeypatch.setattr(xla_threads, "_TURNSTILE", None)
+    with pytest.raises(OSError, match="replica 1 has no device"):
+        rt.backend.open(1, rt, "fork", precision.named("fp32", "xla"))
+    with pytest.raises(PeerFailed, match=r"rank\(s\) \[1\] stopped before all_gather"):
+        xla_threads._TURNSTILE.launch(0, "all_gather", lambda: None)
+
+
 def test_turnstile_names_the_missing_rank_when_the_ranks_disagree(monkeypatch):
     monkeypatch.setattr(xla_threads, "TURN_TIMEOUT_S", 0.3)
     turnstile = _Turnstile(2)

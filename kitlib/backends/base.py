@@ -304,18 +304,29 @@ class Backend:
 
     def open(self, index: int, rt: "Runtime", start_method: str, precision: prec.Precision) -> Replica:
         """Build the :class:`~kitlib.replica.Replica` with launcher index ``index`` (called inside it):
-        its rank and world size, device, threads, precision, and its own collectives object, opened."""
-        quiet_unless_master(index == 0 and rt.host == 0)
-        rank, world = self.launcher.rank_and_world(index, rt)
-        device = self.accelerator.device(index)
-        threads, restore = self.launcher.threads(rt, start_method)
-        import torch
+        its rank and world size, device, threads, precision, and its own collectives object, opened.
 
-        if threads is not None:
-            torch.set_num_threads(threads)
-        replica = Replica(rank=rank, world_size=world, local_rank=index, host=rt.host, num_hosts=rt.num_hosts,
-                          threads=torch.get_num_threads(), device=device, precision=precision, mode=self,
-                          accelerator=self.accelerator, collectives=self.collectives_class.for_replica(world),
-                          threaded=self.threaded, restore_threads=restore)
-        replica.collectives.open(replica)
+        The collectives object comes first: thread replicas import transformers there, under one lock,
+        before anything else in the replica does (two threads importing it at once fail with "cannot
+        import name ... from partially initialized module", and the other replica then waited for
+        the failed one at its first collective). A failure after that tells the other replicas
+        (:meth:`Collectives.abandon`), so none waits for this one."""
+        rank, world = self.launcher.rank_and_world(index, rt)
+        collectives = self.collectives_class.for_replica(world)
+        try:
+            quiet_unless_master(index == 0 and rt.host == 0)
+            device = self.accelerator.device(index)
+            threads, restore = self.launcher.threads(rt, start_method)
+            import torch
+
+            if threads is not None:
+                torch.set_num_threads(threads)
+            replica = Replica(rank=rank, world_size=world, local_rank=index, host=rt.host, num_hosts=rt.num_hosts,
+                              threads=torch.get_num_threads(), device=device, precision=precision, mode=self,
+                              accelerator=self.accelerator, collectives=collectives,
+                              threaded=self.threaded, restore_threads=restore)
+            collectives.open(replica)
+        except BaseException:
+            collectives.abandon(rank)
+            raise
         return replica

@@ -62,6 +62,10 @@ class Collectives:
     def close(self, replica) -> None:
         """Leave what :meth:`open` joined."""
 
+    def abandon(self, rank: int) -> None:
+        """Rank ``rank`` failed before its replica was open: let the others stop instead of waiting for it
+        (thread replicas; processes learn it from their launcher)."""
+
     def _none(self, replica, what: str) -> RuntimeError:
         return RuntimeError(f"{what} needs collectives, which launch mode {replica.mode.name!r} does not have "
                             f"({replica.mode.summary}); use accelerator='cpu' or 'xla-cpu' for training")

@@ -212,6 +212,9 @@ class ThreadedXla(Xla):
             env["XLA_THREAD_POOL_SIZE"] = str(max(rt.num_replicas, cpu_cores()))
         return env
 
+    def abandon(self, rank: int) -> None:
+        self.turnstile.leave(rank)
+
     def close(self, replica) -> None:
         self.turnstile.leave(replica.rank)  # the others stop (PeerFailed) at the next graph this one never launches
         super().close(replica)

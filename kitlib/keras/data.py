@@ -27,6 +27,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..storage import normalise
+
 PAD_TEXT = ""  # filler rows: tokenized to "<s></s>", a real two-token sequence (no fully masked row)
 
 
@@ -278,7 +280,7 @@ def write_submission(
             f"{output}. A NaN is what float16/bfloat16 inference gives when a logit overflows: predict with the "
             "float32 head of kitlib.keras.model.build_classifier, or in float32"
         )
-    output = Path(output)
+    output = Path(normalise(output))
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".keras-shard-", dir=output.parent) as tmp:
         write_shard(
