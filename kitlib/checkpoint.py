@@ -10,7 +10,12 @@ kept (``TrainJob.monitor``: the best held-out ROC AUC by default) and:
   held-out rows (``id`` and the label column), which the training notebook's hand-off checks
   (:mod:`kitlib.handoff`); for one fold of a cross-validation, its out-of-fold predictions;
 * :data:`SCORES_FILE` (``heldout_scores.json``): the saved checkpoint's held-out scores measured
-  through the inference path, overall and per language (:func:`kitlib.train.save_scores`).
+  through the inference path, overall and per language (:func:`kitlib.train.save_scores`);
+* :data:`REFUSED_FILE` (``handoff_refused.json``), only in a folder the training notebook's
+  hand-off refused (a collapsed model, a reload that does not predict what was trained:
+  :func:`kitlib.handoff.refusal_marked`): why. ``model="auto"`` never picks such a folder, and a
+  folder named for inference is refused (:func:`kitlib.model.resolve_checkpoint`); a new training
+  run replaces the folder, and the mark with it.
 
 What a run needs to continue (optimizer, schedule, RNG, position) is not in this folder but in its
 state folder beside it, ``<folder>.state/``: :mod:`kitlib.resume` holds it, and the rule of resuming.
@@ -34,6 +39,22 @@ SCORES_FILE = "heldout_scores.json"
 POOLING_KEY = "kitlib_pooling"  # config.json: "mean" -> BertMeanPooledClassifier
 PREFIX_KEY = "kitlib_text_prefix"  # config.json: put before every text the model reads
 RECIPE_KEY = "kitlib_recipe"  # config.json: the recipe name (kitlib.recipe.RECIPES)
+REFUSED_FILE = "handoff_refused.json"  # written into a folder the hand-off refused: {"error", "reason"}
+
+
+def refusal(folder: str | os.PathLike) -> str | None:
+    """Why the training notebook's hand-off refused ``folder`` (its :data:`REFUSED_FILE`), or None.
+
+    An unreadable mark still marks the folder refused (its reason then says so).
+    """
+    mark = Path(folder) / REFUSED_FILE
+    if not mark.is_file():
+        return None
+    try:
+        data = json.loads(mark.read_text(encoding="utf-8"))
+        return f"{data['error']}: {data['reason']}"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"{mark} is unreadable ({e})"
 
 
 def text_prefix(checkpoint: str | os.PathLike) -> str:

@@ -252,11 +252,11 @@ def choose_bucket_lengths(lengths: np.ndarray, max_len: int, num_buckets: int, m
     for b in range(m):
         best[1][b] = cost(0, b)
     for k in range(2, num_buckets + 1):
-        for b in range(m):
-            for a in range(b):
-                c = best[k - 1][a] + cost(a + 1, b)
-                if c < best[k][b]:
-                    best[k][b], back[k][b] = c, a
+        for b in range(1, m):  # the last bucket takes candidates a+1..b; the first a+1 by k-1 buckets (vectorised over a)
+            c = best[k - 1][:b] + (cands[b] * (ccnt[b + 1] - ccnt[1 : b + 1]) - (ctot[b + 1] - ctot[1 : b + 1]))
+            a = int(np.argmin(c))
+            if c[a] < best[k][b]:
+                best[k][b], back[k][b] = c[a], a
     k = int(np.argmin(best[:, m - 1]))
     chosen, b = [], m - 1
     while k >= 1:

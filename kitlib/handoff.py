@@ -8,10 +8,17 @@ bf16 autocast), and allows the gap that precision implies
 (:attr:`kitlib.backends.precision.Precision.reload_tolerance`). A larger gap means the folder is not
 the trained model (a head not saved, weights of another run): :class:`HandoffMismatch`, naming both
 figures. Whether the predictions say anything at all is :func:`kitlib.collapse.check_ready`'s rule.
+
+A folder the hand-off refused must not be used later by accident: :func:`refusal_marked` writes
+:data:`kitlib.checkpoint.REFUSED_FILE` into it, which ``model="auto"`` skips and an inference run
+that names the folder refuses (:func:`kitlib.model.resolve_checkpoint`), and the error says so.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -67,3 +74,28 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
             "kitlib.backends.precision.RELOAD_TOLERANCE). The folder is not the model that was trained: train again, "
             "and check that nothing else writes this folder")
     return result
+
+
+@contextlib.contextmanager
+def refusal_marked(out_dir: str | os.PathLike):
+    """Around the hand-off's checks: a refusal marks ``out_dir`` so that nothing picks it later.
+
+    When the block raises :class:`HandoffMismatch` or :class:`kitlib.collapse.CollapsedModelError`,
+    ``out_dir/handoff_refused.json`` (:data:`kitlib.checkpoint.REFUSED_FILE`) is written with the
+    error's type and message, atomically, and the same exception goes on (its traceback kept), its
+    message ending with what the mark does and how to undo it. Other exceptions pass untouched.
+    """
+    from .atomic import atomic_write
+    from .checkpoint import REFUSED_FILE
+    from .collapse import CollapsedModelError
+
+    try:
+        yield
+    except (HandoffMismatch, CollapsedModelError) as e:
+        mark = Path(out_dir) / REFUSED_FILE
+        record = json.dumps({"error": type(e).__name__, "reason": str(e)}, indent=1)
+        atomic_write(mark, lambda tmp: Path(tmp).write_text(record, encoding="utf-8"))
+        e.args = (f"{e.args[0] if e.args else ''} The folder is marked refused ({mark}): model='auto' will not pick "
+                  f"it and the inference notebook refuses it by name; training again into {out_dir} replaces it (and the "
+                  f"mark), or delete {REFUSED_FILE} to use it anyway.", *e.args[1:])
+        raise

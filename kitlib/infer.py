@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import provenance, storage
+from . import heap, provenance, storage
 from .backends.precision import check as check_precision
 from .backends.precision import check_float32_logits, check_inference
 from .collapse import POLICIES
@@ -81,7 +81,7 @@ class InferJob:
             (:func:`kitlib.limits.check_max_len`).
         num_buckets: on XLA devices, pad each batch to one of at most this many lengths (one
             compiled graph each), chosen over the whole test set; 1: every batch is ``max_len``
-            long. Eager devices pad each batch to its own longest row (:func:`padded_lengths`).
+            long. Eager devices use at most :data:`EAGER_LENGTHS` lengths (:func:`padded_lengths`).
         precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"``: the rule, and what ``"auto"`` is on each device, is
             :mod:`kitlib.backends.precision`'s; logits are float32 whatever the compute precision
             (checked in every replica).
@@ -169,6 +169,7 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
                      padded_lengths(tokens.lengths, job, rt),
                      multi_host=rt.multi_host)
         del tokens  # the replicas map the folder; this process keeps no token of the test set
+        heap.give_back_freed()  # what tokenizing freed, before a replica runs here (kitlib.heap)
         if not plan.multi_host:
             shard_dir = storage.as_path(job.shard_dir)
             shard_dir.mkdir(parents=True, exist_ok=True)
@@ -227,23 +228,36 @@ def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult
                         runs=run_ids_of(job.checkpoint))
 
 
+EAGER_LENGTHS = 16  # at most this many padded lengths on an eager device (see padded_lengths)
+
+
 def padded_lengths(lengths: np.ndarray, job: InferJob, rt: Runtime) -> tuple[int, ...]:
     """The lengths batches are padded to (rows are sorted by length on each replica when there are several).
 
-    On an XLA device every length is one compiled graph: at most ``job.num_buckets`` of them,
-    multiples of 8, chosen over the whole test set (:func:`kitlib.data.choose_bucket_lengths`).
-    Eager devices (CPU, CUDA) compile nothing, so a new shape costs them nothing: every length
-    up to ``max_len`` is allowed, and each sorted batch is padded only to its own longest row
-    and the last batch is not filled up (on the sample's 1,000 test rows with multilingual-e5-small's
-    tokenizer and its ``"query: "`` prefix, max_len 128, batch 32: 80,740 real tokens; 4 buckets
-    compute 94,464, this 82,336; batches padded in input order, 127,888).
+    The rule: the shapes a run computes are a few, chosen once over the whole test set, on every
+    device, so nothing a replica keeps per shape grows with the rows.
+
+    * On an XLA device every length is one compiled graph: at most ``job.num_buckets`` of them,
+      multiples of 8 (:func:`kitlib.data.choose_bucket_lengths`).
+    * Eager devices (CPU, CUDA) compile nothing, but a new shape is not free there either: the CPU's
+      oneDNN keeps a primitive (code and scratch memory) for every shape it has run, up to 1,024.
+      Padding each sorted batch to its own longest row gave up to ``max_len`` shapes, more of them
+      the more rows there were (1k rows at batch 32: about 30; 32k rows: all 128 at max_len 128).
+      Measured in a forward-only loop of the tiny model at batch 32, bf16 on an Intel Xeon with AMX,
+      freed memory given back (:mod:`kitlib.heap`): every length 1-128 kept +220 MiB, 16 lengths
+      +92 MiB. So an eager device gets at most :data:`EAGER_LENGTHS` lengths, any multiple of 1,
+      chosen to waste the fewest padding tokens; the last batch is not filled up
+      (``plan_batches(fill_last=False)``).
 
     Args:
         lengths: int ``[num_rows]``, tokens per row after truncation.
+
+    Returns:
+        Sorted distinct lengths, the last holding the longest row.
     """
     if rt.backend.static_shapes:
         return choose_bucket_lengths(lengths, job.max_len, job.num_buckets)
-    return choose_bucket_lengths(lengths, job.max_len, job.max_len, multiple=1)
+    return choose_bucket_lengths(lengths, job.max_len, EAGER_LENGTHS, multiple=1)
 
 
 def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) -> tuple[np.ndarray, np.ndarray]:
@@ -267,11 +281,21 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
                          fill_last=replica.static_shapes)
     dataset = PlannedBatches(tokens, plans, index=rows)
     loader = replica.loader(DataLoader(dataset, batch_size=None, shuffle=False, num_workers=0))
-    out = []
+    # Memory must not grow with the batches (kitlib.heap): one buffer for the rank's logits,
+    # allocated at the first batch, instead of a small tensor kept from every batch among its freed
+    # temporaries; and what the batches freed is given back every heap.EVERY batches.
+    logits, at = None, 0
     with torch.no_grad(), replica.autocast():
-        for batch in tqdm(loader, total=len(plans), desc="predict (master)", disable=not replica.is_master):
-            out.append(model(**replica.to_device(batch)).logits.cpu())
-    logits = torch.cat(out) if out else torch.zeros(0, 1)
+        for i, batch in enumerate(tqdm(loader, total=len(plans), desc="predict (master)", disable=not replica.is_master)):
+            out = model(**replica.to_device(batch)).logits.cpu()
+            if logits is None:
+                logits = torch.empty((sum(len(p.rows) for p in plans), out.shape[-1]), dtype=out.dtype)
+            logits[at : at + len(out)] = out
+            at += len(out)
+            del out, batch
+            if i % heap.EVERY == heap.EVERY - 1:
+                heap.give_back_freed()
+    logits = logits if logits is not None else torch.zeros(0, 1)
     check_float32_logits(logits, f"replica rank {replica.rank}")  # the float32 head, checked, not assumed
     probs = probabilities(logits, prediction_column(model.config, job.prediction_column)[0]).numpy()
     order = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)

@@ -43,7 +43,7 @@ from pathlib import Path
 # first (kitlib.backends.xla_threads.import_model_classes).
 from . import compat, sample
 from .atomic import atomic_dir
-from .checkpoint import HISTORY_FILE, POOLING_KEY, text_prefix, with_text_prefix  # noqa: F401  (re-exported)
+from .checkpoint import HISTORY_FILE, POOLING_KEY, refusal, text_prefix, with_text_prefix  # noqa: F401  (re-exported)
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, tokenizer_training_texts, train_sentencepiece
 
 @dataclass(frozen=True)
@@ -115,6 +115,8 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
         root: where to look (``/kaggle/input``).
         trained: only checkpoints written by :mod:`kitlib.train` (they hold :data:`kitlib.checkpoint.HISTORY_FILE`);
             False: any transformers checkpoint (a pretrained model to start training from).
+
+    A folder the training notebook's hand-off refused (:func:`kitlib.checkpoint.refusal`) is never found.
     """
     root = Path(root)
     if not root.is_dir():
@@ -123,7 +125,8 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
     for dirpath, dirnames, filenames in os.walk(root):
         depth = len(Path(dirpath).relative_to(root).parts)
         if "config.json" in filenames and (not trained or HISTORY_FILE in filenames):
-            found.append(Path(dirpath))
+            if refusal(dirpath) is None:
+                found.append(Path(dirpath))
             dirnames.clear()
         elif depth >= max_depth:
             dirnames.clear()
@@ -157,13 +160,19 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
         FileNotFoundError: ``"auto"`` found nothing and the data is not the bundled sample (the
             message names the file, where it looked and what to attach or pass); ``model`` is a
             folder without ``config.json``.
+        ValueError: for inference, ``model`` names a folder the training notebook's hand-off
+            refused (:func:`kitlib.checkpoint.refusal`; ``"auto"`` skips such folders).
     """
     if model == "auto":
         looked = []
         if purpose == "inference" and trained_dir is not None:
-            looked.append(str(trained_dir))
-            if _is_checkpoint(Path(trained_dir)):
+            refused = refusal(trained_dir) if _is_checkpoint(Path(trained_dir)) else None
+            looked.append(str(trained_dir) + (f" (skipped: the hand-off refused it; {refused})" if refused else ""))
+            if _is_checkpoint(Path(trained_dir)) and refused is None:
                 return Path(trained_dir)
+            if refused:
+                print(f"note: model='auto' skips {trained_dir}: the training notebook's hand-off refused it "
+                      f"({Path(trained_dir) / 'handoff_refused.json'} says why)", flush=True)
         if search_dir is not None:
             looked.append(f"{search_dir} (every folder, {'kit-trained checkpoints' if purpose == 'inference' else 'any checkpoint'})")
             found = find_checkpoints(search_dir, trained=purpose == "inference")
@@ -206,6 +215,11 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
     if p.exists():
         if not _is_checkpoint(p):
             raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json)")
+        refused = refusal(p)
+        if refused is not None and purpose == "inference":
+            raise ValueError(f"model={model!r}: the training notebook's hand-off refused this checkpoint ({refused}). "
+                             f"Train again into it (that replaces the folder and the mark), or delete "
+                             f"{p / 'handoff_refused.json'} to predict with it anyway")
         return p
     return _hub_checkpoint(model)
 

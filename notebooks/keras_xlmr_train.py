@@ -52,7 +52,7 @@ if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
     sys.path.insert(0, str(Path("..").resolve()))
 from kitlib.params import check_notebook_parameters
 
-check_notebook_parameters(globals())  # kitlib/params.py
+converted = check_notebook_parameters(globals())  # kitlib/params.py; each conversion is printed (a bare call would show its dict)
 
 # %% [markdown]
 # ## Setup
@@ -80,6 +80,7 @@ from kitlib import paths, storage
 from kitlib.data import read_csv_checked
 from kitlib.compat import keras_guarded
 from kitlib.metrics import auc_text, check_two_classes, one_class_reason, slice_name
+from kitlib.plots import plot_roc, save_figure
 from kitlib.keras.data import make_dataset, predict_probabilities, row_weights, write_submission
 from kitlib.recipe import positive_weight
 from kitlib.keras.model import (
@@ -170,7 +171,8 @@ print(f"epoch times (s): {[round(t, 1) for t in timer.times]}; fit compilations:
 # %% [markdown]
 # ## Results
 # ROC AUC on every scored validation row (padded prediction, no row dropped), overall and per
-# language, and the curves per epoch.
+# language, the curves per epoch and the validation rows' ROC curve, saved beside the model
+# (`curves.png`, `kitlib/plots.py`).
 
 # %%
 with count_compiles(model) as valid_compiles:
@@ -185,7 +187,7 @@ print(f"validation ROC AUC {auc_shown} on {len(valid)} rows ({valid_file.name});
       + ", ".join(f"{k} {v:.4f}" for k, v in per_language.items()) + f"; predictions std {valid_prob.std():.4f}")
 
 hist = history.history
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+fig, axes = plt.subplots(1, 3, figsize=(15, 3.5))
 for ax, key in zip(axes, ("loss", "auc")):
     ep = np.arange(1, len(hist[key]) + 1)
     ax.plot(ep, hist[key], "o-", label=f"train {key}")
@@ -195,8 +197,9 @@ for ax, key in zip(axes, ("loss", "auc")):
     ax.set_xlabel("epoch")
     ax.set_title(key)
     ax.legend()
+plot_roc(axes[2], valid.toxic, valid_prob, name=valid_file.name)
 fig.tight_layout()
-fig.savefig(model_path.parent / "curves.png", dpi=80)
+print(f"curves saved: {save_figure(fig, model_path.parent)}")
 plt.show()
 
 # %% [markdown]

@@ -80,7 +80,7 @@ if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
     sys.path.insert(0, str(Path("..").resolve()))
 from kitlib.params import check_notebook_parameters
 
-check_notebook_parameters(globals())  # kitlib/params.py
+converted = check_notebook_parameters(globals())  # kitlib/params.py; each conversion is printed (a bare call would show its dict)
 
 # %% [markdown]
 # ## Setup
@@ -99,7 +99,7 @@ from kitlib.collapse import check_ready
 from kitlib.cv import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.folds import check_fold_parameters, fold_split, write_folds
 from kitlib.data import read_csv_checked
-from kitlib.handoff import check_reload
+from kitlib.handoff import check_reload, refusal_marked
 from kitlib.model import resolve_checkpoint
 from kitlib.infer import InferJob, predict
 from kitlib.runtime import detect_runtime
@@ -221,7 +221,8 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 # %% [markdown]
 # ## Results
 # Per-epoch metrics (training loss reduced over all replicas; validation loss and ROC AUC on
-# every validation row once) and the curves.
+# every validation row once), the curves, and the kept epoch's held-out ROC curve, saved beside
+# the checkpoint (`<output_dir>/curves.png`, `kitlib/plots.py`).
 
 # %%
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
@@ -239,7 +240,9 @@ print(f"kept epoch {best['epoch']} of {len(epochs_df)} ({best['why']}); {scored}
 # %%
 import matplotlib.pyplot as plt
 
-fig, (ax_loss, ax_auc) = plt.subplots(1, 2, figsize=(11, 3.8))
+from kitlib.plots import plot_roc, save_figure
+
+fig, (ax_loss, ax_auc, ax_roc) = plt.subplots(1, 3, figsize=(16, 3.8))
 if history["step_loss"]:
     steps, losses = zip(*history["step_loss"])
     ax_loss.plot(steps, losses, ".-", alpha=0.5, label="step loss (master)")
@@ -252,7 +255,11 @@ ax_auc.plot(epochs_df.index, epochs_df["valid_auc"], "o-")
 ax_auc.plot([best["epoch"]], [kept_auc], "*", markersize=14, label=f"kept (epoch {best['epoch']})")
 ax_auc.legend()
 ax_auc.set(xlabel="epoch", ylabel="ROC AUC", title="Validation ROC AUC", xticks=list(epochs_df.index))
+kept_preds = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)  # the kept epoch's
+kept_preds = kept_preds.merge(epoch_valid_df[["id", "toxic"]].rename(columns={"toxic": "label"}), on="id")
+plot_roc(ax_roc, kept_preds["label"], kept_preds["toxic"], name=f"{scored}, epoch {best['epoch']}")
 plt.tight_layout()
+print(f"curves saved: {save_figure(fig, out_dir)}")
 plt.show()
 
 # %% [markdown]
@@ -293,16 +300,18 @@ if folds:
 # it) and predicts what the trained in-memory model predicted on the validation rows, at the run's
 # precision, within the gap that precision implies (`kitlib/handoff.py`). A model
 # whose held-out predictions say nothing (ROC AUC at most 0.5, or barely any spread: collapsed,
-# most often by a learning rate too high for a pretrained model) is refused here, by name.
+# most often by a learning rate too high for a pretrained model) is refused here, by name, and the
+# folder is marked refused (`handoff_refused.json`): `model="auto"` never picks it later.
 
 # %%
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
 refuse = job.recipe != "tiny"  # the random tiny model (tests, rehearsals) gets a warning, not a refusal
-held = check_ready(kept_auc, saved["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scored, refuse=refuse)
-if scores is not None:
-    check_ready(scores["roc_auc"], ml_pred["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scores["rows"], refuse=refuse)
-print(held["problem"] or f"{scored} predictions: std {held['std']:.3f}, interquartile range {held['iqr']:.3f}")
-reload = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved["toxic"].to_numpy(), max_len, history["precision"])
+with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never picks it later
+    held = check_ready(kept_auc, saved["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scored, refuse=refuse)
+    if scores is not None:
+        check_ready(scores["roc_auc"], ml_pred["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scores["rows"], refuse=refuse)
+    print(held["problem"] or f"{scored} predictions: std {held['std']:.3f}, interquartile range {held['iqr']:.3f}")
+    reload = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved["toxic"].to_numpy(), max_len, history["precision"])
 print(f"reloaded checkpoint vs in-memory model on {reload['rows']} validation rows, both at {reload['precision']}: "
       f"max |diff| = {reload['gap']:.2e} (a correct reload stays within {reload['tolerance']:g})")
 print(f"checkpoint ready for the inference notebook: {out_dir}")

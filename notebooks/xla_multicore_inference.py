@@ -55,7 +55,7 @@ if not Path("kitlib").is_dir() and Path("../kitlib").is_dir():
     sys.path.insert(0, str(Path("..").resolve()))
 from kitlib.params import check_notebook_parameters
 
-check_notebook_parameters(globals())  # kitlib/params.py
+converted = check_notebook_parameters(globals())  # kitlib/params.py; each conversion is printed (a bare call would show its dict)
 
 # %% [markdown]
 # ## Setup

@@ -7,6 +7,7 @@ under ``/kaggle/input/<model>/...``. ``KAGGLE_INPUT_DIR`` stands in for ``/kaggl
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -153,3 +154,44 @@ def test_a_copy_of_the_sample_anywhere_is_the_sample(tmp_path, monkeypatch, tiny
     assert got == tiny_checkpoint  # the same offline model the bundled sample gives
     (copy / "submission.csv").write_text("id,toxic\n")  # a file the run does not read changes nothing
     assert resolve_checkpoint("auto", data_dir=copy, cache_dir=tiny_checkpoint.parent, search_dir=tmp_path / "no-input") == got
+
+
+def _refused_by_the_handoff(folder: Path) -> Path:
+    """``folder`` as the training notebook leaves it when its hand-off refuses a collapsed model."""
+    from kitlib.collapse import CollapsedModelError, check_ready
+    from kitlib.handoff import refusal_marked
+
+    with pytest.raises(CollapsedModelError) as e:
+        with refusal_marked(folder):
+            check_ready(0.27, [0.0429] * 100, lr=1e-3)
+    assert f"The folder is marked refused ({folder / 'handoff_refused.json'}): model='auto' will not pick it" in str(e.value)
+    assert "delete handoff_refused.json to use it anyway" in str(e.value)
+    return folder
+
+
+def test_a_checkpoint_the_handoff_refused_is_never_picked_by_auto(kaggle_input, tmp_path, capsys):
+    """Issue 27.11: a collapsed checkpoint the hand-off refused stayed in output_dir, where model="auto"
+    found it later (the working folder first, then every folder under /kaggle/input)."""
+    from kitlib.checkpoint import refusal
+
+    root, comp = kaggle_input
+    work = _refused_by_the_handoff(_checkpoint(tmp_path / "work" / "xlmr-toxic", trained=True))
+    assert refusal(work).startswith("CollapsedModelError: checkpoint not ready: its held-out ROC AUC is 0.2700")
+    attached = _refused_by_the_handoff(_checkpoint(root / "xlmr-train-kernel" / "artifacts" / "xlmr-toxic", trained=True))
+    with pytest.raises(FileNotFoundError, match=r"looked in .*xlmr-toxic \(skipped: the hand-off refused it; CollapsedModelError"):
+        resolve_checkpoint("auto", data_dir=comp, cache_dir=tmp_path / "cache", trained_dir=work, search_dir=root,
+                           real_data=True)
+    assert f"note: model='auto' skips {work}: the training notebook's hand-off refused it" in capsys.readouterr().out
+    good = _checkpoint(root / "older-kernel" / "artifacts" / "xlmr-toxic", trained=True)
+    os.utime(good / "config.json", (1e9, 1e9))  # older than the refused one, which auto would take first
+    assert resolve_checkpoint("auto", data_dir=comp, cache_dir=tmp_path / "cache", trained_dir=work, search_dir=root,
+                              real_data=True) == good  # the one that was not refused, though the refused one is newer
+    assert attached.exists()  # marked, not deleted: what was trained is still there to look at
+
+
+def test_a_refused_checkpoint_named_for_inference_is_refused_saying_why(tmp_path):
+    folder = _refused_by_the_handoff(_checkpoint(tmp_path / "xlmr-toxic", trained=True))
+    with pytest.raises(ValueError, match=r"the training notebook's hand-off refused this checkpoint \(CollapsedModelError: "
+                                         r"checkpoint not ready.*delete .*handoff_refused.json to predict with it anyway"):
+        resolve_checkpoint(str(folder), data_dir=SAMPLE, cache_dir=tmp_path / "cache")
+    assert resolve_checkpoint(str(folder), data_dir=SAMPLE, cache_dir=tmp_path / "cache", purpose="training") == folder

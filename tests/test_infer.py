@@ -372,3 +372,34 @@ def test_a_read_only_output_mount_is_refused_before_any_replica(tiny_checkpoint,
     with pytest.raises(CannotWrite, match=r"cannot write \S*out \(output_csv, checked before any work\): Read-only file system") as e:
         predict(end_job(tiny_checkpoint, tmp_path), detect_runtime(1, "cpu"))
     assert e.value.errno == errno.EROFS
+
+
+def test_an_eager_run_pads_to_a_few_lengths_however_many_rows():
+    """Issue 27.12: eager replicas padded each sorted batch to its own longest row, so a run used up to
+    max_len shapes, more the more rows it had; the CPU keeps memory for every shape it ran (oneDNN's
+    primitives), and the notebook's process grew with the rows."""
+    from kitlib.infer import EAGER_LENGTHS, padded_lengths
+
+    rt = detect_runtime(1, "cpu")
+    job = InferJob(checkpoint="unused", test_csv="unused", shard_dir="unused", max_len=128)
+    rng = np.random.default_rng(0)
+    for rows in (1_000, 32_000):
+        lengths = np.minimum(rng.geometric(1 / 60, rows) + 2, 128)
+        chosen = padded_lengths(lengths, job, rt)
+        assert len(chosen) == EAGER_LENGTHS == 16 and chosen[-1] == lengths.max()
+        assert list(chosen) == sorted(set(chosen)) and all(0 < c <= 128 for c in chosen)
+    xla = detect_runtime(1, "xla-cpu")
+    assert len(padded_lengths(lengths, job, xla)) == job.num_buckets  # XLA: num_buckets compiled shapes, as before
+
+
+def test_an_eager_replica_gives_back_what_its_batches_freed(sharp_checkpoint, slice_103, reference, tmp_path, monkeypatch):
+    """Issue 27.12: glibc kept what each batch freed (the notebook's process grew about 1 MiB a batch):
+    the replica's loop gives it back every kitlib.heap.EVERY batches, and its logits go into one buffer."""
+    from kitlib import heap
+
+    calls = []
+    monkeypatch.setattr(heap, "give_back_freed", lambda: calls.append(1) or True)
+    sub, stats, _ = run(sharp_checkpoint, slice_103, tmp_path, 1, batch_size=4)
+    assert stats[0]["batches"] == 26 and heap.EVERY == 8
+    assert len(calls) == 1 + 26 // 8  # once after tokenizing, then every 8 batches
+    np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)

@@ -292,6 +292,8 @@ def test_notebook_end_to_end(tmp_path, sharp_checkpoint):
     assert history["precision"] == "bf16"
     saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE)["toxic"]
     assert saved.std() > 0.05  # the reload check below compared predictions that spread
+    # issue 27.11: the curves and the held-out ROC curve are saved next to the checkpoint, as the Keras notebook does
+    assert (out_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     steps, counts = history["steps_per_epoch"], history["compile_counts"]
     assert steps == 12 and len(history["step_loss"]) == 12 and len(counts) == 24
     assert counts[2] == counts[steps - 1]  # DDP over the xla process group: flat after 3 steps
