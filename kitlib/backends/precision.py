@@ -12,8 +12,9 @@ capability >= 8.0                          scaler needed, fp32's exponent range
 CUDA below 8.0           ``fp16`` with a   T4 (7.5) and P100 (6.0) have fp16, not bf16; training scales
                          ``GradScaler``    the loss (torch's AMP recipe)
 CPU with AMX or          ``bf16``          Intel Xeon with AMX: e5 forward 0.31x fp32's CPU time, training
-avx512_bf16                                step 0.65x, same held-out AUC (0.8838 vs 0.8840); AMD EPYC
-                                           Zen 4 (avx512_bf16, no AMX): forward 0.50x, step 0.52x
+avx512_bf16                                step 0.65x, same held-out AUC (0.8838 vs 0.8840); inference
+                                           of the 500 held-out rows 0.44x, AUC -0.0001 (2026-12-02); AMD
+                                           EPYC Zen 4 (avx512_bf16, no AMX): forward 0.50x, step 0.52x
 CPU without either       ``fp32``          AMD EPYC Zen 2/3 (AVX2 only): bf16 is 6.2x slower than fp32
 =======================  ================  =============================================================
 
