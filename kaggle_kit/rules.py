@@ -267,10 +267,15 @@ def notebook_parameter(nb, name: str):
     return value
 
 
+# the kitlib calls a notebook resolves its `model` parameter with (kitlib.cv.resolve_members passes its
+# keywords on to kitlib.model.resolve_checkpoint)
+MODEL_RESOLVERS = ("resolve_checkpoint", "resolve_members")
+
+
 def model_purpose(nb) -> str | None:
-    """What the notebook resolves its ``model`` for: the ``purpose=`` literal of its
-    ``resolve_checkpoint(...)`` call (``"training"``; kitlib.model's default ``"inference"`` when the
-    call names none); None when the notebook does not call it."""
+    """What the notebook resolves its ``model`` for: the ``purpose=`` literal of its call of one of
+    :data:`MODEL_RESOLVERS` (``"training"``; kitlib.model's default ``"inference"`` when the call
+    names none); None when the notebook calls none."""
     import ast
 
     found = None
@@ -282,7 +287,7 @@ def model_purpose(nb) -> str | None:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "resolve_checkpoint":
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in MODEL_RESOLVERS:
                 kw = {k.arg: k.value for k in node.keywords}
                 found = kw["purpose"].value if isinstance(kw.get("purpose"), ast.Constant) else "inference"
     return found
