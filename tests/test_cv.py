@@ -255,3 +255,60 @@ def test_two_folds_of_the_tiny_model_end_to_end(sharp_checkpoint, split, tmp_pat
                                         max_len=32, precision="fp32", cache_dir=str(tmp_path / "cache")))
     nb = read(tmp_path / "nb.csv").set_index("id")["toxic"].astype(float)
     np.testing.assert_allclose(nb.to_numpy(), sub.reindex(nb.index).to_numpy(), rtol=1e-6)
+
+
+def _reposts(tmp_path, n_texts=120, copies=3, seed=0) -> Path:
+    """Issue 33 item 4's small input: 120 texts, each posted 3 times under different ids (360 rows; every
+    fourth text toxic; languages en/tr/es), in shuffled order."""
+    rng = np.random.default_rng(seed)
+    rows = [{"id": f"r{t}-{c}", "comment_text": f"text number {t}", "lang": ["en", "tr", "es"][t % 3],
+             "toxic": int(t % 4 == 0)} for t in range(n_texts) for c in range(copies)]
+    frame = pd.DataFrame(rows).iloc[rng.permutation(len(rows))]
+    path = tmp_path / "reposts.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def _leaked(train_csv, folds_csv) -> int:
+    """Validation rows of fold i whose text is among fold i's training rows, summed over the folds."""
+    rows, folds = read(train_csv), read(folds_csv)
+    f = folds.set_index("id")["fold"].reindex(rows["id"]).to_numpy()
+    return sum(int(rows["comment_text"][f == i].isin(set(rows["comment_text"][f != i])).sum()) for i in np.unique(f))
+
+
+def test_repeated_texts_are_one_group_in_one_fold(tmp_path):
+    """Issue 33 item 4: rows with the same text under different ids are in one fold, so no validation
+    row of fold i has its text among fold i's training rows (StratifiedKFold leaked most of them)."""
+    train = _reposts(tmp_path)
+    path = write_folds(train, tmp_path / "folds", 5, seed=0)
+    assert _leaked(train, path) == 0
+    f = read(path)["fold"].astype(int)
+    assert sorted(f.value_counts()) == [72] * 5  # 24 texts x 3 copies per fold
+    rows = read(train).assign(fold=f.to_numpy())
+    assert (rows.groupby("fold")["toxic"].apply(lambda s: (s == "1").sum()) == 18).all()  # 6 toxic texts per fold
+    meta = json.loads((path.parent / "folds.json").read_text())
+    assert meta["rule_version"] == 2 and "StratifiedGroupKFold" in meta["rule"]
+    assert meta["notes"] == ["360 row(s) share their text with another row (120 text(s)): each text's rows are in one fold"]
+    assert write_folds(train, tmp_path / "again", 5, seed=0).read_bytes() == path.read_bytes()  # reproducible
+
+
+def test_a_small_stratum_is_named_and_an_old_rule_folds_file_is_rewritten(tmp_path, capsys):
+    train = _reposts(tmp_path)
+    rows = read(train)
+    rows.loc[rows["comment_text"].isin(["text number 3", "text number 6"]), "lang"] = "it"  # 6 rows of 0|it
+    rows.loc[rows["comment_text"] == "text number 4", "lang"] = "it"  # 3 rows of 1|it
+    rows.to_csv(train, index=False)
+    path = write_folds(train, tmp_path / "folds", 5)
+    assert json.loads((path.parent / "folds.json").read_text())["notes"][:3] == [
+        "stratum 1|it (label|lang): 3 row(s), fewer than 5 folds: its rows are stratified by label alone",
+        "stratum 0|it: 6 row(s) in 2 text(s), fewer than 5 folds: 3 fold(s) get none of it",
+        "stratum 1: 3 row(s) in 1 text(s), fewer than 5 folds: 4 fold(s) get none of it"]
+    assert "note: folds of" in capsys.readouterr().out
+    meta = json.loads((path.parent / "folds.json").read_text())
+    meta.pop("rule_version")  # as version 1 wrote it
+    (path.parent / "folds.json").write_text(json.dumps(meta))
+    with pytest.raises(FoldsError, match=r"made by folds rule version 1, not 2 .*delete"):
+        read_folds(path, train)
+    write_folds(train, tmp_path / "folds", 5)
+    assert "was made by folds rule version 1" in capsys.readouterr().out
+    assert json.loads((path.parent / "folds.json").read_text())["rule_version"] == 2
