@@ -68,21 +68,27 @@ def strata(labels, langs, k: int) -> np.ndarray:
     return np.where(small.to_numpy(), y, s.to_numpy())
 
 
-def check_fold_parameters(folds: int, fold: int, pseudo_csv: str = "") -> None:
+def check_fold_parameters(folds: int, fold: int, pseudo_csv: str = "") -> str:
     """Refuse ``folds``/``fold``/``pseudo_csv`` notebook parameters that name no fold (before any work).
+
+    Returns:
+        ``pseudo_csv`` in the kit's one form of a path (:func:`kitlib.storage.normalise`: ``~`` expanded), or ``""``.
 
     Raises:
         FoldsError: ``folds`` is 1 or negative, or ``fold`` is not in ``0..folds-1`` while ``folds`` is set
             (also ``fold=-1``: each fold is one run, ``make cv`` runs them all), or ``fold`` or ``pseudo_csv``
             set without ``folds``, or ``pseudo_csv`` is not a file.
     """
+    from .storage import normalise
+
+    pseudo_csv = normalise(pseudo_csv) if pseudo_csv else ""
     if folds == 0:
         if fold != -1:
             raise FoldsError(f"fold={fold} without folds: pass folds=K (e.g. folds=5) to train fold {fold} of K")
         if pseudo_csv:
             raise FoldsError(f"pseudo_csv={pseudo_csv!r} without folds: pseudo-labelled rows join the folds' "
                              "training rows; pass folds=K and fold=i (make cv PSEUDO=1)")
-        return
+        return ""
     if pseudo_csv and not Path(pseudo_csv).is_file():
         raise FoldsError(f"pseudo_csv={pseudo_csv!r}: no such file (python -m kitlib.cv pseudo writes it)")
     if folds < 2:
@@ -90,6 +96,7 @@ def check_fold_parameters(folds: int, fold: int, pseudo_csv: str = "") -> None:
     if not 0 <= fold < folds:
         raise FoldsError(f"fold={fold} with folds={folds}: pass fold=i for i in 0..{folds - 1} (one run per fold; "
                          f"`make cv FOLDS={folds}` runs every fold, `python -m kaggle_kit run --folds {folds}` one kernel each)")
+    return pseudo_csv
 
 
 def text_groups(texts) -> np.ndarray:
@@ -277,6 +284,20 @@ def read_folds(folds_csv: str | os.PathLike, train_csv: str | os.PathLike, *, k:
         pd.Index(table["id"]).get_indexer(ids)]})
 
 
+def check_extra_columns(extra_columns, train_columns, extra_name: str, train_name: str) -> None:
+    """Refuse rows added to every fold's training part (pseudo-labels) that lack a column of the training
+    rows; called by :func:`fold_split` and, before the first fold, by ``make cv PSEUDO=1`` (``scripts/cv.py``).
+
+    Raises:
+        FoldsError: naming the columns missing, both sides and the fix.
+    """
+    missing = [c for c in train_columns if c not in list(extra_columns)]
+    if missing:
+        raise FoldsError(f"{extra_name}: no column(s) {', '.join(missing)}; {train_name} have {', '.join(train_columns)}: "
+                         "pseudo-labelled rows (id, comment_text, lang, toxic) join only training rows with those "
+                         "columns: train with -p split validation (make cv's TRAIN_PARAMS), or a training file of those columns")
+
+
 def fold_split(train_csv: str | os.PathLike, folds_csv: str | os.PathLike, fold: int, out_dir: str | os.PathLike,
                extra_train_csv: str | os.PathLike | None = None) -> tuple[Path, Path]:
     """Write fold ``fold``'s two CSVs into ``out_dir`` (atomically): ``train.csv`` (the rows of the other
@@ -303,9 +324,7 @@ def fold_split(train_csv: str | os.PathLike, folds_csv: str | os.PathLike, fold:
         both = sorted(set(extra["id"]) & set(raw["id"]))
         if both:
             raise FoldsError(f"{extra_train_csv} shares id(s) {both[:5]} with {train_csv}; ids must be unique")
-        missing = [c for c in raw.columns if c not in extra.columns]
-        if missing:
-            raise FoldsError(f"{extra_train_csv}: no column(s) {', '.join(missing)} (the training rows have {', '.join(raw.columns)})")
+        check_extra_columns(extra.columns, raw.columns, str(extra_train_csv), str(train_csv))
         train_part = pd.concat([train_part, extra[list(raw.columns)]], ignore_index=True)
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:

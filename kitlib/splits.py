@@ -219,3 +219,19 @@ def validation_split(
         holdout_part.to_csv(tmp / VALID_HOLDOUT_FILE, index=False)
         (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
     return out_dir / MIXED_TRAIN_FILE, out_dir / VALID_HOLDOUT_FILE
+
+
+def training_columns(split: str, train_csv: str | os.PathLike, text_col: str | None = None,
+                     label_col: str = "toxic") -> list[str]:
+    """The columns of the training rows ``split`` gives, without splitting: ``"english"``: every column of
+    ``train_csv`` (:func:`english_holdout_split` keeps them); ``"validation"``: ``id``, the text column,
+    ``lang`` and ``label_col`` (:func:`validation_split`).
+
+    Raises:
+        ValueError: ``split`` not in :data:`SPLITS`; FileNotFoundError: no ``train_csv`` (split ``"english"``).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+    if split == "validation":
+        return ["id", text_col or "comment_text", "lang", label_col]
+    return list(pd.read_csv(train_csv, dtype=str, nrows=0).columns)
