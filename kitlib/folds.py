@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .atomic import atomic_dir
+from .atomic import MANIFEST, atomic_dir
 from .data import read_csv_checked, read_csv_strings
 from .metrics import hard_labels
 
@@ -216,13 +216,12 @@ def write_folds(train_csv: str | os.PathLike, out_dir: str | os.PathLike, k: int
         print(f"note: {path} was made by folds rule version {rule_version(path)} (repeated texts could be in "
               f"two folds), not {RULE_VERSION}; rewritten by the current rule ({RULE}): fold checkpoints trained "
               "on the old file belong to another cross-validation run (its cv tag) and are trained again")
-        path.unlink()
     for note in table.attrs.get("notes", []):
         print(f"note: folds of {train_csv}: {note}")
     if out_dir.is_dir():
-        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (FOLDS_FILE, FOLDS_META))
+        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (FOLDS_FILE, FOLDS_META, MANIFEST))
         if extra:
-            raise FoldsError(f"{out_dir}: holds other files ({', '.join(extra[:5])}) and no {FOLDS_FILE}; "
+            raise FoldsError(f"{out_dir}: holds other files ({', '.join(extra[:5])}) beside {FOLDS_FILE}; "
                              "give the folds a folder of their own")
     with atomic_dir(out_dir) as tmp:
         table[["id", "fold"]].to_csv(tmp / FOLDS_FILE, index=False)
