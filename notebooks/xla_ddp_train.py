@@ -119,9 +119,9 @@ out_dir = storage.as_path(output_dir) if output_dir else work / paths.TRAINED_CH
 scratch = paths.scratch_dir(root)  # not saved as the kernel's output: caches, split copies, shards
 cache = storage.as_path(cache_dir) if cache_dir else scratch
 
-check_fold_parameters(folds, fold, pseudo_csv)
+pseudo_csv = check_fold_parameters(folds, fold, pseudo_csv)  # "~" expanded (kitlib.storage.normalise)
 if folds:  # the group folder: the folds file and every fold's checkpoint (kitlib/cv/groups.py)
-    cv_dir = Path(output_dir) if output_dir else work / paths.CV_GROUP
+    cv_dir = storage.as_path(output_dir) if output_dir else work / paths.CV_GROUP
     out_dir = cv_dir / f"fold-{fold}"
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())

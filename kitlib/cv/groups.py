@@ -138,11 +138,101 @@ def check_oof(oof: pd.DataFrame, folds: pd.DataFrame, where: str) -> None:
                          + "; ".join(problems) + ". Train the missing folds again (make cv) or remove the extra ones")
 
 
+GROUP_FILE = "group.json"  # <group>/group.json: the members this command asked for, by name (scripts/cv.py)
+SHARED_SETTINGS = ("checkpoint", "pattern", "epochs", "batch_size", "max_len", "lr", "weight_decay", "recipe",
+                   "label_col", "text_col", "train_limit", "valid_limit", "dropout", "precision", "monitor", "patience")
+
+
+def read_group(group: str | os.PathLike) -> dict:
+    """``<group>/group.json`` (``members``: names; ``requests``: per name what it was trained on), or ``{}``."""
+    path = Path(group) / GROUP_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def start_group(group: str | os.PathLike, names: list[str]) -> None:
+    """Record that ``group`` is exactly the members ``names`` (this command's), keeping the requests
+    recorded for reuse (:func:`reuse_refusal`); written atomically."""
+    from ..atomic import atomic_write
+
+    group = Path(group)
+    group.mkdir(parents=True, exist_ok=True)
+    record = {"members": list(names), "requests": read_group(group).get("requests", {})}
+    atomic_write(group / GROUP_FILE, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1)))
+
+
+def record_member(group: str | os.PathLike, name: str, request: dict) -> None:
+    """Record what ``<group>/<name>`` was just trained on: ``request`` (``params``: the training notebook's
+    parameters; ``cv``: the cv tag asked for) and the run id its history holds."""
+    from ..atomic import atomic_write
+
+    group = Path(group)
+    record = read_group(group)
+    run_id = json.loads((group / name / HISTORY_FILE).read_text()).get("run_id")
+    record.setdefault("requests", {})[name] = {**request, "run_id": run_id}
+    atomic_write(group / GROUP_FILE, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1)))
+
+
+def reuse_refusal(group: str | os.PathLike, name: str, request: dict) -> str | None:
+    """None when ``<group>/<name>`` was trained on exactly ``request`` (the same parameters, the same cv tag:
+    folds file and pseudo-labels) and holds that run; else why it is trained again. The presence of the
+    folder decides nothing (issue 33 item 5)."""
+    member = Path(group) / name
+    if not (member / HISTORY_FILE).is_file():
+        return "not trained"
+    rec = read_group(group).get("requests", {}).get(name)
+    if rec is None:
+        return f"no record in {GROUP_FILE} of what it was trained on"
+    history = json.loads((member / HISTORY_FILE).read_text())
+    if rec.get("run_id") != history.get("run_id"):
+        return f"it holds run {history.get('run_id')}, not the recorded {rec.get('run_id')}"
+    if rec.get("params") != request.get("params"):
+        return f"trained with parameters {rec.get('params')}, now {request.get('params')}"
+    tag = (history.get("tags") or {}).get("cv")
+    if tag != request.get("cv"):
+        return f"trained on cv run {tag} (other folds or pseudo-labels), this run is {request.get('cv')}"
+    return None
+
+
 def members_of(folder: str | os.PathLike) -> list[Path]:
-    """The kit-trained checkpoints in ``folder``'s subfolders (two levels down), sorted by path."""
+    """The members of a group folder: the names its ``group.json`` lists (:func:`start_group`: exactly what
+    the command asked for, other folders beside them are no members), else the kit-trained checkpoints in
+    its subfolders (two levels down: a group the training notebook filled fold by fold), sorted by path.
+
+    Raises:
+        GroupError: a member ``group.json`` names that is not a trained checkpoint.
+    """
     from ..models.model import find_checkpoints
 
-    return sorted(find_checkpoints(folder, trained=True, max_depth=2))
+    names = read_group(folder).get("members")
+    if names is None:
+        return sorted(find_checkpoints(folder, trained=True, max_depth=2))
+    missing = [n for n in names if not (Path(folder) / n / HISTORY_FILE).is_file()]
+    if missing:
+        raise GroupError(f"{folder}/{GROUP_FILE} names member(s) {', '.join(missing)} with no trained checkpoint: "
+                         "train them (make cv) before blending")
+    return sorted(Path(folder) / n for n in names)
+
+
+def check_settings(members: list[Path]) -> None:
+    """Refuse a group whose members were trained two ways: every :data:`SHARED_SETTINGS` value of their
+    ``train_history.json`` ``config`` (and the seed, for the folds of a cross-validation) must agree.
+
+    Raises:
+        GroupError: naming each setting that differs, its values and which members have them.
+    """
+    configs = {m: json.loads((m / HISTORY_FILE).read_text()).get("config") or {} for m in members}
+    folds = any("fold" in _tags(m) for m in members)
+    diffs = []
+    for key in SHARED_SETTINGS + (("seed",) if folds else ()):
+        by_value: dict[str, list[str]] = {}
+        for m, cfg in configs.items():
+            by_value.setdefault(repr(cfg.get(key, "(not recorded)")), []).append(m.name)
+        if len(by_value) > 1:
+            diffs.append(f"{key}: " + "; ".join(f"{v} ({', '.join(names)})" for v, names in by_value.items()))
+    if diffs:
+        raise GroupError(f"the group's members were trained two ways ({' | '.join(diffs)}): a blend or report of them "
+                         "is no one run; train them again with one setting (make cv) or blend the files on purpose "
+                         "(python -m kitlib.blend)")
 
 
 def check_group(members: list[Path]) -> list[Path]:
@@ -151,7 +241,7 @@ def check_group(members: list[Path]) -> list[Path]:
 
     Raises:
         GroupError: a fold missing or twice, or folds of one run disagreeing on K; naming the run,
-            the folds and the folders.
+            the folds and the folders; members trained two ways (:func:`check_settings`).
     """
     runs: dict[str, list] = {}
     for m in members:
@@ -166,6 +256,7 @@ def check_group(members: list[Path]) -> list[Path]:
             where = ", ".join(f"fold {f}: {m}" for f, _, m in sorted(got, key=lambda x: x[0]))
             raise GroupError(f"cross-validation run {cv_id}: folds {folds} of {sorted(ks)}, not 0..{k - 1} each once "
                              f"({where}); attach or train every fold (make cv, kaggle_kit run --folds {k})")
+    check_settings(members)
     return sorted(members)
 
 
@@ -301,6 +392,29 @@ def _heldout_rows(members: list[Path], heldout_csv: str | os.PathLike | None, la
                          "label": pd.to_numeric(raw[label_col]).to_numpy()})
 
 
+def single_on_rows(single: str | os.PathLike, rows: pd.DataFrame, label_col: str = "toxic") -> tuple[dict | None, str | None]:
+    """The single model's held-out ROC AUC on the group's held-out ``rows`` (``id``, ``lang``, ``label``),
+    per language, from its ``heldout_predictions.csv``: the same rows as the blend's, never the figure its
+    ``heldout_scores.json`` gives for other rows (issue 33 item 5).
+
+    Returns:
+        ``(figures, None)``, or ``(None, note)`` naming why it is not compared (no predictions, or they
+        lack some of the group's rows).
+    """
+    from ..data import read_csv_strings
+
+    path = Path(single) / HELDOUT_PREDICTIONS_FILE
+    if not path.is_file():
+        return None, f"{single}: no {HELDOUT_PREDICTIONS_FILE}; not compared"
+    pred = read_csv_strings(path).drop_duplicates("id").set_index("id")[label_col]
+    missing = rows["id"][~rows["id"].isin(pred.index)]
+    if len(missing):
+        return None, (f"{single}: its held-out predictions ({len(pred)} rows) lack {len(missing)} of the group's "
+                      f"{len(rows)} held-out rows (e.g. {missing.iloc[0]!r}): not the same rows, not compared")
+    figures = auc_by_language(rows.assign(pred=pd.to_numeric(pred.reindex(rows["id"])).to_numpy()))
+    return {"folder": str(single), "rows": len(rows), **figures}, None
+
+
 def report(group: str | os.PathLike, *, single: str | os.PathLike | None = None, blend: str = "mean",
            heldout_csv: str | os.PathLike | None = None, started: float | None = None,
            compare: str | os.PathLike | None = None, label_col: str = "toxic") -> dict:
@@ -309,8 +423,8 @@ def report(group: str | os.PathLike, *, single: str | os.PathLike | None = None,
 
     Args:
         group: the group folder.
-        single: a single model's checkpoint folder (``make submission``'s ``artifacts/xlmr-toxic``): its
-            ``heldout_scores.json`` is the comparison (skipped when it has none).
+        single: a single model's checkpoint folder (``make submission``'s ``artifacts/xlmr-toxic``): its held-out
+            predictions scored on the group's held-out rows (:func:`single_on_rows`; a note when they are not those rows).
         blend: ``"mean"`` or ``"rank"``: how the members' held-out predictions are blended.
         heldout_csv: the held-out rows (labels, ``lang``); None: the CSV the first member's
             ``heldout_scores.json`` names.
@@ -362,10 +476,7 @@ def report(group: str | os.PathLike, *, single: str | os.PathLike | None = None,
 
         atomic_write(group / OOF_FILE, lambda tmp: oof.to_csv(tmp, index=False, float_format="%.9g"))
         out["oof"] = {"rows": len(oof), **auc_by_language(oof)}
-    out["single"] = None
-    if single is not None and (Path(single) / SCORES_FILE).is_file():
-        s = json.loads((Path(single) / SCORES_FILE).read_text())
-        out["single"] = {"folder": str(single), "all": s["roc_auc"], **s.get("per_language", {})}
+    out["single"], out["single_note"] = single_on_rows(single, rows, label_col) if single is not None else (None, None)
     out["compare"] = None
     if compare is not None and (Path(compare) / REPORT_FILE).is_file():
         c = json.loads((Path(compare) / REPORT_FILE).read_text())
@@ -389,11 +500,11 @@ def format_report(r: dict) -> str:
     rows = {m["label"]: m["heldout"] for m in r["members"]}
     rows[f"blend ({r['blend_method']}) of {len(r['members'])}"] = r["blend"]
     if r["single"]:
-        rows["single model (make submission)"] = {k: v for k, v in r["single"].items() if k != "folder"}
+        rows["single model (make submission), same rows"] = {k: v for k, v in r["single"].items() if k not in ("folder", "rows")}
     if r["compare"]:
         rows[f"blend before ({r['compare']['group']})"] = r["compare"]["blend"]
     table = pd.DataFrame(rows).T
-    lines = [f"group {r['group']}: {len(r['members'])} model(s)", "held-out ROC AUC (rows no model trained on):",
+    lines = [f"group {r['group']}: {len(r['members'])} model(s): {', '.join(m['label'] for m in r['members'])}", "held-out ROC AUC (rows no model trained on):",
              table.to_string(float_format=lambda v: f"{v:.4f}")]
     if r["oof"]:
         oof = {k: v for k, v in r["oof"].items() if k != "rows"}
@@ -403,7 +514,7 @@ def format_report(r: dict) -> str:
     mean = float(np.mean([m["heldout"]["all"] for m in r["members"]]))
     lines.append(f"blend {r['blend']['all']:.4f} vs members: best {best:.4f}, mean {mean:.4f}"
                  + (f"; vs the single model {r['single']['all']:.4f} ({r['blend']['all'] - r['single']['all']:+.4f})"
-                    if r["single"] else "; no single model's held-out scores to compare (make submission writes them)"))
+                    if r["single"] else "; " + (r.get("single_note") or "no single model to compare (make submission writes it)")))
     if r["compare"]:
         d = r["blend"]["all"] - r["compare"]["blend"]["all"]
         lines.append(f"change from {r['compare']['group']}: held-out blend {r['compare']['blend']['all']:.4f} -> "

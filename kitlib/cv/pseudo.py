@@ -26,6 +26,7 @@ ID_PREFIX = "pseudo-"
 # the sample's test rows between 0.11 and 0.87, so 0.9 / 0.1 agreed on no row; at 0.85 / 0.15 three folds
 # agreed on 210 of 1,000 (docs/training-torch.md, "Folds, seeds and pseudo-labels").
 HIGH, LOW = 0.85, 0.15
+COLUMNS = ("id", "comment_text", "lang", "toxic")  # a pseudo-label file's columns (select)
 
 
 def select(member_csvs: list[str | os.PathLike], test_csv: str | os.PathLike, *, high: float = HIGH,

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..atomic import atomic_dir
+from ..atomic import MANIFEST, atomic_dir
 from ..data import read_csv_checked
 from ..metrics import hard_labels
 
@@ -129,7 +129,7 @@ def english_holdout_split(
     tr, ho = np.sort(tr), np.sort(ho)
 
     if out_dir.exists():
-        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (TRAIN_FILE, HOLDOUT_FILE, SPLIT_FILE))
+        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (TRAIN_FILE, HOLDOUT_FILE, SPLIT_FILE, MANIFEST))
         if extra:
             raise ValueError(f"{out_dir}: holds other files ({', '.join(extra[:5])}); give the split a folder of its own")
     labels = hard_labels(checked[label_col].to_numpy())
@@ -204,7 +204,7 @@ def validation_split(
     train_part = pd.concat([columns(raw_en, en, "en"), valid_part.iloc[:n_train]], ignore_index=True)
     holdout_part = valid_part.iloc[n_train:]
     if out_dir.exists():
-        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (MIXED_TRAIN_FILE, VALID_HOLDOUT_FILE, SPLIT_FILE))
+        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (MIXED_TRAIN_FILE, VALID_HOLDOUT_FILE, SPLIT_FILE, MANIFEST))
         if extra:
             raise ValueError(f"{out_dir}: holds other files ({', '.join(extra[:5])}); give the split a folder of its own")
     y_tr, y_ho = train_part[label_col].astype(float) >= 0.5, holdout_part[label_col].astype(float) >= 0.5
@@ -219,3 +219,19 @@ def validation_split(
         holdout_part.to_csv(tmp / VALID_HOLDOUT_FILE, index=False)
         (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
     return out_dir / MIXED_TRAIN_FILE, out_dir / VALID_HOLDOUT_FILE
+
+
+def training_columns(split: str, train_csv: str | os.PathLike, text_col: str | None = None,
+                     label_col: str = "toxic") -> list[str]:
+    """The columns of the training rows ``split`` gives, without splitting: ``"english"``: every column of
+    ``train_csv`` (:func:`english_holdout_split` keeps them); ``"validation"``: ``id``, the text column,
+    ``lang`` and ``label_col`` (:func:`validation_split`).
+
+    Raises:
+        ValueError: ``split`` not in :data:`SPLITS`; FileNotFoundError: no ``train_csv`` (split ``"english"``).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+    if split == "validation":
+        return ["id", text_col or "comment_text", "lang", label_col]
+    return list(pd.read_csv(train_csv, dtype=str, nrows=0).columns)
