@@ -1,0 +1,1 @@
+"""Where a model comes from and what it can take: checkpoints, model kinds (encoder, decoder, answer tokens), adapters, memory plans."""
