@@ -221,6 +221,13 @@ def _decoder_kwargs(config, *, dtype, xla: bool) -> dict:
     return kwargs
 
 
+def _with_pad(tok):
+    """``tok`` with a pad token: its own, else eos, else unk (left None when it has none of them)."""
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
+    return tok
+
+
 @dataclass(frozen=True)
 class Decoder(Kind):
     """Decoder LLMs through ``AutoModelForSequenceClassification``: the ``score`` Linear on the last real token.
@@ -236,13 +243,14 @@ class Decoder(Kind):
 
     def load_tokenizer(self, path):
         """The tokenizer, padding on the right; without a pad token, the eos token pads (else unk)."""
-        tok = super().load_tokenizer(path)
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
-        return tok
+        return _with_pad(Kind.load_tokenizer(self, path))
 
     def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
-        """The classifier in eval mode on CPU, ``config.pad_token_id`` set from the tokenizer when missing.
+        """The classifier in eval mode on CPU, ``config.pad_token_id`` set to the tokenizer's pad id.
+
+        transformers pools on the last token that is not ``config.pad_token_id``, so it must be the
+        id the tokenizer pads with (Gemma2's config says 0 by default whatever the tokenizer pads
+        with): the bound kind's :attr:`pad_id`, else the tokenizer's (:meth:`load_tokenizer`).
 
         Raises:
             ValueError: the tokenizer has neither a pad, eos nor unk token to pad with.
@@ -255,12 +263,10 @@ class Decoder(Kind):
         if not any(a.endswith("ForSequenceClassification") for a in archs):
             kwargs.update(num_labels=1, problem_type="multi_label_classification",
                           id2label={0: self.label}, label2id={self.label: 0})
-        if getattr(config, "pad_token_id", None) is None:
-            pad = self.load_tokenizer(path).pad_token_id
-            if pad is None:
-                raise ValueError(f"{path}: no pad token in config.json or the tokenizer, and no eos/unk to pad with; "
-                                 "set pad_token_id in config.json")
-            kwargs["pad_token_id"] = pad
+        pad = self.pad_id if self.pad_id is not None else self.load_tokenizer(path).pad_token_id
+        if pad is None:
+            raise ValueError(f"{path}: the tokenizer has no pad token and no eos/unk to pad with; give it a pad token")
+        kwargs["pad_token_id"] = pad
         return AutoModelForSequenceClassification.from_pretrained(path, **kwargs).eval()
 
     def check_tokens(self, input_ids, attention_mask) -> None:
@@ -309,10 +315,11 @@ class AnswerTokens(Kind):
     no_ids: tuple = ()
 
     def load_tokenizer(self, path):
-        return Decoder.load_tokenizer(self, path)
+        """As :meth:`Decoder.load_tokenizer`."""
+        return _with_pad(Kind.load_tokenizer(self, path))
 
     def bind(self, tokenizer) -> "Kind":
-        """Resolve :attr:`yes_ids`/:attr:`no_ids` from the prompt's variants.
+        """Resolve :attr:`yes_ids`/:attr:`no_ids` from the prompt's variants (an unknown word's ``unk`` id is no variant).
 
         Raises:
             ValueError: no variant of a set is a single token, or the sets share a token (naming them).
@@ -321,7 +328,7 @@ class AnswerTokens(Kind):
         sets = {}
         for what, variants in (("yes", self.prompt.yes), ("no", self.prompt.no)):
             ids = [tokenizer.encode(v, add_special_tokens=False) for v in variants]
-            sets[what] = tuple(sorted({i[0] for i in ids if len(i) == 1}))
+            sets[what] = tuple(sorted({i[0] for i in ids if len(i) == 1 and i[0] != tokenizer.unk_token_id}))
             if not sets[what]:
                 raise ValueError(f"answer-tokens: none of the {what!r} variants {variants} is a single token of this "
                                  f"tokenizer ({[tokenizer.convert_ids_to_tokens(i) for i in ids]}); pass Prompt({what}=...)")

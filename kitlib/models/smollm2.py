@@ -69,8 +69,17 @@ def convert(gguf_file: str | os.PathLike, out_dir: str | os.PathLike, source: di
     tok = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
     tok.pad_token = PAD_TOKEN
     tok.padding_side = "right"
-    model = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32)
-    model.config.pad_token_id = tok.pad_token_id
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32)
+    # transformers marks a GGUF-loaded model as quantized (not serializable) although its weights are
+    # fp32 now: rebuild a plain model from the config and move the weights over.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.pad_token_id = tok.pad_token_id
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), assign=True)
+    model.tie_weights()
     with atomic_dir(Path(out_dir)) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
