@@ -331,6 +331,8 @@ def xla_attention_implementation() -> str:
     that reads a device value on the host each step and, when a batch happens to have no
     padding, traces a second forward graph: a data-dependent recompilation. This registers
     PyTorch SDPA attention with that skip turned off, so every batch of one shape runs one graph.
+    Query and key are cast to the value's dtype first: under XLA's bf16 autocast a decoder's rotary
+    embedding leaves them float32 while the value is bf16, and SDPA refuses mixed dtypes.
     Pass the returned name as ``attn_implementation=`` to ``from_pretrained``.
     """
     from transformers import AttentionInterface
@@ -342,7 +344,10 @@ def xla_attention_implementation() -> str:
         kwargs["allow_is_causal_skip"] = False
         return sdpa_mask(*args, **kwargs)
 
-    AttentionInterface.register(XLA_ATTENTION, sdpa_attention_forward)
+    def sdpa_one_dtype(module, query, key, value, *args, **kwargs):
+        return sdpa_attention_forward(module, query.to(value.dtype), key.to(value.dtype), value, *args, **kwargs)
+
+    AttentionInterface.register(XLA_ATTENTION, sdpa_one_dtype)
     AttentionMaskInterface.register(XLA_ATTENTION, mask_without_skip)
     return XLA_ATTENTION
 

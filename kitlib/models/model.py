@@ -357,18 +357,28 @@ def skeleton(path: str | os.PathLike, *, head_for_training: bool = True):
         return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
 
 
-def keep_head_float32(model) -> None:
+def keep_head_float32(model, head: str | None = None) -> None:
     """Run the classifier head in float32 even under ``torch.autocast`` (bf16 on TPU, fp16 on GPU).
 
     Under autocast the head's last ``Linear`` would return bf16 logits: 256 rows then give about
-    13 distinct probabilities, ranks tie and ROC AUC drops. The head gets float32 inputs and runs
-    with autocast off, so logits leave the model as float32. Changes ``model.classifier`` in place.
+    13 distinct probabilities, ranks tie and ROC AUC drops. The head's weights are cast to float32,
+    it gets float32 inputs and runs with autocast off, so logits leave the model as float32.
+    ``head``: the head module's name; None asks the model's kind
+    (:func:`kitlib.models.kinds.head_names`: ``classifier`` of an encoder, ``score`` of a decoder).
+    Changes that module in place.
     """
-    head = getattr(model, "classifier", None)
+    if head is None:
+        from .kinds import head_names
+
+        for name in head_names(model.config):
+            keep_head_float32(model, name)
+        return
+    head = getattr(model, head, None)
     if head is None or getattr(head, "_kitlib_float32", False):
         return
     import torch
 
+    head.float()
     forward = head.forward
 
     def float32_forward(x, *args, **kwargs):

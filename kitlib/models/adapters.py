@@ -1,0 +1,158 @@
+"""LoRA adapters on a base model, through peft: wrap, save (adapters + head only), load on the base, refuse another base.
+
+A fold's output is then megabytes, not the base model: :func:`save_adapter` writes peft's
+``adapter_config.json`` + ``adapter_model.safetensors`` (the LoRA matrices and the trained head,
+peft's ``modules_to_save``) and :data:`RECORD_FILE`, which names the base (its folder and
+:func:`fingerprint`) and the kind. :func:`load_adapted` loads the base once and the adapters on
+top (or merged into its weights), after checking that fingerprint.
+
+What trains (:func:`wrap`): the LoRA matrices of :attr:`LoraSpec.target_modules` (peft's
+``"all-linear"``: every ``Linear`` but the output embedding) and the kind's head
+(:attr:`kitlib.models.kinds.Kind.head`: ``score`` of a decoder, ``classifier`` of an encoder; the
+answer-token form trains adapters only); every other weight is frozen.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+RECORD_FILE = "kitlib-adapter.json"
+ADAPTER_CONFIG = "adapter_config.json"  # peft's; its presence makes a folder an adapter checkpoint
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA's settings (peft ``LoraConfig``): rank ``r``, ``alpha`` (scale alpha / r), ``dropout``,
+    ``target_modules`` (``"all-linear"``, or module names such as ``("q_proj", "v_proj")``)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str | tuple = "all-linear"
+
+    def __post_init__(self):
+        if self.r < 1 or self.alpha <= 0 or not 0 <= self.dropout < 1:
+            raise ValueError(f"LoraSpec(r={self.r}, alpha={self.alpha}, dropout={self.dropout}): need r >= 1, "
+                             "alpha > 0 and 0 <= dropout < 1")
+
+
+def fingerprint(base: str | os.PathLike) -> str:
+    """sha256 (hex) of ``base``'s ``config.json`` bytes and its weight files' names and sizes (cheap: no weight is read).
+
+    Raises:
+        FileNotFoundError: ``base`` has no ``config.json``.
+    """
+    base = Path(base)
+    h = hashlib.sha256((base / "config.json").read_bytes())
+    for f in sorted(base.iterdir()):
+        if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES):
+            h.update(f"{f.name}:{f.stat().st_size}\n".encode())
+    return h.hexdigest()
+
+
+def is_adapter(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an adapter checkpoint (peft's ``adapter_config.json`` inside)."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def wrap(model, kind, spec: LoraSpec = LoraSpec()):
+    """``model`` as a peft ``PeftModel`` whose only trainable parameters are the adapters and ``kind.head``.
+
+    Args:
+        model: a transformers model as ``kind.load`` gives it.
+        kind: its :class:`kitlib.models.kinds.Kind` (which head trains).
+        spec: the LoRA settings.
+
+    Returns:
+        The wrapped model (same forward; ``model.print_trainable_parameters()`` says how many train).
+    """
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
+                        target_modules=spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules),
+                        exclude_modules=list(kind.head) or None, modules_to_save=list(kind.head) or None)
+    return get_peft_model(model, config)
+
+
+def trainable_names(model) -> list[str]:
+    """Names of the parameters that require grad (``[str]``)."""
+    return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def save_adapter(model, out_dir: str | os.PathLike, *, base: str | os.PathLike, kind, spec: LoraSpec) -> Path:
+    """Write only the adapters and the head of the wrapped ``model`` to ``out_dir``, with the base's record.
+
+    Written atomically (:func:`kitlib.atomic.atomic_dir`): peft's ``adapter_config.json`` and
+    ``adapter_model.safetensors``, and :data:`RECORD_FILE` (``base``: the folder, ``base_fingerprint``,
+    ``kind``, ``label``, ``lora``).
+
+    Returns:
+        ``out_dir``.
+    """
+    from ..atomic import atomic_dir
+
+    out_dir = Path(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        (tmp / RECORD_FILE).write_text(json.dumps({
+            "base": str(Path(base).resolve()), "base_fingerprint": fingerprint(base),
+            "kind": kind.name, "label": kind.label, "lora": asdict(spec),
+        }, indent=1))
+    return out_dir
+
+
+def read_record(adapter_dir: str | os.PathLike) -> dict:
+    """The adapter checkpoint's :data:`RECORD_FILE` as a dict.
+
+    Raises:
+        FileNotFoundError: not an adapter checkpoint written by :func:`save_adapter`.
+    """
+    p = Path(adapter_dir) / RECORD_FILE
+    if not p.is_file():
+        raise FileNotFoundError(f"{adapter_dir}: no {RECORD_FILE}, so not an adapter checkpoint kitlib wrote "
+                                "(kitlib.models.adapters.save_adapter)")
+    return json.loads(p.read_text())
+
+
+def check_base(adapter_dir: str | os.PathLike, base: str | os.PathLike) -> None:
+    """Refuse a base other than the one the adapters were trained on.
+
+    Raises:
+        ValueError: the fingerprints differ (naming both folders and both fingerprints).
+    """
+    record = read_record(adapter_dir)
+    got = fingerprint(base)
+    if got != record["base_fingerprint"]:
+        raise ValueError(f"{adapter_dir}: these adapters were trained on the base {record['base']} (fingerprint "
+                         f"{record['base_fingerprint'][:12]}), not on {base} (fingerprint {got[:12]}); "
+                         "give the base they were trained on")
+
+
+def load_adapted(adapter_dir: str | os.PathLike, base: str | os.PathLike, kind, *, merge: bool = False,
+                 dtype=None, xla: bool = False, trainable: bool = False):
+    """The base loaded once (``kind.load``) with the adapters and head of ``adapter_dir`` on top.
+
+    Args:
+        merge: fold the adapters into the base's weights (peft ``merge_and_unload``): a plain
+            transformers model, as fast as the base; else a ``PeftModel``.
+        dtype, xla: as :meth:`kitlib.models.kinds.Kind.load`.
+        trainable: adapters and head require grad (to resume training); ignored when merging.
+
+    Raises:
+        ValueError: ``base`` is not the base the adapters were trained on (:func:`check_base`).
+    """
+    from peft import PeftModel
+
+    check_base(adapter_dir, base)
+    model = PeftModel.from_pretrained(kind.load(base, dtype=dtype, xla=xla), str(adapter_dir),
+                                      is_trainable=trainable and not merge)
+    return model.merge_and_unload().eval() if merge else model.eval() if not trainable else model
+
+
+def folder_bytes(path: str | os.PathLike) -> int:
+    """Total size in bytes of the files under ``path``."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())

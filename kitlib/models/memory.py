@@ -1,0 +1,218 @@
+"""A memory plan per device, worked out from the config before any replica starts, and its refusal.
+
+:func:`plan` counts the model's parameters from its config on the meta device (accelerate's
+``init_empty_weights``: no weight is read or allocated) and estimates, per replica:
+
+* **weights** at the chosen width (:data:`WEIGHT_BYTES`): every ``Linear`` but the head at that
+  width; embeddings, norms and the head at 16 bits for 8/4-bit weights (bitsandbytes keeps them
+  so), else at the width;
+* **LoRA state** when training adapters: each adapted ``Linear`` of shape ``[out, in]`` adds
+  ``r * (in + out)`` parameters, trained (with the head) in float32: 16 bytes each (the weight,
+  its gradient, Adam's two moments);
+* **activations** (a documented estimate): training without recomputation keeps, per layer,
+  about ``batch * length * hidden * (34 + 5 * heads * length / hidden)`` bytes at 16 bits
+  (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+  eq. 1), twice that at fp32; inference keeps one layer's worth, about ``batch * length *
+  (4 * hidden + 2 * intermediate + heads * length)`` values;
+* the runtime's own **overhead** (:attr:`Device.overhead_gb`: CUDA's context and allocator).
+
+:func:`check_fits` refuses a plan that exceeds the device, with the figure and the fix;
+:func:`check_width` refuses 8/4-bit weights off CUDA (bitsandbytes runs its kernels on CUDA).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+GB = 1e9
+WIDTHS = ("fp32", "bf16", "fp16", "8bit", "4bit")
+# bytes per quantisable weight: 8-bit has one fp32 scale per row (about 1 byte); 4-bit NF4 one fp32
+# absmax per 64 weights (0.5 + 4/64 bytes) before double quantisation
+WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "8bit": 1.0, "4bit": 0.5625}
+QUANTIZED = ("8bit", "4bit")
+TRAIN_BYTES_PER_PARAM = 16  # float32 weight + gradient + Adam's two moments
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device's usable memory: ``kind`` ``"cuda"``, ``"tpu"`` or ``"cpu"``, ``gb`` usable by one replica."""
+
+    name: str
+    kind: str
+    gb: float
+    overhead_gb: float = 0.0
+
+
+DEVICES = {
+    "T4": Device("a T4", "cuda", 15.0, 0.5),  # 16 GB card, about 15 GB usable
+    "L4": Device("an L4", "cuda", 22.5, 0.5),
+    "A100-40GB": Device("an A100 40GB", "cuda", 39.5, 0.5),
+    "H100": Device("an H100", "cuda", 79.0, 0.5),
+    "H200": Device("an H200", "cuda", 140.0, 0.5),
+    "TPU-v5e": Device("a TPU v5e chip", "tpu", 16.0),
+    "TPU-v3": Device("a TPU v3 core", "tpu", 16.0),
+}
+"""Known devices by name; others: ``Device(name, kind, gb)`` (e.g. the CPU's free memory)."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the plan needs of the model: parameter counts and sizes (from :func:`model_shape`)."""
+
+    name: str
+    params: int           # all parameters
+    linear_params: int    # in Linear layers other than the head (what 8/4-bit quantises)
+    lora_params_per_r: int  # sum of (in + out) over the Linear layers LoRA adapts (all-linear)
+    head_params: int
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+
+
+def model_shape(config, name: str | None = None, head: tuple = ("score", "classifier", "lm_head")) -> Shape:
+    """Count a model's parameters from its ``PretrainedConfig`` on the meta device (nothing allocated).
+
+    A causal-LM config counts as its ``AutoModelForCausalLM``; any other as ``AutoModelForSequenceClassification``.
+    """
+    import torch
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    archs = getattr(config, "architectures", None) or []
+    auto = AutoModelForCausalLM if any(a.endswith("ForCausalLM") for a in archs) else AutoModelForSequenceClassification
+    with init_empty_weights():
+        model = auto.from_config(config)
+    linear = lora = head_params = 0
+    for mod_name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear):
+            if mod_name.split(".")[-1] in head:
+                head_params += mod.weight.numel()
+            else:
+                linear += mod.weight.numel()
+                lora += mod.in_features + mod.out_features
+    text = getattr(config, "text_config", None) or config
+    return Shape(name or getattr(config, "name_or_path", "") or config.model_type,
+                 sum(p.numel() for p in model.parameters()), linear, lora, head_params,
+                 text.num_hidden_layers, text.hidden_size, text.num_attention_heads, text.intermediate_size)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes one replica needs, by part (see the module docstring); :attr:`total` their sum."""
+
+    shape: Shape
+    width: str
+    weights: float
+    lora: float
+    activations: float
+    overhead: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.lora + self.activations + self.overhead
+
+    def describe(self) -> str:
+        """One line: the total and its parts in GB."""
+        return (f"{self.shape.name} at {self.width}: about {self.total / GB:.1f} GB (weights {self.weights / GB:.2f}, "
+                f"LoRA state {self.lora / GB:.2f}, activations {self.activations / GB:.2f}, overhead {self.overhead / GB:.2f})")
+
+
+def _activations(s: Shape, batch: int, length: int, train: bool, width: str) -> float:
+    """The activation estimate in bytes (module docstring)."""
+    compute_bytes = 4 if width == "fp32" else 2
+    if train:
+        per_layer = batch * length * s.hidden * (34 + 5 * s.heads * length / s.hidden)
+        return per_layer * s.layers * compute_bytes / 2
+    return batch * length * (4 * s.hidden + 2 * s.intermediate + s.heads * length) * compute_bytes
+
+
+def plan(shape: Shape, *, width: str, batch: int, length: int, train: bool, lora_r: int | None = None,
+         device: Device | None = None) -> MemoryPlan:
+    """The memory one replica needs.
+
+    Args:
+        shape: :func:`model_shape`'s counts.
+        width: the weights' width, one of :data:`WIDTHS`.
+        batch, length: rows per batch and tokens per row.
+        train: training (LoRA state and stored activations) or inference.
+        lora_r: LoRA rank when training adapters (None: no adapters).
+        device: adds its overhead.
+
+    Raises:
+        ValueError: an unknown width.
+    """
+    if width not in WEIGHT_BYTES:
+        raise ValueError(f"weights={width!r} is not one of {WIDTHS}")
+    other = shape.params - shape.linear_params
+    other_bytes = 2.0 if width in QUANTIZED else WEIGHT_BYTES[width]
+    weights = shape.linear_params * WEIGHT_BYTES[width] + other * other_bytes
+    lora = 0.0
+    if train and lora_r:
+        lora = (lora_r * shape.lora_params_per_r + shape.head_params) * TRAIN_BYTES_PER_PARAM
+    elif train:  # a full fine-tune: every parameter's gradient and Adam moments in float32
+        lora = shape.params * (TRAIN_BYTES_PER_PARAM - WEIGHT_BYTES[width])
+    overhead = (device.overhead_gb if device else 0.0) * GB
+    return MemoryPlan(shape, width, weights, lora, _activations(shape, batch, length, train, width), overhead)
+
+
+def check_width(width: str, device: Device) -> None:
+    """Refuse 8/4-bit weights off CUDA.
+
+    Raises:
+        ValueError: naming the width, the device and what to use instead.
+    """
+    if width in QUANTIZED and device.kind != "cuda":
+        other = "bf16 (the TPU's native width)" if device.kind == "tpu" else "fp32, or bf16 on a CPU with AMX"
+        raise ValueError(f"weights={width!r} on {device.name}: 8-bit and 4-bit weights come from bitsandbytes, "
+                         f"whose kernels run on CUDA GPUs only; use {other}, or a smaller model")
+
+
+def allowed_widths(device: Device) -> tuple:
+    """The widths :func:`check_width` accepts on ``device``, widest first."""
+    return tuple(w for w in WIDTHS if w not in QUANTIZED or device.kind == "cuda")
+
+
+def check_fits(p: MemoryPlan, device: Device, *, batch: int, length: int, train: bool, lora_r: int | None = None) -> None:
+    """Refuse a plan that does not fit ``device``, saying the figure and the fix.
+
+    The fix is the widest narrower width that fits (8/4-bit only on CUDA), else a smaller batch.
+
+    Raises:
+        ValueError: e.g. "Qwen3-14B at fp16 needs about 29.9 GB; a T4 has 15 GB: weights='4bit' needs about 9.5 GB".
+    """
+    check_width(p.width, device)
+    if p.total <= device.gb * GB:
+        return
+    msg = f"{p.shape.name} at {p.width} needs about {p.total / GB:.1f} GB; {device.name} has {device.gb:g} GB"
+    widths = allowed_widths(device)
+    for w in widths[widths.index(p.width) + 1:] if p.width in widths else ():
+        q = plan(p.shape, width=w, batch=batch, length=length, train=train, lora_r=lora_r, device=device)
+        if q.total <= device.gb * GB:
+            raise ValueError(f"{msg}: weights={w!r} needs about {q.total / GB:.1f} GB ({q.describe()})")
+    raise ValueError(f"{msg} ({p.describe()}), and no width it takes fits; use a smaller model, a smaller batch "
+                     f"than {batch} or length than {length}, or a device with more memory")
+
+
+def choose_width(shape: Shape, device: Device, *, preferred: str, batch: int, length: int, train: bool,
+                 lora_r: int | None = None) -> MemoryPlan:
+    """``weights="auto"``: the plan at ``preferred`` (the precision rule's bf16/fp16/fp32) if it fits,
+    else at 8-bit, else 4-bit (CUDA only).
+
+    Raises:
+        ValueError: nothing fits (:func:`check_fits`'s message).
+    """
+    first = plan(shape, width=preferred, batch=batch, length=length, train=train, lora_r=lora_r, device=device)
+    for w in (preferred, *(q for q in QUANTIZED if device.kind == "cuda")):
+        p = plan(shape, width=w, batch=batch, length=length, train=train, lora_r=lora_r, device=device)
+        if p.total <= device.gb * GB:
+            return p
+    check_fits(first, device, batch=batch, length=length, train=train, lora_r=lora_r)
+    return first  # not reached: check_fits raised
+
+
+def shape_of(path: str | os.PathLike) -> Shape:
+    """:func:`model_shape` of a checkpoint folder's ``config.json`` (named by the folder)."""
+    from transformers import AutoConfig
+
+    return model_shape(AutoConfig.from_pretrained(path), name=os.path.basename(os.path.normpath(path)))
