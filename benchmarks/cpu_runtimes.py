@@ -321,7 +321,7 @@ def runner(name: str, ck: Path):
     if name.startswith("torch-"):
         import torch
 
-        from kitlib.run.backends.precision import autocast
+        from kitlib.run.backends.precision import Precision
 
         precision = name.split("-", 1)[1]
         model = load_torch(ck)
@@ -329,7 +329,7 @@ def runner(name: str, ck: Path):
             model, precision = torch_ao_int8(model), "fp32"
 
         def fn(ids, mask):
-            with torch.no_grad(), autocast("cpu", precision):
+            with torch.no_grad(), Precision(precision, "cpu").autocast():
                 return model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits.numpy()
 
         return fn, lambda: {"threads": torch.get_num_threads(), "aten_capability": torch.backends.cpu.get_cpu_capability()}
