@@ -236,7 +236,7 @@ def test_push_takes_parameters_checked_and_injected_as_the_rehearsal_does(tmp_pa
     fixture = str(proj / "notebooks" / "fixture_kernel.py")
     with FakeKaggle() as fake:
         env = fake.client_env(tmp_path / "cfg")
-        for bad, message in (("nprocz=3", "unknown parameter(s) 'nprocz' (did you mean 'nprocs'?)"),
+        for bad, message in (("nprocz=3", "unknown parameter 'nprocz': the notebook's parameters cell does not define it (did you mean 'nprocs'?)"),
                              ("nprocs=three", "parameter 'nprocs': got 'three' (str), but its default 2 wants an integer")):
             r = cli(["push", *meta_args(proj, tmp_path / "b"), "-p", bad, fixture], env)
             assert r.returncode == 2 and message in r.stderr, r.stderr

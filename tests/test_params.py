@@ -96,3 +96,21 @@ def test_every_notebook_refuses_a_string_for_a_number(tmp_path, name):
     r, _ = papermill(head_of(name, tmp_path), "-r", "max_len", "32")
     assert r.returncode != 0
     assert "ParameterTypeError" in r.stderr and re.search(r"parameter 'max_len': got '32' \(str\), but its default \d+ wants an integer", r.stderr)
+
+
+def test_the_notebook_side_refuses_an_injected_name_the_parameters_cell_lacks():
+    ns = {"In": ["", "save_every_minutes = 30.0\nseed = 0\n", "# Parameters\nsave_every_steps = 5\n"], "save_every_steps": 5}
+    with pytest.raises(ParameterTypeError) as e:
+        check_notebook_parameters(ns)
+    assert e.value.problems == ["unknown parameter 'save_every_steps': the notebook's parameters cell does not define it "
+                                "(did you mean 'save_every_minutes'?)"]
+    ns = {"In": ["", "a = 1\nb = os.getcwd()\n", "# Parameters\nb = \"x\"\nzzz = 1\n"], "b": "x", "zzz": 1}
+    with pytest.raises(ParameterTypeError, match=r"unknown parameter 'zzz'.*\(the parameters cell defines: a, b\)"):
+        check_notebook_parameters(ns)  # b (not a literal) is a parameter; zzz has no close match: every name is listed
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_notebook_refuses_an_unknown_parameter_before_any_work(tmp_path, name):
+    r, _ = papermill(head_of(name, tmp_path), "-p", "save_every_steps", "5", "-p", "seed", "1")
+    assert r.returncode != 0
+    assert "UnknownParameterError" in r.stderr and "unknown parameter 'save_every_steps'" in r.stderr, r.stderr[-2000:]
