@@ -919,7 +919,19 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
             (another recipe, other parameter groups, no epoch left: :func:`kitlib.resume.plan`); the
             recipe is unknown (:func:`kitlib.recipe.resolve`).
         kitlib.runtime.ReplicaError: a replica failed; names its rank and the original error.
+        kitlib.locks.FolderLocked: another run writes ``out_dir`` (its lock names the holder).
     """
+    import contextlib
+
+    from .locks import output_lock
+
+    locked = holds_global_rank0(rt)  # the process that writes out_dir (torchrun's other workers on this host too run train)
+    with output_lock(job.out_dir, "training output folder") if locked else contextlib.nullcontext():
+        return _train(job, rt, start_method)
+
+
+def _train(job: TrainJob, rt: Runtime, start_method: str) -> dict | None:
+    """:func:`train`'s work, under the lock of its output folder."""
     preflight(job.checkpoint, max_len=job.max_len, device=rt.backend.device, target=job.label_col, head_for_training=True)
     job = recipes.resolve(_recipe_of_run(job))
     check_labels(job)
