@@ -255,3 +255,16 @@ def test_two_folds_of_the_tiny_model_end_to_end(sharp_checkpoint, split, tmp_pat
                                         max_len=32, precision="fp32", cache_dir=str(tmp_path / "cache")))
     nb = read(tmp_path / "nb.csv").set_index("id")["toxic"].astype(float)
     np.testing.assert_allclose(nb.to_numpy(), sub.reindex(nb.index).to_numpy(), rtol=1e-6)
+
+
+def test_auto_refuses_one_fold_of_three_as_it_refuses_two(split, tmp_path):
+    """Issue 34.3: with 1 of 3 fold kernels attached, model="auto" predicted with fold 0 alone, silently."""
+    import shutil
+
+    group, _, _ = _fake_group(tmp_path, split)
+    kw = dict(data_dir=SAMPLE, cache_dir=tmp_path / "cache", trained_dir=tmp_path / "working" / "artifacts" / "xlmr-toxic")
+    shutil.rmtree(group / "fold-1")
+    shutil.rmtree(group / "fold-2")
+    with pytest.raises(cv.GroupError, match=r"folds \[0\] of \[3\], not 0..2 each once \(fold 0: .*fold-0\); "
+                                            r"attach or train every fold"):
+        cv.resolve_members("auto", search_dir=group, **kw)
