@@ -130,7 +130,7 @@ submission: $(TRAINED_STAMP)
 # and the report prints the out-of-fold ROC AUC per language, each fold's and the blend's held-out ROC
 # AUC against the single model's (artifacts/xlmr-toxic, when make submission has run) and the time.
 # PSEUDO=1 adds one pseudo-label round (artifacts/cv-pseudo, submission-cv-pseudo.csv); SEEDS="0 1 2"
-# trains seeds instead of folds (artifacts/seeds); CV_BLEND=rank blends ranks; CV_REUSE=1 keeps trained folds.
+# trains seeds instead of folds (artifacts/seeds, submission-seeds.csv); CV_BLEND=rank blends ranks; CV_REUSE=1 keeps trained folds.
 FOLDS ?= 5
 SEEDS ?=
 PSEUDO ?= 0
