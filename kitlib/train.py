@@ -789,11 +789,17 @@ def kept_epoch(history: dict) -> dict:
 def save_scores(out_dir: str | os.PathLike, scores: dict) -> Path:
     """Write ``scores`` (the saved checkpoint's held-out ROC AUC, overall and per language, as the
     training notebook measures it through the inference path) to ``<out_dir>/heldout_scores.json``,
-    atomically (:func:`kitlib.atomic.atomic_write`)."""
+    atomically (:func:`kitlib.atomic.atomic_write`), and fill the run's ``heldout_auc`` in the runs
+    table beside ``out_dir`` (:func:`kitlib.runs.update_run`: the run's row was appended by
+    :func:`train`, before these scores existed)."""
     from .atomic import atomic_write
+    from .runs import update_run
 
     path = Path(out_dir) / SCORES_FILE
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(scores, indent=1)))
+    run_id = read_history(out_dir).get("run_id") if (Path(out_dir) / HISTORY_FILE).is_file() else None
+    if run_id and runs_table(out_dir).is_file() and scores.get("roc_auc") is not None:
+        update_run(runs_table(out_dir), run_id, heldout_auc=scores["roc_auc"])
     return path
 
 
