@@ -105,7 +105,7 @@ $(TRAINED_STAMP): $(TORCH_STAMP) $(TRAIN_INPUTS)
 	mkdir -p outputs
 	@echo "== fine-tuning multilingual-e5-small: notebooks/xla_ddp_train.ipynb $(TRAIN_PARAMS) $(TRAIN_EXTRA) =="
 	@start=$$(date +%s); \
-	$(PY) -m papermill --cwd notebooks -k python3 --log-output $(TRAIN_PARAMS) $(TRAIN_EXTRA) \
+	$(PY) -m kitlib.notebook --cwd notebooks -k python3 --log-output $(TRAIN_PARAMS) $(TRAIN_EXTRA) \
 		notebooks/xla_ddp_train.ipynb outputs/xla_ddp_train.ipynb && \
 	echo $$(( $$(date +%s) - start )) > outputs/.train-seconds
 	touch $@ outputs/.trained-now
@@ -117,7 +117,7 @@ submission: $(TRAINED_STAMP)
 		echo "== reusing the fine-tuned checkpoint $(TRAINED) (nothing it depends on changed; make clean to train again) =="; fi
 	@echo "== predicting: notebooks/xla_multicore_inference.ipynb (model=auto: $(TRAINED)) =="
 	@start=$$(date +%s); \
-	$(PY) -m papermill --cwd notebooks -k python3 --log-output \
+	$(PY) -m kitlib.notebook --cwd notebooks -k python3 --log-output \
 		notebooks/xla_multicore_inference.ipynb outputs/xla_multicore_inference.ipynb && \
 	echo $$(( $$(date +%s) - start )) > outputs/.predict-seconds
 	@$(PY) scripts/submission_report.py --checkpoint $(TRAINED) --submission submission.csv \

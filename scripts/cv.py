@@ -45,7 +45,7 @@ def default_submission(folds: bool) -> Path:
 
 def _papermill(python: str, notebook: str, out: Path, params: list[str]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [python, "-m", "papermill", "--cwd", "notebooks", "-k", "python3", "--log-output", *params,
+    cmd = [python, "-m", "kitlib.notebook", "--cwd", "notebooks", "-k", "python3", "--log-output", *params,
            f"notebooks/{notebook}", str(out)]
     print("== " + " ".join(cmd[1:]), flush=True)
     t0 = time.time()

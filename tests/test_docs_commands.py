@@ -195,3 +195,27 @@ def test_docs_name_no_training_job_field_as_a_notebook_parameter():
     text = (ROOT / "docs" / "training-torch.md").read_text(encoding="utf-8")
     assert "save_every_steps" not in notebook_parameters("xla_ddp_train")
     assert "(or `save_every_steps`)" not in text
+
+
+def test_readme_has_one_ordered_kaggle_list_the_others_link_to():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### On Kaggle, in five steps\n")[1].split("\n## ")[0]
+    steps = re.findall(r"^(\d)\. \*\*(.+?)\*\*", section, re.M)
+    assert [n for n, _ in steps] == ["1", "2", "3", "4", "5"], steps
+    assert [t for _, t in steps][2:] == ["Rehearse on this machine", "A model the kernel can load offline", "Run the chain and submit"]
+    assert readme.count("(#on-kaggle-in-five-steps)") >= 2
+    assert "(../README.md#on-kaggle-in-five-steps)" in (ROOT / "docs" / "kernels.md").read_text(encoding="utf-8")
+
+
+def test_kernels_md_pair_block_runs_and_sync_says_nothing_to_change(tmp_path):
+    """docs/kernels.md section 2 as written, in a scratch git repository: the check passes and --sync,
+    with nothing edited, prints 'nothing to change' for each pair (issue 34.5: the doc said it refused)."""
+    repo = _scratch_repo(tmp_path)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "notebooks", "jupytext.toml", "notebook_pairs.py", "scripts"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "scratch"], cwd=repo, check=True)
+    r = _run(_block(ROOT / "docs" / "kernels.md", "check_pairs.py --sync"), repo, _clean_env(repo), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for stem in NOTEBOOK_STEMS:
+        assert f"notebooks/{stem}: synced from notebooks/{stem}.py, nothing to change" in r.stdout, r.stdout + r.stderr
