@@ -1,6 +1,6 @@
 """One run per output folder at a time: a lock file beside the folder, naming its holder.
 
-A training run (:func:`kitlib.train.train`) and the inference notebook write their output folder
+A training run (:func:`kitlib.training.train.train`) and the inference notebook write their output folder
 under :func:`output_lock`: ``<folder>.lock`` beside it, held with ``fcntl.flock`` for the whole run
 and holding, as JSON, who holds it (pid, host, command, start time). A second run into the same
 folder is refused before any work, naming the holder (:class:`FolderLocked`). The operating

@@ -4,14 +4,14 @@
     python scripts/cv.py --seeds 0,1,2 -- <papermill -p ...>
 
 Each fold i runs ``notebooks/xla_ddp_train.ipynb`` through papermill with the given parameters plus
-``-p folds K -p fold i -p output_dir <group>`` (the group folder, ``artifacts/cv``: :mod:`kitlib.cv`);
+``-p folds K -p fold i -p output_dir <group>`` (the group folder, ``artifacts/cv``: :mod:`kitlib.cv.groups`);
 each seed S with ``-p seed S -p output_dir <group>/seed-S`` (``artifacts/seeds``). Then the inference
 notebook predicts the test rows with every member and blends them (``-p model <group> -p blend ...``)
-into ``--submission`` (``submission-cv.csv`` for folds, ``submission-seeds.csv`` for seeds), and ``kitlib.cv.report`` prints the out-of-fold ROC AUC
+into ``--submission`` (``submission-cv.csv`` for folds, ``submission-seeds.csv`` for seeds), and ``kitlib.cv.groups.report`` prints the out-of-fold ROC AUC
 per language, each member's and the blend's held-out ROC AUC against the single model's, and the time.
 
 ``--pseudo`` (folds only) then runs one round of pseudo-labels: the test rows every fold model agrees
-on (``kitlib.pseudo``, ``--high``/``--low``) join every fold's training rows, the folds are trained again
+on (``kitlib.cv.pseudo``, ``--high``/``--low``) join every fold's training rows, the folds are trained again
 into ``<group>-pseudo``, and the report gives the change on the same held-out rows.
 
 Executed notebooks go to ``outputs/cv/``. A fold already done (its ``oof.csv`` and held-out
@@ -54,14 +54,14 @@ def _papermill(python: str, notebook: str, out: Path, params: list[str]) -> None
 
 
 def _done(member: Path, folds: bool) -> bool:
-    from kitlib.cv import HELDOUT_PREDICTIONS_FILE, OOF_FILE
+    from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, OOF_FILE
 
     return (member / HELDOUT_PREDICTIONS_FILE).is_file() and (not folds or (member / OOF_FILE).is_file())
 
 
 def run_round(args, group: Path, submission: Path, extra: list[str], compare: Path | None = None) -> dict:
     """Train every member of ``group``, predict and blend the test rows, report; returns the report."""
-    from kitlib.cv import format_report, report
+    from kitlib.cv.groups import format_report, report
 
     started = time.time()
     units = ([(f"fold-{i}", ["-p", "folds", str(args.folds), "-p", "fold", str(i), "-p", "output_dir", str(group)])
@@ -86,8 +86,8 @@ def main(argv=None) -> int:
     p.add_argument("--folds", type=int, default=0)
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.replace(",", " ").split()], default=None)
     p.add_argument("--pseudo", action="store_true", help="one round of pseudo-labels after the folds")
-    p.add_argument("--high", type=float, default=None, help="pseudo-label 1 where every fold predicts at least this (kitlib.pseudo.HIGH)")
-    p.add_argument("--low", type=float, default=None, help="pseudo-label 0 where every fold predicts at most this (kitlib.pseudo.LOW)")
+    p.add_argument("--high", type=float, default=None, help="pseudo-label 1 where every fold predicts at least this (kitlib.cv.pseudo.HIGH)")
+    p.add_argument("--low", type=float, default=None, help="pseudo-label 0 where every fold predicts at most this (kitlib.cv.pseudo.LOW)")
     p.add_argument("--blend", choices=("mean", "rank"), default="mean")
     p.add_argument("--group", type=Path, help="default: artifacts/cv (folds), artifacts/seeds (seeds)")
     p.add_argument("--submission", type=Path, default=None,
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     try:
         first = run_round(args, group, submission, [])
         if args.pseudo:
-            from kitlib.pseudo import HIGH, LOW, write_pseudo
+            from kitlib.cv.pseudo import HIGH, LOW, write_pseudo
 
             preds = ROOT / "artifacts" / "predictions" / submission.stem
             pseudo_csv = group / "pseudo.csv"

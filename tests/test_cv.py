@@ -1,4 +1,4 @@
-"""Folds, out-of-fold predictions, group blends and pseudo-labels (kitlib/folds.py, kitlib/cv.py, kitlib/pseudo.py)."""
+"""Folds, out-of-fold predictions, group blends and pseudo-labels (kitlib/cv/folds.py, kitlib/cv/groups.py, kitlib/cv/pseudo.py)."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kitlib import cv
-from kitlib.folds import FoldsError, check_fold_parameters, fold_split, read_folds, strata, write_folds
+from kitlib.cv import groups as cv
+from kitlib.cv.folds import FoldsError, check_fold_parameters, fold_split, read_folds, strata, write_folds
 from kitlib.metrics import roc_auc
-from kitlib.splits import validation_split
+from kitlib.cv.splits import validation_split
 
 from conftest import SAMPLE, write_slice
 
@@ -184,7 +184,7 @@ def test_auto_blends_every_kit_trained_checkpoint_attached(split, tmp_path):
 
 
 def test_pseudo_labels_are_the_rows_every_member_agrees_on(tmp_path):
-    from kitlib.pseudo import write_pseudo
+    from kitlib.cv.pseudo import write_pseudo
 
     test_csv, _ = write_slice(tmp_path, 6)
     ids = read(test_csv)["id"]
@@ -207,8 +207,8 @@ def test_two_folds_of_the_tiny_model_end_to_end(sharp_checkpoint, split, tmp_pat
     predictions for every row, held-out predictions of each fold, the report, and the test blend
     through the inference path equal to the mean of the two members' predictions."""
     from kitlib.infer import InferJob, predict
-    from kitlib.runtime import detect_runtime
-    from kitlib.train import TrainJob, train
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.training.train import TrainJob, train
 
     train_csv, holdout_csv = split
     rows = read(train_csv)

@@ -1,4 +1,4 @@
-"""One run per output folder (issue 34.2): kitlib.locks, taken by kitlib.train.train.
+"""One run per output folder (issue 34.2): kitlib.locks, taken by kitlib.training.train.train.
 
 From the input: ``make submission`` trained into artifacts/xlmr-toxic while a second training run
 wrote the same folder; nothing noticed. A second run into a held folder is now refused naming the
@@ -48,8 +48,8 @@ def test_a_lock_left_by_a_dead_run_is_taken_over_with_a_note(tmp_path, capsys):
 
 
 def test_training_into_a_held_folder_is_refused_before_any_work(tmp_path):
-    from kitlib.runtime import detect_runtime
-    from kitlib.train import TrainJob, train
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.training.train import TrainJob, train
 
     out = tmp_path / "ckpt"
     job = TrainJob(checkpoint=str(tmp_path / "no-model"), train_csv=str(SAMPLE / "train.csv"),

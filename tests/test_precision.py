@@ -1,4 +1,4 @@
-"""The precision rule (:mod:`kitlib.backends.precision`): one home, fp16 trained through a GradScaler,
+"""The precision rule (:mod:`kitlib.run.backends.precision`): one home, fp16 trained through a GradScaler,
 float32 logits checked at run time, and torch_xla's precision variables kept out of a launch."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import SAMPLE, write_slice
-from kitlib.backends import precision
-from kitlib.runtime import MODES, detect_runtime
-from kitlib.train import TrainJob, train
+from kitlib.run.backends import precision
+from kitlib.run.runtime import MODES, detect_runtime
+from kitlib.training.train import TrainJob, train
 
 SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2, max_len=32,
              lr=1e-3, train_limit=128, valid_limit=50, dropout=0.0, log_every=4, batch_size=8)
@@ -19,7 +19,7 @@ SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "valida
 @pytest.fixture
 def fake_hardware(monkeypatch):
     """Set what the CPU and GPU probes report: ``fake_hardware(cpu_bf16=..., cuda=(major, minor))``."""
-    from kitlib import hardware
+    from kitlib.run import hardware
 
     def fake(cpu_bf16=None, cuda=None):
         monkeypatch.setattr(hardware, "cpu_bf16_feature", lambda: cpu_bf16)
@@ -51,7 +51,7 @@ def test_auto_follows_the_hardware_found(fake_hardware, cpu_bf16, cuda, expected
 
 def test_the_probes_touch_no_device_and_read_this_machine():
     """The CPU's bf16 feature comes from torch's cpuinfo probe; NVML answers None without a driver."""
-    from kitlib import hardware
+    from kitlib.run import hardware
 
     flags = open("/proc/cpuinfo").read()
     expected = "AMX" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else None
@@ -135,7 +135,7 @@ def test_logits_that_are_not_float32_are_refused():
 
 
 def test_precision_variables_are_removed_from_a_launch_with_a_note(monkeypatch, capsys):
-    from kitlib.runtime import Runtime
+    from kitlib.run.runtime import Runtime
 
     monkeypatch.setenv("XLA_USE_BF16", "1")
     monkeypatch.setenv("XLA_DOWNCAST_BF16", "0")  # off: left alone
