@@ -106,7 +106,7 @@ $(TRAINED_STAMP): $(TORCH_STAMP) $(TRAIN_INPUTS)
 	mkdir -p outputs
 	@echo "== fine-tuning multilingual-e5-small: notebooks/xla_ddp_train.ipynb $(TRAIN_PARAMS) $(TRAIN_EXTRA) =="
 	@start=$$(date +%s); \
-	$(PY) -m papermill --cwd notebooks -k python3 --log-output $(TRAIN_PARAMS) $(TRAIN_EXTRA) \
+	$(PY) -m kitlib.notebook --cwd notebooks -k python3 --log-output $(TRAIN_PARAMS) $(TRAIN_EXTRA) \
 		notebooks/xla_ddp_train.ipynb outputs/xla_ddp_train.ipynb && \
 	echo $$(( $$(date +%s) - start )) > outputs/.train-seconds
 	$(PY) -c 'import sys, pathlib, kitlib.atomic as a; a.atomic_write(sys.argv[1], lambda t: pathlib.Path(t).touch())' $@
@@ -119,7 +119,7 @@ submission: $(TRAINED_STAMP)
 		echo "== reusing the fine-tuned checkpoint $(TRAINED) (nothing it depends on changed; make clean to train again) =="; fi
 	@echo "== predicting: notebooks/xla_multicore_inference.ipynb (model=auto: $(TRAINED)) =="
 	@start=$$(date +%s); \
-	$(PY) -m papermill --cwd notebooks -k python3 --log-output \
+	$(PY) -m kitlib.notebook --cwd notebooks -k python3 --log-output \
 		notebooks/xla_multicore_inference.ipynb outputs/xla_multicore_inference.ipynb && \
 	echo $$(( $$(date +%s) - start )) > outputs/.predict-seconds
 	@$(PY) scripts/submission_report.py --checkpoint $(TRAINED) --submission submission.csv \
@@ -132,7 +132,7 @@ submission: $(TRAINED_STAMP)
 # and the report prints the out-of-fold ROC AUC per language, each fold's and the blend's held-out ROC
 # AUC against the single model's (artifacts/xlmr-toxic, when make submission has run) and the time.
 # PSEUDO=1 adds one pseudo-label round (artifacts/cv-pseudo, submission-cv-pseudo.csv); SEEDS="0 1 2"
-# trains seeds instead of folds (artifacts/seeds); CV_BLEND=rank blends ranks; CV_REUSE=1 keeps trained folds.
+# trains seeds instead of folds (artifacts/seeds, submission-seeds.csv); CV_BLEND=rank blends ranks; CV_REUSE=1 keeps trained folds.
 FOLDS ?= 5
 SEEDS ?=
 PSEUDO ?= 0

@@ -46,6 +46,27 @@ def _copy(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, copy_function=link_or_copy, symlinks=False)
 
 
+def check_inputs(inputs: dict, meta: dict) -> None:
+    """Refuse an ``--input SLUG=DIR`` whose slug is none of the kernel's kernel or data set sources
+    (it would be ignored: the kernel reads only its sources), naming the sources and close matches.
+
+    Raises:
+        MountError: naming the slug, the kernel, its sources and the fix.
+    """
+    import difflib
+
+    sources = {_source_slug(s): s for kind in ("kernel_sources", "dataset_sources") for s in meta.get(kind, []) or []}
+    for name in inputs:
+        if name in sources:
+            continue
+        near = difflib.get_close_matches(name, list(sources), n=3)
+        hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
+        listed = ", ".join(f"{k} ({v})" for k, v in sources.items()) or "none"
+        raise MountError(f"--input {name}=...: {name!r} is not a source of kernel {meta.get('id', '?')!r}, so it would "
+                         f"not be mounted; {hint}its kernel and data set sources: {listed}. Name one of them, or add "
+                         "the source to the kernel's entry in kernel-metadata.json")
+
+
 def kaggle_layout(root: Path, meta: dict, data_dir: Path, inputs: dict[str, Path] | None = None) -> tuple[Path, Path]:
     """Make ``root/<slug>/input`` and ``root/<slug>/working`` like ``/kaggle/input`` and ``/kaggle/working``.
 
@@ -55,9 +76,11 @@ def kaggle_layout(root: Path, meta: dict, data_dir: Path, inputs: dict[str, Path
     Returns ``(input, working)``; ``working`` starts empty. Other kernels' folders are not touched.
 
     Raises:
-        MountError: a kernel or data set source with nothing to mount (nothing is changed).
+        MountError: a kernel or data set source with nothing to mount, or an ``inputs`` slug that is no
+            source of the kernel (:func:`check_inputs`); nothing is changed.
     """
     inputs = {k: Path(v) for k, v in (inputs or {}).items()}
+    check_inputs(inputs, meta)
     slug = str(meta.get("id", "kernel")).split("/")[-1]
     base = Path(root) / slug
     mounts = {}

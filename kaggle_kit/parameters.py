@@ -15,7 +15,7 @@ import difflib
 import json
 from pathlib import Path
 
-from kitlib.params import ParameterTypeError, check_parameters as check_types, parameter_defaults
+from kitlib.params import ParameterTypeError, check_parameters as check_types, parameter_defaults, unknown_parameters
 
 INJECTED_TAG = "injected-parameters"  # papermill's tag for the cell it adds
 
@@ -76,7 +76,7 @@ def check_parameters(notebook, parameters: dict, where=None) -> dict:
 
     Raises:
         ParameterError: naming each unknown parameter (with the closest known name and the known
-            names), or each value of the wrong type.
+            names: :func:`kitlib.params.unknown_parameters`), or each value of the wrong type.
     """
     if not parameters:
         return {}
@@ -84,14 +84,9 @@ def check_parameters(notebook, parameters: dict, where=None) -> dict:
     known = notebook_defaults(nb)
     if known is None:
         raise ParameterError(f"{where}: has no cell tagged 'parameters'; cannot set {', '.join(parameters)}")
-    unknown = [k for k in parameters if k not in known]
+    unknown = unknown_parameters(parameters, known)
     if unknown:
-        hints = []
-        for k in unknown:
-            near = difflib.get_close_matches(k, list(known), n=1)
-            hints.append(f"{k!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
-        raise ParameterError(f"{where}: unknown parameter(s) {', '.join(hints)}; its parameters cell defines: "
-                             f"{', '.join(known)}")
+        raise ParameterError(f"{where}: " + "; ".join(unknown))
     try:
         return check_types(parameters, known)
     except ParameterTypeError as e:

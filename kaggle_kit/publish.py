@@ -27,8 +27,30 @@ CHECKPOINT = "artifacts/xlmr-toxic"  # where the training notebook writes its ch
 LICENCE = "other"  # Kaggle's licence name for "see the description" (each checkpoint keeps its own)
 
 
+# The files that hold a checkpoint's weights (transformers' model.safetensors, pytorch_model.bin and
+# their sharded indexes; PEFT's adapter_model.*; TF/Flax/Keras weights): a folder without one is a
+# config, not a checkpoint.
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", "*.h5", "*.keras",
+                   "*.msgpack", "*.pt", "*.pth")
+
+
 class PublishError(RuntimeError):
     """A checkpoint that could not be published (named, with the reason)."""
+
+
+def check_weights(folder: Path, what: str) -> None:
+    """Refuse a checkpoint folder that holds no weights file (:data:`WEIGHT_PATTERNS`): a data set of
+    ``config.json`` alone attaches as a model that cannot load.
+
+    Raises:
+        PublishError: naming ``what``, what the folder holds and the files wanted.
+    """
+    if any(next(folder.glob(p), None) for p in WEIGHT_PATTERNS):
+        return
+    held = sorted(p.name for p in folder.iterdir())
+    raise PublishError(f"{what}: {folder} holds no weights (it holds: {', '.join(held) or 'nothing'}); a checkpoint "
+                       f"needs one of {', '.join(WEIGHT_PATTERNS[:2])} (or adapter_model.safetensors): publish the "
+                       "folder the training notebook saved, after its run finished")
 
 
 def _checkpoint_folder(source: str, api, scratch: Path) -> tuple[Path, str]:
@@ -42,6 +64,7 @@ def _checkpoint_folder(source: str, api, scratch: Path) -> tuple[Path, str]:
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             raise PublishError(f"{folder}: not a checkpoint folder (no config.json)")
+        check_weights(folder, "the folder")
         return folder, f"the folder {folder}"
     from kitlib.models.packaged import PRETRAINED
 
@@ -62,6 +85,7 @@ def _checkpoint_folder(source: str, api, scratch: Path) -> tuple[Path, str]:
             held = sorted({p.relative_to(out).parts[0] for p in written})
             raise PublishError(f"{kernel}" + (f" version {version}" if version else "") + f": its output holds no "
                                f"{CHECKPOINT}/config.json (it holds: {', '.join(held) or 'nothing'})")
+        check_weights(ckpt, f"{kernel}" + (f" version {version}" if version else ""))
         return ckpt, f"the checkpoint of {kernel}" + (f" version {version}" if version else "")
     raise PublishError(f"{source!r}: neither a checkpoint folder, a packaged name ({', '.join(PRETRAINED)}), nor a "
                        "kernel owner/slug[/version]")

@@ -12,7 +12,9 @@ precision *on*. The rule, one home (:data:`TYPE_RULES`): a value must have its d
 * a list, tuple or dict default takes the same kind; a None default takes anything.
 
 Anything else (``"false"`` for an int, ``"32"`` for an int, ``1`` for a bool, ``5`` for a str) is
-refused, naming the parameter, its default and what to pass.
+refused, naming the parameter, its default and what to pass. A name the parameters cell does not
+define is refused too, naming its close matches (:func:`unknown_parameters`): papermill itself only
+warns and runs the default (``-p save_every_steps 5`` would train without saving every 5 steps).
 
 Used in two places, by the same function: the push tooling checks ``-p`` values against the
 parsed parameters cell before anything runs (``kaggle_kit``), and every notebook calls
@@ -22,6 +24,7 @@ cell and papermill's injected cell from IPython's input history (``In``).
 from __future__ import annotations
 
 import ast
+import difflib
 
 INJECTED_HEADER = "# Parameters"  # the first line of papermill's injected cell (PythonTranslator.comment)
 BOOL_WORDS = {"true": True, "false": False}
@@ -33,6 +36,37 @@ class ParameterTypeError(TypeError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("; ".join(problems))
+
+
+class UnknownParameterError(ParameterTypeError):
+    """A parameter the notebook's parameters cell does not define (papermill would only warn and run
+    the defaults); ``problems`` name each one with its close matches."""
+
+
+def unknown_parameters(names, known) -> list[str]:
+    """One problem per name of ``names`` not in ``known``, naming its close matches (:mod:`difflib`)
+    and, when there are none, every known name. The one home of the unknown-name message: the
+    notebooks (:func:`check_notebook_parameters`) and ``kaggle_kit``'s ``-p`` both use it."""
+    known = list(known)
+    problems = []
+    for name in names:
+        if name in known:
+            continue
+        near = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = (f"did you mean {' or '.join(map(repr, near))}?" if near else
+                f"the parameters cell defines: {', '.join(known)}")
+        problems.append(f"unknown parameter {name!r}: the notebook's parameters cell does not define it ({hint})")
+    return problems
+
+
+def assigned_names(source: str) -> list[str]:
+    """Every top-level name ``source`` assigns (``a = ...``, ``b: int = ...``, ``c = d = ...``), in order;
+    unlike :func:`parameter_defaults`, non-literal values count too."""
+    out = []
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        out += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in out]
+    return out
 
 
 def parameter_defaults(source: str) -> dict[str, object]:
@@ -158,6 +192,8 @@ def check_notebook_parameters(namespace: dict) -> dict:
         The converted values (empty when nothing changed).
 
     Raises:
+        UnknownParameterError: an injected name the parameters cell does not define (papermill only
+            warns, and the run would go on with the default), naming its close matches; nothing is set.
         ParameterTypeError: a value of the wrong type, naming the parameter.
     """
     history = [s for s in namespace.get("In", []) if isinstance(s, str)]
@@ -166,8 +202,10 @@ def check_notebook_parameters(namespace: dict) -> dict:
         return {}
     i = injected[-1]
     defaults = parameter_defaults(history[i - 1])
-    names = parameter_defaults(history[i]).keys() | {
-        t.id for n in ast.parse(history[i]).body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    names = assigned_names(history[i])
+    unknown = unknown_parameters(names, assigned_names(history[i - 1]))
+    if unknown:
+        raise UnknownParameterError(unknown)
     checked = check_parameters({k: namespace[k] for k in names if k in namespace}, defaults)
     changed = {k: v for k, v in checked.items() if v is not namespace[k] and (type(v) is not type(namespace[k]) or v != namespace[k])}
     for k, v in changed.items():

@@ -7,7 +7,7 @@ Each fold i runs ``notebooks/xla_ddp_train.ipynb`` through papermill with the gi
 ``-p folds K -p fold i -p output_dir <group>`` (the group folder, ``artifacts/cv``: :mod:`kitlib.cv.groups`);
 each seed S with ``-p seed S -p output_dir <group>/seed-S`` (``artifacts/seeds``). Then the inference
 notebook predicts the test rows with every member and blends them (``-p model <group> -p blend ...``)
-into ``--submission`` (``submission-cv.csv``), and ``kitlib.cv.groups.report`` prints the out-of-fold ROC AUC
+into ``--submission`` (``submission-cv.csv`` for folds, ``submission-seeds.csv`` for seeds), and ``kitlib.cv.groups.report`` prints the out-of-fold ROC AUC
 per language, each member's and the blend's held-out ROC AUC against the single model's, and the time.
 
 ``--pseudo`` (folds only) then runs one round of pseudo-labels: the test rows every fold model agrees
@@ -33,9 +33,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+SUBMISSIONS = {"folds": "submission-cv.csv", "seeds": "submission-seeds.csv"}  # each blend its own file
+
+
+def default_submission(folds: bool) -> Path:
+    """Where a round blends by default: the folds into ``submission-cv.csv``, the seeds into
+    ``submission-seeds.csv``, so a seeds round never replaces the folds' blend (or the reverse);
+    a line says so when the other round's file is there."""
+    mine, other = ("folds", "seeds") if folds else ("seeds", "folds")
+    if (ROOT / SUBMISSIONS[other]).is_file():
+        print(f"note: the {mine} blend goes to {SUBMISSIONS[mine]}; {SUBMISSIONS[other]} (the {other}' blend) is left "
+              "as it is (--submission FILE to choose)", flush=True)
+    return ROOT / SUBMISSIONS[mine]
+
+
 def _papermill(python: str, notebook: str, out: Path, params: list[str]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [python, "-m", "papermill", "--cwd", "notebooks", "-k", "python3", "--log-output", *params,
+    cmd = [python, "-m", "kitlib.notebook", "--cwd", "notebooks", "-k", "python3", "--log-output", *params,
            f"notebooks/{notebook}", str(out)]
     print("== " + " ".join(cmd[1:]), flush=True)
     t0 = time.time()
@@ -138,7 +152,8 @@ def main(argv=None) -> int:
     p.add_argument("--low", type=float, default=None, help="pseudo-label 0 where every fold predicts at most this (kitlib.cv.pseudo.LOW)")
     p.add_argument("--blend", choices=("mean", "rank"), default="mean")
     p.add_argument("--group", type=Path, help="default: artifacts/cv (folds), artifacts/seeds (seeds)")
-    p.add_argument("--submission", type=Path, default=ROOT / "submission-cv.csv")
+    p.add_argument("--submission", type=Path, default=None,
+                   help=f"default: {SUBMISSIONS['folds']} (folds), {SUBMISSIONS['seeds']} (seeds): each its own")
     p.add_argument("--single", default=str(ROOT / "artifacts" / "xlmr-toxic"), help="the single model to compare with")
     p.add_argument("--test", type=Path, default=ROOT / "data" / "jigsaw-sample" / "test.csv")
     p.add_argument("--python", default=sys.executable)
@@ -152,7 +167,7 @@ def main(argv=None) -> int:
     if args.pseudo and not args.folds:
         p.error("--pseudo needs --folds (pseudo-labels join the folds' training rows)")
     group = (args.group or ROOT / "artifacts" / ("cv" if args.folds else "seeds")).resolve()
-    submission = args.submission.resolve()
+    submission = (args.submission or default_submission(bool(args.folds))).resolve()
     t0 = time.time()
     try:
         if args.pseudo:

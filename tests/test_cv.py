@@ -482,3 +482,36 @@ def test_a_pseudo_csv_under_home_is_found(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "p.csv").write_text("id,comment_text,lang,toxic\n")
     assert check_fold_parameters(3, 0, "~/p.csv") == str(tmp_path / "p.csv")
+
+
+def test_auto_refuses_one_fold_of_three_as_it_refuses_two(split, tmp_path):
+    """Issue 34.3: with 1 of 3 fold kernels attached, model="auto" predicted with fold 0 alone, silently."""
+    import shutil
+
+    group, _, _ = _fake_group(tmp_path, split)
+    kw = dict(data_dir=SAMPLE, cache_dir=tmp_path / "cache", trained_dir=tmp_path / "working" / "artifacts" / "xlmr-toxic")
+    shutil.rmtree(group / "fold-1")
+    shutil.rmtree(group / "fold-2")
+    with pytest.raises(cv.GroupError, match=r"folds \[0\] of \[3\], not 0..2 each once \(fold 0: .*fold-0\); "
+                                            r"attach or train every fold"):
+        cv.resolve_members("auto", search_dir=group, **kw)
+
+
+def test_make_cv_seeds_leaves_the_folds_blend_alone(tmp_path, monkeypatch, capsys):
+    """Issue 34.3: make cv SEEDS=... blended into submission-cv.csv, replacing the folds' blend without a word."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cv_script", Path(__file__).resolve().parents[1] / "scripts" / "cv.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    (tmp_path / "submission-cv.csv").write_text("id,toxic\n1,0.5\n")  # the folds' blend
+    seen = []
+    monkeypatch.setattr(script, "run_round", lambda args, group, submission, extra, compare=None: seen.append((group, submission)) or {})
+    assert script.main(["--seeds", "0,1", "--python", "python"]) == 0
+    assert seen == [(tmp_path / "artifacts" / "seeds", tmp_path / "submission-seeds.csv")]
+    assert ("note: the seeds blend goes to submission-seeds.csv; submission-cv.csv (the folds' blend) is left as it is "
+            "(--submission FILE to choose)") in capsys.readouterr().out
+    assert (tmp_path / "submission-cv.csv").read_text() == "id,toxic\n1,0.5\n"
+    assert script.main(["--folds", "3", "--python", "python"]) == 0
+    assert seen[-1] == (tmp_path / "artifacts" / "cv", tmp_path / "submission-cv.csv")

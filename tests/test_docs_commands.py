@@ -150,3 +150,72 @@ def test_readme_push_setup_check_runs():
     r = subprocess.run([sys.executable, "-m", "kaggle_kit", "--help"], capture_output=True, text=True, timeout=120,
                        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0 and "publish" in r.stdout, r.stdout + r.stderr
+
+
+NOTEBOOK_STEMS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+DOC_PARAMETER = re.compile(r"(?<![\w-])(?<!mkdir )-p\s+(?:([\w.]+):)?([A-Za-z_]\w*)")
+
+
+def notebook_parameters(stem: str) -> list[str]:
+    """The names the parameters cell of ``notebooks/<stem>.py`` assigns (kitlib.params.assigned_names)."""
+    import jupytext
+
+    from kitlib.params import assigned_names
+
+    nb = jupytext.read(ROOT / "notebooks" / f"{stem}.py")
+    return assigned_names(next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", [])))
+
+
+def doc_parameters() -> list[tuple[str, str, list[str]]]:
+    """``(where, NAME, notebooks)`` for every ``-p NAME`` (or ``-p MEMBER:NAME``) in README.md and docs/*.md:
+    the notebooks are the member, else those the paragraph names, else the training notebook for
+    ``TRAIN_EXTRA``, else every notebook. Placeholders (``NAME``, ``name``) are left out."""
+    out = []
+    for path in DOCS:
+        for para in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
+            named = [s for s in NOTEBOOK_STEMS if s in para] or (["xla_ddp_train"] if "TRAIN_EXTRA" in para else NOTEBOOK_STEMS)
+            for m in DOC_PARAMETER.finditer(para.replace("\\\n", " ")):
+                if m.group(2) in ("name", "NAME") or m.group(2).isupper():
+                    continue
+                out.append((path.relative_to(ROOT).as_posix(), m.group(2), [m.group(1)] if m.group(1) else named))
+    return out
+
+
+def test_every_parameter_the_docs_name_exists():
+    found = doc_parameters()
+    assert len(found) >= 40 and ("docs/training-torch.md", "num_devices", ["xla_ddp_train"]) in found
+    missing = [f"{where}: -p {name} (not a parameter of {' or '.join(stems)})" for where, name, stems in found
+               if not any(name in notebook_parameters(s) for s in stems)]
+    assert not missing, "\n".join(missing)
+
+
+def test_docs_name_no_training_job_field_as_a_notebook_parameter():
+    # issue 34.2: docs/training-torch.md offered save_every_steps, which only TrainJob has; -p save_every_steps
+    # was ignored by papermill and the run went on with the defaults
+    text = (ROOT / "docs" / "training-torch.md").read_text(encoding="utf-8")
+    assert "save_every_steps" not in notebook_parameters("xla_ddp_train")
+    assert "(or `save_every_steps`)" not in text
+
+
+def test_readme_has_one_ordered_kaggle_list_the_others_link_to():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### On Kaggle, in five steps\n")[1].split("\n## ")[0]
+    steps = re.findall(r"^(\d)\. \*\*(.+?)\*\*", section, re.M)
+    assert [n for n, _ in steps] == ["1", "2", "3", "4", "5"], steps
+    assert [t for _, t in steps][2:] == ["Rehearse on this machine", "A model the kernel can load offline", "Run the chain and submit"]
+    assert readme.count("(#on-kaggle-in-five-steps)") >= 2
+    assert "(../README.md#on-kaggle-in-five-steps)" in (ROOT / "docs" / "kernels.md").read_text(encoding="utf-8")
+
+
+def test_kernels_md_pair_block_runs_and_sync_says_nothing_to_change(tmp_path):
+    """docs/kernels.md section 2 as written, in a scratch git repository: the check passes and --sync,
+    with nothing edited, prints 'nothing to change' for each pair (issue 34.5: the doc said it refused)."""
+    repo = _scratch_repo(tmp_path)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "notebooks", "jupytext.toml", "notebook_pairs.py", "scripts"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "scratch"], cwd=repo, check=True)
+    r = _run(_block(ROOT / "docs" / "kernels.md", "check_pairs.py --sync"), repo, _clean_env(repo), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for stem in NOTEBOOK_STEMS:
+        assert f"notebooks/{stem}: synced from notebooks/{stem}.py, nothing to change" in r.stdout, r.stdout + r.stderr

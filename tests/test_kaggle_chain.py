@@ -317,3 +317,26 @@ def test_packaged_model_finds_its_published_copy_under_kaggle_input(tmp_path):
     (copy / "kitlib-source.json").write_text('{"model": "multilingual-e5-small"}')
     assert attached_packaged("multilingual-e5-small", tmp_path / "input") == copy
     assert attached_packaged("all-minilm-l6-v2", tmp_path / "input") is None
+
+
+def test_publish_refuses_a_checkpoint_without_weights(tmp_path):
+    """Issue 34.3: a training kernel's output holding only artifacts/xlmr-toxic/config.json was published as a checkpoint."""
+    proj = make_project(tmp_path / "p", ["xla_ddp_train", "xla_multicore_inference"])
+    labels, _, data = labels_and_predictions()
+    with FakeKaggle(labels=labels, kernel_outputs=chain_outputs(data)) as fake:
+        env = fake.client_env(tmp_path / "cfg")
+        r = cli(["publish", f"tester/{TRAIN_SLUG}/1", "--dataset", "tester/xlmr-toxic-v1",
+                 "--metadata", str(proj / "kernel-metadata.json")], env)
+        assert r.returncode != 0, r.stdout + r.stderr
+        assert (f"tester/{TRAIN_SLUG} version 1: " in r.stderr and "holds no weights (it holds: config.json); a checkpoint "
+                "needs one of *.safetensors, *.bin (or adapter_model.safetensors)") in r.stderr, r.stderr
+        assert "tester/xlmr-toxic-v1" not in fake.datasets
+    from kaggle_kit.publish import PublishError, check_weights
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(PublishError, match=r"the folder: .*ckpt holds no weights \(it holds: config.json\)"):
+        check_weights(folder, "the folder")
+    (folder / "adapter_model.safetensors").write_bytes(b"w")
+    check_weights(folder, "the folder")

@@ -237,7 +237,7 @@ def test_push_takes_parameters_checked_and_injected_as_the_rehearsal_does(tmp_pa
     fixture = str(proj / "notebooks" / "fixture_kernel.py")
     with FakeKaggle() as fake:
         env = fake.client_env(tmp_path / "cfg")
-        for bad, message in (("nprocz=3", "unknown parameter(s) 'nprocz' (did you mean 'nprocs'?)"),
+        for bad, message in (("nprocz=3", "unknown parameter 'nprocz': the notebook's parameters cell does not define it (did you mean 'nprocs'?)"),
                              ("nprocs=three", "parameter 'nprocs': got 'three' (str), but its default 2 wants an integer")):
             r = cli(["push", *meta_args(proj, tmp_path / "b"), "-p", bad, fixture], env)
             assert r.returncode == 2 and message in r.stderr, r.stderr
@@ -299,6 +299,23 @@ def test_run_local_mounts_an_earlier_rehearsal_and_keeps_both(tmp_path):
     r = cli(["run-local", str(proj / "notebooks" / "consumer.py"), *args, "--input", f"producer-kernel={other}"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert (root / "consumer-kernel" / "working" / "submission.csv").read_text() == "id,toxic\n0,11\n"
+
+
+def test_run_local_refuses_an_input_slug_the_kernel_does_not_read(tmp_path):
+    """Issue 34.3: --input <slug>=DIR with a slug none of the kernel's sources was ignored, silently."""
+    proj = make_project(tmp_path / "p", [])
+    add_notebook(proj, "producer", PRODUCER, {"title": "Producer kernel", "accelerator": "none"})
+    add_notebook(proj, "consumer", CONSUMER, {"title": "Consumer kernel", "accelerator": "none", "uses": ["producer"]})
+    root, other = tmp_path / "run", tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "model.txt").write_text("weights v22")
+    args = ["--metadata", str(proj / "kernel-metadata.json"), "--root", str(root)]
+    r = cli(["run-local", str(proj / "notebooks" / "consumer.py"), *args, "--input", f"producer-kernal={other}"])
+    assert r.returncode == 2, r.stdout + r.stderr[-3000:]
+    assert ("--input producer-kernal=...: 'producer-kernal' is not a source of kernel 'local/consumer-kernel', so it "
+            "would not be mounted; did you mean 'producer-kernel'? its kernel and data set sources: producer-kernel "
+            "(local/producer-kernel)") in r.stderr, r.stderr
+    assert not (root / "consumer-kernel").exists()  # nothing ran
 
 
 # --- fault 7: the vendored cell carries the import closure, subpackages included ------------------

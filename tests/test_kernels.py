@@ -731,8 +731,8 @@ def test_run_local_refuses_unknown_parameters(tmp_path):
     r = cli(["run-local", str(proj / "notebooks" / "fixture_kernel.py"), "--metadata", str(proj / "kernel-metadata.json"),
              "--root", str(root), "-p", "nproc", "1", "-p", "batch_sise", "2"])
     assert r.returncode == 2, r.stdout + r.stderr[-2000:]
-    assert "unknown parameter(s) 'nproc' (did you mean 'nprocs'?), 'batch_sise'" in r.stderr
-    assert "its parameters cell defines: nprocs" in r.stderr
+    assert "unknown parameter 'nproc': the notebook's parameters cell does not define it (did you mean 'nprocs'?)" in r.stderr
+    assert "unknown parameter 'batch_sise'" in r.stderr and "the parameters cell defines: nprocs" in r.stderr
     assert not (root / "fixture-kernel-for-tests").exists()  # nothing ran
     with pytest.raises(kernels.ParameterError, match="unknown parameter"):
         kernels.check_parameters(proj / "notebooks" / "fixture_kernel.ipynb", {"nprocz": 1})

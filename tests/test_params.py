@@ -96,3 +96,40 @@ def test_every_notebook_refuses_a_string_for_a_number(tmp_path, name):
     r, _ = papermill(head_of(name, tmp_path), "-r", "max_len", "32")
     assert r.returncode != 0
     assert "ParameterTypeError" in r.stderr and re.search(r"parameter 'max_len': got '32' \(str\), but its default \d+ wants an integer", r.stderr)
+
+
+def test_the_notebook_side_refuses_an_injected_name_the_parameters_cell_lacks():
+    ns = {"In": ["", "save_every_minutes = 30.0\nseed = 0\n", "# Parameters\nsave_every_steps = 5\n"], "save_every_steps": 5}
+    with pytest.raises(ParameterTypeError) as e:
+        check_notebook_parameters(ns)
+    assert e.value.problems == ["unknown parameter 'save_every_steps': the notebook's parameters cell does not define it "
+                                "(did you mean 'save_every_minutes'?)"]
+    ns = {"In": ["", "a = 1\nb = os.getcwd()\n", "# Parameters\nb = \"x\"\nzzz = 1\n"], "b": "x", "zzz": 1}
+    with pytest.raises(ParameterTypeError, match=r"unknown parameter 'zzz'.*\(the parameters cell defines: a, b\)"):
+        check_notebook_parameters(ns)  # b (not a literal) is a parameter; zzz has no close match: every name is listed
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_notebook_refuses_an_unknown_parameter_before_any_work(tmp_path, name):
+    r, _ = papermill(head_of(name, tmp_path), "-p", "save_every_steps", "5", "-p", "seed", "1")
+    assert r.returncode != 0
+    assert "UnknownParameterError" in r.stderr and "unknown parameter 'save_every_steps'" in r.stderr, r.stderr[-2000:]
+
+
+def test_a_refused_parameter_reaches_the_user_as_one_short_block(tmp_path):
+    """Issue 34.5: through papermill, the kit's refusal sat inside a 40-80-line traceback; the kit's
+    runner (python -m kitlib.notebook, what the Makefile and the docs run) prints it as one block."""
+    nb = head_of("xla_ddp_train", tmp_path)
+    out = tmp_path / "out.ipynb"
+    r = subprocess.run([PY, "-m", "kitlib.notebook", str(nb), str(out), "-k", "python3", "--cwd", str(ROOT / "notebooks"),
+                        "--no-progress-bar", "-p", "save_every_steps", "5"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 1, r.stderr[-3000:]
+    lines = r.stderr.splitlines()  # papermill's few lines (input, output, working directory, kernel), then the block
+    assert len(lines) <= 8 and lines[-2:] == [
+        "error: UnknownParameterError: unknown parameter 'save_every_steps': the notebook's parameters cell does not "
+        "define it (did you mean 'save_every_minutes'?)",
+        f"  (cell 3 of {nb} failed; the whole traceback is in {out})"], r.stderr
+    assert "Traceback" not in r.stderr
+    kept = [o for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert kept[0].ename == "UnknownParameterError" and len(kept[0].traceback) > 3  # the traceback stays in the output notebook

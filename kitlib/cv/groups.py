@@ -281,7 +281,8 @@ def resolve_members(model: str, **resolve_kwargs) -> list[Path]:
     * else the one :func:`kitlib.models.model.resolve_checkpoint` gives.
 
     Raises:
-        GroupError: a group with a fold missing or twice (:func:`check_group`).
+        GroupError: a group with a fold missing or twice (:func:`check_group`), attached for ``"auto"``
+            too (one fold of three attached is refused, not used alone).
         FileNotFoundError: a folder with no checkpoint in it or below; what :func:`kitlib.models.model.resolve_checkpoint` raises.
     """
     from ..models.model import find_checkpoints, resolve_checkpoint
@@ -295,9 +296,9 @@ def resolve_members(model: str, **resolve_kwargs) -> list[Path]:
         return check_group(found)
     trained, search = resolve_kwargs.get("trained_dir"), resolve_kwargs.get("search_dir")
     if model == "auto" and not (trained and (Path(trained) / "config.json").is_file()) and search is not None:
-        found = find_checkpoints(search, trained=True)
+        found = check_group(find_checkpoints(search, trained=True))  # a fold group refused with any fold missing, one fold attached too
         if len(found) > 1:
-            return check_group(found)
+            return found
     return [resolve_checkpoint(model, **resolve_kwargs)]
 
 

@@ -788,11 +788,17 @@ def kept_epoch(history: dict) -> dict:
 def save_scores(out_dir: str | os.PathLike, scores: dict) -> Path:
     """Write ``scores`` (the saved checkpoint's held-out ROC AUC, overall and per language, as the
     training notebook measures it through the inference path) to ``<out_dir>/heldout_scores.json``,
-    atomically (:func:`kitlib.atomic.atomic_write`)."""
+    atomically (:func:`kitlib.atomic.atomic_write`), and fill the run's ``heldout_auc`` in the runs
+    table beside ``out_dir`` (:func:`kitlib.training.runs.update_run`: the run's row was appended by
+    :func:`train`, before these scores existed)."""
     from ..atomic import atomic_write
+    from .runs import update_run
 
     path = Path(out_dir) / SCORES_FILE
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(scores, indent=1)))
+    run_id = read_history(out_dir).get("run_id") if (Path(out_dir) / HISTORY_FILE).is_file() else None
+    if run_id and runs_table(out_dir).is_file() and scores.get("roc_auc") is not None:
+        update_run(runs_table(out_dir), run_id, heldout_auc=scores["roc_auc"])
     return path
 
 
@@ -920,7 +926,19 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
             (another recipe, other parameter groups, no epoch left: :func:`kitlib.training.resume.plan`); the
             recipe is unknown (:func:`kitlib.training.recipe.resolve`).
         kitlib.run.runtime.ReplicaError: a replica failed; names its rank and the original error.
+        kitlib.locks.FolderLocked: another run writes ``out_dir`` (its lock names the holder).
     """
+    import contextlib
+
+    from ..locks import output_lock
+
+    locked = holds_global_rank0(rt)  # the process that writes out_dir (torchrun's other workers on this host too run train)
+    with output_lock(job.out_dir, "training output folder") if locked else contextlib.nullcontext():
+        return _train(job, rt, start_method)
+
+
+def _train(job: TrainJob, rt: Runtime, start_method: str) -> dict | None:
+    """:func:`train`'s work, under the lock of its output folder."""
     check_replaceable(job.out_dir, "the training output folder (out_dir)")
     check_replaceable(resume.state_dir(job.out_dir), "the run's state folder")
     preflight(job.checkpoint, max_len=job.max_len, device=rt.backend.device, target=job.label_col, head_for_training=True)

@@ -1,0 +1,61 @@
+"""One run per output folder (issue 34.2): kitlib.locks, taken by kitlib.training.train.train.
+
+From the input: ``make submission`` trained into artifacts/xlmr-toxic while a second training run
+wrote the same folder; nothing noticed. A second run into a held folder is now refused naming the
+holder; a lock left by a dead run is taken over with a note.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SAMPLE
+from kitlib.locks import FolderLocked, lock_path, output_lock
+
+
+def test_a_second_holder_is_refused_naming_the_first(tmp_path):
+    out = tmp_path / "ckpt"
+    with output_lock(out) as path:
+        assert path == tmp_path / "ckpt.lock"
+        held = json.loads(path.read_text())
+        assert (held["pid"], held["host"]) == (os.getpid(), socket.gethostname())
+        code = ("import sys; from kitlib.locks import output_lock\n"
+                f"with output_lock({str(out)!r}): pass\n")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert r.returncode == 1
+        assert (f"FolderLocked: output folder {out} is being written by another run: pid {os.getpid()} on host "
+                f"{socket.gethostname()} since {held['started']}") in r.stderr, r.stderr
+    with output_lock(out):  # released at the end of the body
+        pass
+
+
+def test_a_lock_left_by_a_dead_run_is_taken_over_with_a_note(tmp_path, capsys):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    out = tmp_path / "ckpt"
+    lock_path(out).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "command": "train old",
+                                          "started": "2024-01-01T00:00:00+00:00"}))
+    with output_lock(out) as path:
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert (f"note: {path} named pid {pid} on host {socket.gethostname()} since 2024-01-01T00:00:00+00:00 "
+            "(train old), which no longer runs: taking the lock over") in capsys.readouterr().out
+
+
+def test_training_into_a_held_folder_is_refused_before_any_work(tmp_path):
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.training.train import TrainJob, train
+
+    out = tmp_path / "ckpt"
+    job = TrainJob(checkpoint=str(tmp_path / "no-model"), train_csv=str(SAMPLE / "train.csv"),
+                   valid_csv=str(SAMPLE / "validation.csv"), out_dir=str(out))
+    with output_lock(out):
+        with pytest.raises(FolderLocked, match=rf"training output folder {out} is being written by another run: "
+                                               rf"pid {os.getpid()} on host"):
+            train(job, detect_runtime(1, "cpu"))
+    assert not out.exists()
