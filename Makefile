@@ -97,7 +97,8 @@ $(STAMP): requirements.txt requirements/dev.txt requirements/torch.txt requireme
 # The model the main job predicts with: multilingual-e5-small fine-tuned by the training notebook on
 # the English rows + the first half of validation.csv, held out on its second half (kitlib/splits.py),
 # with the e5 recipe (kitlib/recipe.py). Trained again only when one of its inputs changed; the
-# stamp is written inside the checkpoint folder, which a new training replaces whole.
+# stamp is written inside the checkpoint folder, which a new training replaces whole (written
+# through kitlib.atomic, so the folder's manifest lists it as the kit's: kitlib/atomic.py).
 TRAINED := artifacts/xlmr-toxic
 TRAINED_STAMP := $(TRAINED)/.make-trained
 TRAIN_PARAMS := -p model multilingual-e5-small -p split validation -p epochs 2 -p max_len 64 -p batch_size 16 -p lr 0.0
@@ -113,7 +114,8 @@ $(TRAINED_STAMP): $(TORCH_STAMP) $(TRAIN_INPUTS)
 	$(PY) -m papermill --cwd notebooks -k python3 --log-output $(TRAIN_PARAMS) $(TRAIN_EXTRA) \
 		notebooks/xla_ddp_train.ipynb outputs/xla_ddp_train.ipynb && \
 	echo $$(( $$(date +%s) - start )) > outputs/.train-seconds
-	touch $@ outputs/.trained-now
+	$(PY) -c 'import sys, pathlib, kitlib.atomic as a; a.atomic_write(sys.argv[1], lambda t: pathlib.Path(t).touch())' $@
+	touch outputs/.trained-now
 
 # The main job: every device predicts its shard of test.csv; the shards merge into submission.csv.
 submission: $(TRAINED_STAMP)

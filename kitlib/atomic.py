@@ -17,6 +17,13 @@ Two rules of where and how, for every write of the kit:
   ``save_file``); what the kit puts in place gets what a plain create under the process's umask
   gives: files ``0o666 & ~umask`` (``0o777 & ~umask`` for a file with an execute bit), folders
   ``0o777 & ~umask`` (umask 022: 0644 and 0755; umask 077: 0600 and 0700).
+* **The kit replaces only what it owns** (:func:`check_replaceable`): every folder built by
+  :func:`atomic_dir` lists the entries the kit wrote into it in :data:`MANIFEST` (and
+  :func:`atomic_write` adds a file it writes into such a folder later). An existing folder is
+  replaced only when it is empty or holds nothing but those entries; a folder holding anything
+  else (a user's notes, another model's folder, a Drive folder an output links to) is refused
+  before any work, naming what is there, and the swap itself checks again: it never deletes a
+  file the kit did not write, through a link or not.
 """
 from __future__ import annotations
 
@@ -32,6 +39,71 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 _UMASK_LOCK = threading.Lock()
+
+MANIFEST = ".kitlib-owned"  # in a folder the kit built: the names of the entries it wrote there, one a line
+
+
+class NotOwnedError(FileExistsError):
+    """An existing folder holds entries the kit did not write, so the kit will not replace it."""
+
+
+def owned_entries(folder: str | os.PathLike) -> set[str]:
+    """The names of the entries the kit wrote into ``folder`` (its :data:`MANIFEST`; empty without one)."""
+    try:
+        names = (Path(folder) / MANIFEST).read_text(encoding="utf-8").splitlines()
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    return {n for n in names if n} | {MANIFEST}
+
+
+def foreign_entries(folder: str | os.PathLike) -> list[str]:
+    """The entries of ``folder`` (followed through a link) that the kit did not write, sorted.
+
+    ``[]`` when ``folder`` does not exist or is empty. An existing file (not a folder) is returned as
+    ``["<itself>"]``: the kit never replaces a file with a folder.
+    """
+    folder = real_target(folder)
+    if not folder.exists():
+        return []
+    if not folder.is_dir():
+        return ["<itself: a file, not a folder>"]
+    owned = owned_entries(folder)
+    return sorted(p.name for p in folder.iterdir() if p.name not in owned)
+
+
+def check_replaceable(final: str | os.PathLike, what: str = "the output folder") -> None:
+    """Refuse, before any work, to replace a folder that holds anything the kit did not write.
+
+    The rule of the module doc (the kit replaces only what it owns): ``final`` (or the folder it links
+    to) may be absent, empty, or an earlier output of the kit holding only the entries its
+    :data:`MANIFEST` names.
+
+    Raises:
+        NotOwnedError: ``final`` holds other entries; names up to eight of them, their count, and the fix.
+    """
+    extra = foreign_entries(final)
+    if not extra:
+        return
+    real = real_target(final)
+    where = f"{final} (a link to {real})" if real != Path(final) else f"{final}"
+    shown = ", ".join(extra[:8]) + (f", ... ({len(extra)} in all)" if len(extra) > 8 else "")
+    raise NotOwnedError(f"{what} {where} holds entries the kit did not write: {shown}. The kit replaces a folder "
+                        f"whole and will not delete them: move them out, or choose another folder that is new or empty.")
+
+
+def _register(folder: Path, name: str) -> None:
+    """Add ``name`` to ``folder``'s :data:`MANIFEST` when it has one (a kit-built folder)."""
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        return
+    owned = owned_entries(folder) - {MANIFEST}
+    if name in owned or name == MANIFEST:
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(f"{n}\n" for n in sorted(owned | {name})))
+    apply_umask(tmp)
+    os.replace(tmp, manifest)
 
 
 def current_umask() -> int:
@@ -96,7 +168,8 @@ def atomic_write(final: str | os.PathLike, write: Callable[[str], None], *, suff
 
     ``suffix`` ends the temporary name, for writers that read the format from it (``model.save``
     wants ``.keras``). A link is written through and the file gets the umask's mode (the module's
-    two rules: :func:`real_target`, :func:`apply_umask`).
+    two rules: :func:`real_target`, :func:`apply_umask`). Written into a folder the kit built, the
+    file joins the entries that folder's :data:`MANIFEST` says the kit owns.
     """
     final = real_target(final)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
@@ -109,6 +182,7 @@ def atomic_write(final: str | os.PathLike, write: Callable[[str], None], *, suff
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    _register(final.parent, final.name)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -167,30 +241,51 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
     A link ``final`` is written through: the folder it points to is replaced and the link stays
     (:func:`real_target`); the new folder and everything in it get the umask's modes
     (:func:`apply_umask`; ``mkdtemp`` makes 0700, safetensors 0600 files).
+
+    Only a folder the kit owns is replaced (:func:`check_replaceable`): checked before the body runs,
+    and again just before the swap. If entries the kit did not write appeared in ``final`` meanwhile,
+    nothing is swapped and the new folder is kept under its temporary name, which the error names.
+
+    Raises:
+        NotOwnedError: ``final`` holds entries the kit did not write.
     """
+    check_replaceable(final)
     final = real_target(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     old = None
     try:
         yield tmp
+        (tmp / MANIFEST).write_text("".join(f"{p.name}\n" for p in sorted(tmp.iterdir())), encoding="utf-8")
         apply_umask(tmp)
-        if final.exists() or final.is_symlink():
-            if _exchange(tmp, final):
-                old = tmp  # the swap put the old folder under the temporary name
-            else:
-                old = tmp.with_name(tmp.name + ".old")  # unique, as tmp's name is
-                os.replace(final, old)
-                try:
-                    os.replace(tmp, final)
-                except BaseException:
-                    os.replace(old, final)
-                    old = None
-                    raise
-        else:
-            os.replace(tmp, final)
+        try:
+            check_replaceable(final)
+        except NotOwnedError as e:
+            e.args = (f"{e.args[0]} The new folder is kept at {tmp}.",)
+            tmp = None  # keep it: the user's files win, and the work is not lost
+            raise
+        old = _swap_in(tmp, final)
     except BaseException:
-        _remove(tmp)
+        if tmp is not None:
+            _remove(tmp)
         raise
     if old is not None:
         _remove(old)
+
+
+def _swap_in(tmp: Path, final: Path) -> Path | None:
+    """Put the complete folder ``tmp`` in the place of ``final`` (:func:`atomic_dir`'s three cases);
+    return where the old folder now is, to delete (None: there was none). On an error ``final`` is as it was."""
+    if not (final.exists() or final.is_symlink()):
+        os.replace(tmp, final)
+        return None
+    if _exchange(tmp, final):
+        return tmp  # the swap put the old folder under the temporary name
+    old = tmp.with_name(tmp.name + ".old")  # unique, as tmp's name is
+    os.replace(final, old)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        os.replace(old, final)
+        raise
+    return old

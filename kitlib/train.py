@@ -55,7 +55,7 @@ from tqdm.auto import tqdm
 
 from . import recipe as recipes
 from . import resume
-from .atomic import atomic_dir, atomic_write, real_target
+from .atomic import atomic_dir, atomic_write, check_replaceable, real_target
 from .checkpoint import HISTORY_FILE, RECIPE_KEY, SCORES_FILE, VALID_PREDICTIONS_FILE, replacing_message  # noqa: F401
 from .resume import RESUME_MODES
 from .runs import TRACKERS, Tracker, append_run, code_fingerprint, git_commit, runs_table
@@ -910,6 +910,8 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
     row to the runs table beside ``out_dir`` (:mod:`kitlib.runs`).
 
     Raises:
+        kitlib.atomic.NotOwnedError: ``out_dir`` (or its state folder), or the folder it links to, holds
+            entries the kit did not write (checked first: the kit replaces only what it owns).
         ValueError: the model cannot take the run (:func:`kitlib.limits.preflight`: ``max_len`` above
             its positions, token ids past its embedding, a head whose labels do not name
             ``label_col``, an attention the device lacks); ``rt``'s launch mode has
@@ -920,6 +922,8 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
             recipe is unknown (:func:`kitlib.recipe.resolve`).
         kitlib.runtime.ReplicaError: a replica failed; names its rank and the original error.
     """
+    check_replaceable(job.out_dir, "the training output folder (out_dir)")
+    check_replaceable(resume.state_dir(job.out_dir), "the run's state folder")
     preflight(job.checkpoint, max_len=job.max_len, device=rt.backend.device, target=job.label_col, head_for_training=True)
     job = recipes.resolve(_recipe_of_run(job))
     check_labels(job)

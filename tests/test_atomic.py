@@ -23,9 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_old(final: Path) -> None:
+    """An earlier output of the kit: its manifest names what the kit wrote (kitlib.atomic.MANIFEST)."""
     final.mkdir(parents=True)
     (final / "weights.bin").write_text("old weights")
     (final / "config.json").write_text("old config")
+    (final / atomic.MANIFEST).write_text("config.json\nweights.bin\n")
 
 
 def write_new(tmp: Path) -> None:
@@ -34,7 +36,8 @@ def write_new(tmp: Path) -> None:
 
 
 def contents(d: Path) -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted(d.iterdir())}
+    """What a folder holds, less the kit's manifest of it."""
+    return {p.name: p.read_text() for p in sorted(d.iterdir()) if p.name != atomic.MANIFEST}
 
 
 OLD = {"config.json": "old config", "weights.bin": "old weights"}
@@ -327,3 +330,68 @@ def test_a_linked_output_dir_keeps_its_run_records_beside_the_target(tmp_path):
     assert state_dir(link) == tmp_path / "drive" / "xlmr-toxic.state"
     assert runs_table(link) == tmp_path / "drive" / "runs.csv"
     assert state_dir(tmp_path / "plain") == tmp_path / "plain.state"
+
+
+# --- issue 33 item 1: the kit replaces only what it owns ---
+
+
+def test_a_folder_with_a_users_file_is_refused_before_the_body_and_keeps_it(tmp_path, mode):
+    out = tmp_path / "xlmr-toxic"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes")
+    (out / "other-model").mkdir()
+    ran = []
+    with pytest.raises(atomic.NotOwnedError, match=r"holds entries the kit did not write: notes.txt, other-model"):
+        with atomic_dir(out) as tmp:
+            ran.append(tmp)
+    assert ran == [] and (out / "notes.txt").read_text() == "my notes" and (out / "other-model").is_dir()
+    assert leftovers(tmp_path, "xlmr-toxic") == []
+
+
+def test_a_linked_folder_with_a_users_files_is_refused_and_keeps_them(tmp_path, mode):
+    drive = tmp_path / "drive" / "MyDrive"
+    drive.mkdir(parents=True)
+    (drive / "thesis.pdf").write_text("years of work")
+    link = tmp_path / "artifacts" / "xlmr-toxic"
+    link.parent.mkdir()
+    link.symlink_to(drive, target_is_directory=True)
+    with pytest.raises(atomic.NotOwnedError, match=f"a link to {drive}.*thesis.pdf"):
+        with atomic_dir(link) as tmp:
+            write_new(tmp)
+    assert (drive / "thesis.pdf").read_text() == "years of work" and link.is_symlink()
+
+
+def test_an_empty_folder_is_taken_and_the_kits_own_output_replaced(tmp_path, mode):
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    with atomic_dir(out) as tmp:
+        write_new(tmp)
+    assert contents(out) == NEW and atomic.owned_entries(out) == {"weights.bin", "tokenizer.json", atomic.MANIFEST}
+    atomic_write(out / "heldout_scores.json", lambda t: Path(t).write_text("{}"))  # a file the kit adds later is its own
+    assert atomic.foreign_entries(out) == []
+    with atomic_dir(out) as tmp:
+        (tmp / "weights.bin").write_text("newer")
+    assert contents(out) == {"weights.bin": "newer"}
+
+
+def test_a_file_the_user_adds_to_a_kit_folder_stops_the_next_swap(tmp_path, mode):
+    out = tmp_path / "ckpt"
+    with atomic_dir(out) as tmp:
+        write_new(tmp)
+    (out / "my-notes.md").write_text("mine")
+    with pytest.raises(atomic.NotOwnedError, match="my-notes.md"):
+        with atomic_dir(out) as tmp:
+            write_new(tmp)
+    assert (out / "my-notes.md").read_text() == "mine" and contents(out)["weights.bin"] == "new weights"
+
+
+def test_a_file_that_appears_during_the_work_keeps_both_the_file_and_the_new_folder(tmp_path, mode):
+    out = tmp_path / "ckpt"
+    make_old(out)
+    with pytest.raises(atomic.NotOwnedError, match="appeared.txt.*The new folder is kept at") as e:
+        with atomic_dir(out) as tmp:
+            write_new(tmp)
+            (out / "appeared.txt").write_text("written by someone else meanwhile")
+    kept = Path(str(e.value).rsplit("kept at ", 1)[1].rstrip("."))
+    assert (out / "appeared.txt").is_file() and contents(out)["weights.bin"] == "old weights"
+    assert contents(kept) == NEW

@@ -16,6 +16,7 @@ import torch
 
 from conftest import ROOT, SAMPLE
 from support.rank_states import max_diff, rank_states
+from kitlib.atomic import MANIFEST
 from kitlib import resume
 from kitlib.runtime import ReplicaError, detect_runtime
 from kitlib.train import TrainJob, read_history, train
@@ -152,6 +153,7 @@ def test_another_recipe_is_refused_before_any_replica_starts(tiny_checkpoint, tm
     groups = ((41, 1_372_161),)
     settings = _settings(recipe="tiny", lr=1e-3, head_lr=1e-3, param_groups=groups, batch_size=8, steps_per_epoch=6)
     (state / resume.RUN_FILE).write_text(json.dumps(_saved(settings, 0, 3)[1]))
+    (state / MANIFEST).write_text(f"{resume.RUN_FILE}\n")  # a state folder the kit wrote (kitlib.atomic)
     job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(out), epochs=2, recipe="standard", **JOB)
     with pytest.raises(ValueError, match=r"that run trained with recipe 'tiny', this one asks for 'standard'"):
         train(job, detect_runtime(1, "cpu"))

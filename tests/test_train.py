@@ -402,3 +402,28 @@ def test_resuming_continues_the_epochs_history_and_optimizer(one_process_run, ti
     assert history["epochs"][1]["train_loss"] == pytest.approx(ref_history["epochs"][1]["train_loss"], abs=1e-5)
     with pytest.raises(ValueError, match=r"already trained 2 epoch\(s\), and epochs=2 counts the whole run; set epochs above 2"):
         train(again, detect_runtime(1, "cpu"))
+
+
+# --- issue 33 item 1: the output folder is the kit's, or the run is refused before any work ---
+
+
+@pytest.mark.parametrize("linked", [False, True], ids=["folder", "linked-folder"])
+def test_training_into_a_folder_holding_a_users_files_refuses_before_any_work(tmp_path, monkeypatch, linked):
+    import kitlib.train as train_module
+    from kitlib.atomic import NotOwnedError
+
+    users = tmp_path / "drive" if linked else tmp_path / "xlmr-toxic"
+    users.mkdir()
+    (users / "notes.txt").write_text("keep me")
+    (users / "other-model").mkdir()
+    out = users
+    if linked:  # artifacts/xlmr-toxic -> a Drive folder holding other files
+        out = tmp_path / "artifacts" / "xlmr-toxic"
+        out.parent.mkdir()
+        out.symlink_to(users, target_is_directory=True)
+    monkeypatch.setattr(train_module, "launch", lambda *a, **k: pytest.fail("a replica was launched"))
+    monkeypatch.setattr(train_module, "preflight", lambda *a, **k: pytest.fail("work started before the check"))
+    job = TrainJob(checkpoint=str(tmp_path / "any"), out_dir=str(out), batch_size=GLOBAL_BATCH, **SMALL)
+    with pytest.raises(NotOwnedError, match=r"the training output folder \(out_dir\) .*notes.txt, other-model"):
+        train(job, detect_runtime(1, "cpu"))
+    assert (users / "notes.txt").read_text() == "keep me" and (users / "other-model").is_dir()
