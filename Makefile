@@ -95,8 +95,8 @@ $(STAMP): requirements.txt requirements/dev.txt requirements/torch.txt requireme
 	test -e $(TORCH_STAMP) && [ -z "$$(find $(TORCH_REQS) -newer $(TORCH_STAMP))" ] || touch $(TORCH_STAMP)
 
 # The model the main job predicts with: multilingual-e5-small fine-tuned by the training notebook on
-# the English rows + the first half of validation.csv, held out on its second half (kitlib/splits.py),
-# with the e5 recipe (kitlib/recipe.py). Trained again only when one of its inputs changed; the
+# the English rows + the first half of validation.csv, held out on its second half (kitlib/cv/splits.py),
+# with the e5 recipe (kitlib/training/recipe.py). Trained again only when one of its inputs changed; the
 # stamp is written inside the checkpoint folder, which a new training replaces whole (written
 # through kitlib.atomic, so the folder's manifest lists it as the kit's: kitlib/atomic.py).
 TRAINED := artifacts/xlmr-toxic
@@ -131,7 +131,7 @@ submission: $(TRAINED_STAMP)
 		--setup-seconds-file $(VENV)/.kit-torch-seconds --train-seconds-file outputs/.train-seconds \
 		--predict-seconds-file outputs/.predict-seconds --train-status-file outputs/.train-status
 
-# Cross-validation on the bundled sample (scripts/cv.py, kitlib/folds.py, kitlib/cv.py): FOLDS stratified
+# Cross-validation on the bundled sample (scripts/cv.py, kitlib/cv/folds.py, kitlib/cv/groups.py): FOLDS stratified
 # folds of make submission's training rows (never its held-out rows), each fine-tuned by the training
 # notebook with TRAIN_PARAMS; then the inference notebook blends the fold models into submission-cv.csv,
 # and the report prints the out-of-fold ROC AUC per language, each fold's and the blend's held-out ROC
@@ -143,7 +143,7 @@ SEEDS ?=
 PSEUDO ?= 0
 CV_BLEND ?= mean
 CV_REUSE ?= 0
-# PSEUDO_HIGH / PSEUDO_LOW: the thresholds every fold must agree on (default kitlib.pseudo.HIGH / LOW)
+# PSEUDO_HIGH / PSEUDO_LOW: the thresholds every fold must agree on (default kitlib.cv.pseudo.HIGH / LOW)
 PSEUDO_HIGH ?=
 PSEUDO_LOW ?=
 CV_ARGS := $(if $(SEEDS),--seeds "$(SEEDS)",--folds $(FOLDS)) --blend $(CV_BLEND) $(if $(filter 1,$(PSEUDO)),--pseudo) \

@@ -8,7 +8,7 @@ What is compared (issue 28, "int8 through a maintained runtime, or not at all"),
 
 ==============  ====================================================================================
 torch-fp32      the kit's eager path (``kitlib.infer``): ``load_model`` + ``keep_head_float32``, ``torch.no_grad``
-torch-bf16      the same under ``torch.autocast("cpu", bfloat16)`` (``kitlib.backends.precision.autocast``)
+torch-bf16      the same under ``torch.autocast("cpu", bfloat16)`` (``kitlib.run.backends.precision.autocast``)
 torch-int8      the same after torch.ao's ``quantize_dynamic`` of the body's ``nn.Linear`` layers (per-channel
                 qint8, fbgemm): what the kit shipped as ``precision="int8"`` until issue 28 removed it
 ort-fp32        ONNX Runtime (CPU EP, graph optimizations all) on ``torch.onnx.export`` of the kit's own model
@@ -23,7 +23,7 @@ ov-int8w        NNCF weight compression (``nncf.compress_weights``, INT8_ASYM: i
 ==============  ====================================================================================
 
 Rows: validation.csv rows 500-999 of the bundled sample (tr 179, es 168, it 153; 88 toxic), the rows
-``make submission`` holds out (:func:`kitlib.splits.validation_split`). They are tokenized as
+``make submission`` holds out (:func:`kitlib.cv.splits.validation_split`). They are tokenized as
 ``kitlib.infer`` does (the checkpoint's ``query: `` prefix, max_len 128) and batched as its eager path
 does with one replica: sorted by length, 32 rows a batch, each padded to its own longest row
 (:func:`kitlib.infer.padded_lengths`, ``plan_batches(fill_last=False)``): 16 batches. Every runtime
@@ -32,7 +32,7 @@ gets exactly these arrays.
 Model: ``--checkpoint`` (a fine-tuned multilingual-e5-small folder), else the frozen-body probe of
 ``benchmarks/e5_precision.py`` (the pretrained body, a logistic-regression head fitted on 800 English
 training rows plus validation.csv rows 0-499). The ONNX file is exported from that checkpoint's
-:class:`kitlib.mean_pooling.BertMeanPooledClassifier` (the kit's class: same mean pooling, same head),
+:class:`kitlib.models.mean_pooling.BertMeanPooledClassifier` (the kit's class: same mean pooling, same head),
 wrapped to return the logits.
 
 Timing: each (runtime, cap) runs in a fresh subprocess, in rounds (every configuration once per round,
@@ -79,7 +79,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 WORK = ROOT / ".cache" / "bench-cpu-runtimes"
-HELD_OUT = slice(500, 1000)  # kitlib.splits.validation_split's second half
+HELD_OUT = slice(500, 1000)  # kitlib.cv.splits.validation_split's second half
 BATCH, MAX_LEN = 32, 128  # InferJob defaults, as make submission's inference notebook runs them
 CALIBRATION_ROWS = 320  # for ov-int8's activation ranges: from the probe's training rows, never held-out ones
 THREADS = 2
@@ -169,7 +169,7 @@ def prepare(ck: Path, force: bool = False) -> dict:
 
 
 def load_torch(ck: Path):
-    from kitlib.model import keep_head_float32, load_model
+    from kitlib.models.model import keep_head_float32, load_model
 
     model = load_model(ck)
     keep_head_float32(model)
@@ -321,7 +321,7 @@ def runner(name: str, ck: Path):
     if name.startswith("torch-"):
         import torch
 
-        from kitlib.backends.precision import autocast
+        from kitlib.run.backends.precision import autocast
 
         precision = name.split("-", 1)[1]
         model = load_torch(ck)
@@ -393,7 +393,7 @@ def measure(name: str, ck: Path, out: Path, passes_wanted: int = 2) -> None:
         c, w = time.process_time(), time.perf_counter()
         logits = [fn(ids, mask) for ids, mask in batches]
         passes.append({"cpu": time.process_time() - c, "wall": time.perf_counter() - w})
-    from kitlib.model import probabilities
+    from kitlib.models.model import probabilities
 
     probs = probabilities(torch.from_numpy(np.concatenate(logits).astype(np.float32))).numpy()
     p = np.empty(len(rows), np.float32)

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/e5_precision.py                        # a quick frozen-body probe instead
 
 Held-out rows: validation.csv rows 500-999 of the bundled sample (tr 179, es 168, it 153; 88 toxic),
-the rows ``make submission`` holds out (:func:`kitlib.splits.validation_split`) and never trains on.
+the rows ``make submission`` holds out (:func:`kitlib.cv.splits.validation_split`) and never trains on.
 Each precision runs the kit's inference path itself, ``predict(job, detect_runtime(accelerator="cpu"))``,
 on the same rows in this process, one after the other; the script prints each one's ROC AUC
 (overall and per language), its loop seconds and CPU seconds, and the differences against fp32. The rule
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "jigsaw-sample"
 sys.path.insert(0, str(ROOT))
 
-HELD_OUT = slice(500, 1000)  # validation.csv rows never trained on (kitlib.splits.validation_split's second half)
+HELD_OUT = slice(500, 1000)  # validation.csv rows never trained on (kitlib.cv.splits.validation_split's second half)
 PROBE_ENGLISH_ROWS = 800
 
 
@@ -48,7 +48,8 @@ def probe_checkpoint() -> Path:
     from sklearn.linear_model import LogisticRegression
 
     from kitlib.data import PlannedBatches, choose_bucket_lengths, plan_batches, tokenize
-    from kitlib.model import load_classifier, resolve_checkpoint, with_text_prefix
+    from kitlib.checkpoint import with_text_prefix
+    from kitlib.models.model import load_classifier, resolve_checkpoint
 
     out = ROOT / ".cache" / "bench-e5-probe"
     if (out / "config.json").is_file():
@@ -88,7 +89,7 @@ def score(checkpoint: Path, test_csv: Path, precision: str, tmp: Path) -> dict:
     from sklearn.metrics import roc_auc_score
 
     from kitlib.infer import InferJob, predict, replica_stats
-    from kitlib.runtime import detect_runtime
+    from kitlib.run.runtime import detect_runtime
 
     out = tmp / precision
     c, t = time.process_time(), time.perf_counter()

@@ -5,9 +5,9 @@ One run per call, one JSON line on stdout (and appended to ``--log``)::
     PYTHONPATH=. .venv/bin/python benchmarks/minilm_finetune.py --rows 1839 --max-len 64 --lr 5e-5 \
         --epochs 1 --batch 16 --replicas 1
 
-The held-out split is ``kitlib.splits.english_holdout_split(train.csv, frac=0.2, seed=0)``: 1,839
+The held-out split is ``kitlib.cv.splits.english_holdout_split(train.csv, frac=0.2, seed=0)``: 1,839
 training rows (160 toxic), 460 held-out rows (40 toxic). ``--rows`` keeps the first rows of the
-training part. Training runs through ``kitlib.train.train`` (eager CPU replicas by default) (validation = the held-out
+training part. Training runs through ``kitlib.training.train.train`` (eager CPU replicas by default) (validation = the held-out
 rows); the multilingual AUC is computed afterwards from the saved checkpoint on ``validation.csv``
 (1,000 rows: tr, es, it) with plain eager torch on the CPU.
 """
@@ -30,8 +30,8 @@ def multilingual_auc(checkpoint: Path, max_len: int, batch: int = 64) -> tuple[f
     import torch
 
     from kitlib.data import read_csv_checked
-    from kitlib.model import load_classifier, probabilities
-    from kitlib.train import roc_auc
+    from kitlib.models.model import load_classifier, probabilities
+    from kitlib.metrics import roc_auc
 
     t0 = time.perf_counter()
     df = read_csv_checked(SAMPLE / "validation.csv", label_cols=("toxic",))
@@ -59,10 +59,10 @@ def main() -> None:
     ap.add_argument("--log", default=None)
     a = ap.parse_args()
 
-    from kitlib.packaged import minilm_checkpoint
-    from kitlib.runtime import detect_runtime
-    from kitlib.splits import english_holdout_split
-    from kitlib.train import TrainJob, train
+    from kitlib.models.packaged import minilm_checkpoint
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.cv.splits import english_holdout_split
+    from kitlib.training.train import TrainJob, train
 
     work = Path(a.work)
     ckpt = minilm_checkpoint(work / "cache")

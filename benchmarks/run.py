@@ -60,7 +60,7 @@ def worker(job: str, args: list[str]) -> None:
         shard_dir, dest = Path(args[0]), Path(args[1])
         files = sorted(shard_dir.glob("shard-*.parquet"))
         if job == "merge-kit":
-            from kitlib.merge import merge_shards
+            from kitlib.outputs.merge import merge_shards
 
             def op():
                 merge_shards([shard_dir], dest)
@@ -102,7 +102,7 @@ def run_worker(job: str, *args, env: dict | None = None) -> dict:
 
 
 def tiny_checkpoint() -> Path:
-    from kitlib.model import resolve_checkpoint
+    from kitlib.models.model import resolve_checkpoint
 
     return resolve_checkpoint("tiny-random", data_dir=SAMPLE, cache_dir=ROOT / ".cache")
 
@@ -112,7 +112,7 @@ def bench_merge(tmp: Path) -> None:
     import numpy as np
     from torch.utils.data import DistributedSampler
 
-    from kitlib.shards import write_shard
+    from kitlib.outputs.shards import write_shard
 
     print(f"\n## 1. Merge: {MERGE_WORLD} shards, {MERGE_ROWS + 5:,} rows with padding duplicates, string ids")
     rng = np.random.default_rng(0)
@@ -141,13 +141,13 @@ def _compile_job(job: str, limit: int) -> dict:
 
     from kitlib import compat
     from kitlib.data import read_csv_checked
-    from kitlib.model import load_classifier, probabilities
+    from kitlib.models.model import load_classifier, probabilities
 
     ck = str(tiny_checkpoint())
     t = time.perf_counter()
     if job == "compile-kit":  # the kit's own path: predict() on one PJRT CPU device in this process's child
         from kitlib.infer import InferJob, predict, replica_stats
-        from kitlib.runtime import detect_runtime
+        from kitlib.run.runtime import detect_runtime
 
         tmp = Path(tempfile.mkdtemp())
         read_csv_checked(SAMPLE / "test.csv").iloc[:limit].rename(columns={"text": "content"}).to_csv(tmp / "t.csv", index=False)
@@ -246,7 +246,7 @@ print("LOOP", time.perf_counter() - t1)
 KIT = """\
 import sys, time
 from kitlib.infer import InferJob, predict, replica_stats
-from kitlib.runtime import detect_runtime
+from kitlib.run.runtime import detect_runtime
 checkpoint, test_csv, out_dir, replicas, precision = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 rt = detect_runtime(replicas or None)
 predict(InferJob(checkpoint=checkpoint, test_csv=test_csv, shard_dir=out_dir + "/shards", output_csv=out_dir + "/sub.csv",
@@ -264,7 +264,8 @@ def _classifier(name: str, tmp: Path) -> Path | None:
     """A checkpoint with a fixed classifier head, so the kit and the plain script load the same weights."""
     import torch
 
-    from kitlib.model import PRETRAINED, load_classifier, resolve_checkpoint
+    from kitlib.models.model import load_classifier, resolve_checkpoint
+    from kitlib.models.packaged import PRETRAINED
 
     out = ROOT / ".cache" / f"bench-{name}-classifier"
     if (out / "config.json").is_file():
@@ -302,7 +303,7 @@ def bench_eager(tmp: Path, models: tuple[str, ...] = EAGER_MODELS) -> None:
     import numpy as np
     import pandas as pd
 
-    from kitlib.hardware import cpu_cores
+    from kitlib.run.hardware import cpu_cores
 
     print("\n## 4. The kit's whole inference job against a plain eager script (whole processes, same rows and model)")
     print("  plain: AutoModelForSequenceClassification (or AutoModel + mean pooling + the saved head, for a mean-pooled")
@@ -350,8 +351,8 @@ def vm(key):
 import kitlib, transformers
 from kitlib import infer
 from kitlib.infer import InferJob, predict
-from kitlib.merge import merge_shards
-from kitlib.runtime import detect_runtime
+from kitlib.outputs.merge import merge_shards
+from kitlib.run.runtime import detect_runtime
 part, checkpoint, test_csv, work = sys.argv[1:5]
 transformers.AutoTokenizer.from_pretrained(checkpoint)  # the tokenizer's own memory is not the test set's
 start, t = vm("VmRSS:"), time.perf_counter()
@@ -441,7 +442,7 @@ def bench_memory(tmp: Path, rows_list: tuple[int, ...] = MEMORY_ROWS) -> None:
     Rows are the sample's texts repeated (ids suffixed). Measured: predict's own work before the
     replicas start (reading, checking and tokenizing the test set, choosing the bucket lengths;
     the replicas are not started) and its merge afterwards (8 shards written by
-    :func:`kitlib.shards.write_shard`). Each job runs in a fresh process that imports kitlib from
+    :func:`kitlib.outputs.shards.write_shard`). Each job runs in a fresh process that imports kitlib from
     ``$PYTHONPATH`` (default: this checkout), so ``PYTHONPATH=/other/checkout`` measures another
     version with the same script and inputs.
 
@@ -454,7 +455,7 @@ def bench_memory(tmp: Path, rows_list: tuple[int, ...] = MEMORY_ROWS) -> None:
     from transformers import AutoTokenizer
 
     from kitlib.data import token_lengths
-    from kitlib.shards import write_shard
+    from kitlib.outputs.shards import write_shard
 
     ck = tiny_checkpoint()
     kit = os.environ.get("PYTHONPATH") or str(ROOT)

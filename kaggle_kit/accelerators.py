@@ -5,7 +5,7 @@ The rows follow Kaggle's list of machine shapes as the kaggle client names them
 ``docs/kernels.md``: NvidiaTeslaT4, NvidiaL4, NvidiaH100, NvidiaRtxPro6000, NvidiaTeslaA100,
 TpuV5E8, TpuV6E8, and the retired NvidiaTeslaP100, TpuV38, Tpu1VmV38). Free sessions are
 TPU v5e-8 and 2x T4; TPU v6e-8, L4, H100, A100 and RTX Pro 6000 are offered for some
-competitions only. Each row says which of ``kitlib.runtime``'s launch modes the machine runs
+competitions only. Each row says which of ``kitlib.run.runtime``'s launch modes the machine runs
 (``runtimes``: ``tpu`` is torch_xla, or JAX in the Keras notebook; the GPUs are CUDA), so a
 notebook's ``accelerator`` parameter can be checked against the kernel's machine.
 
@@ -30,7 +30,7 @@ class Accelerator(NamedTuple):
         enable_tpu, enable_gpu: the kernel-metadata flags.
         machine_shape: Kaggle's name (None: no accelerator).
         aliases: Kaggle editor names and machine shapes (any case).
-        runtimes: ``kitlib.runtime`` launch modes that run on it (a notebook's ``accelerator`` parameter).
+        runtimes: ``kitlib.run.runtime`` launch modes that run on it (a notebook's ``accelerator`` parameter).
         kind: ``tpu``, ``gpu`` or ``none`` (session limits, image rules).
         what: the machine in words.
         refused: why a push asking for it is refused ("" when it is not).

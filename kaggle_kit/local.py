@@ -33,7 +33,7 @@ def _source_slug(source: str) -> str:
 
 def _copy(src: Path, dst: Path) -> None:
     """Mount ``src`` at ``dst``: a copy (Kaggle's input is separate from the source kernel's working folder;
-    kitlib.model's search does not follow links). Files are hard-linked where the filesystem allows."""
+    kitlib.models.model's search does not follow links). Files are hard-linked where the filesystem allows."""
     if dst.exists():
         shutil.rmtree(dst)
 
@@ -108,7 +108,7 @@ def run_local(staged: Staged, root: Path, data_dir: Path, parameters: dict | Non
     """
     import papermill
 
-    from kitlib.backends.base import patch_environment
+    from kitlib.run.backends.base import patch_environment
 
     values = check_parameters(staged.notebook, parameters or {})
     inp, work = kaggle_layout(Path(root), staged.metadata, data_dir, inputs)

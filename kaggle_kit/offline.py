@@ -24,7 +24,7 @@ import ast
 import re
 from typing import NamedTuple
 
-from kitlib.e5_convert import E5, INSTALL as E5_INSTALL
+from kitlib.models.e5_convert import E5, INSTALL as E5_INSTALL
 
 # (pattern over the command line, why it needs the internet, what to do offline)
 SHELL_NEEDS = (
@@ -50,7 +50,7 @@ MODEL_PARAMETERS = {
     "model": ("auto", "tiny-random"),  # notebooks/xla_*: "auto" = the training output, else tiny-random
     "preset": ("tiny",),               # notebooks/keras_xlmr_train: "tiny" = random init, offline
 }
-# model parameter values that kitlib builds from Python packages (kitlib.packaged.PRETRAINED) missing
+# model parameter values that kitlib builds from Python packages (kitlib.models.packaged.PRETRAINED) missing
 # from Kaggle's image: name -> what to do instead (they are not hub names)
 PACKAGED_MODELS = {
     E5: f"names a packaged model, converted by kitlib from wheels that Kaggle's image lacks ({E5_INSTALL}): "

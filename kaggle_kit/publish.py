@@ -10,7 +10,7 @@ a data set version, through the kaggle client's own ``KaggleApi.dataset_create_v
 * ``--attach NOTEBOOK`` adds the data set to that entry's ``dataset_sources`` (the inference
   notebook's ``model="auto"`` finds a kit-trained checkpoint under ``/kaggle/input``);
 * a packaged checkpoint is recorded in ``packaged_sources`` (name -> data set): staging then
-  attaches it to any kernel whose ``model`` names it, and ``kitlib.model.attached_packaged`` finds
+  attaches it to any kernel whose ``model`` names it, and ``kitlib.models.model.attached_packaged`` finds
   it there by its ``kitlib-source.json``.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ class PublishError(RuntimeError):
 def _checkpoint_folder(source: str, api, scratch: Path) -> tuple[Path, str]:
     """The folder to publish for ``source`` and a description of it.
 
-    ``source``: a folder holding ``config.json``; a packaged name (``kitlib.packaged.PRETRAINED``,
+    ``source``: a folder holding ``config.json``; a packaged name (``kitlib.models.packaged.PRETRAINED``,
     converted here); or ``owner/kernel-slug[/N]``, a kernel version whose output holds the
     training notebook's checkpoint (:data:`CHECKPOINT`).
     """
@@ -43,7 +43,7 @@ def _checkpoint_folder(source: str, api, scratch: Path) -> tuple[Path, str]:
         if not (folder / "config.json").is_file():
             raise PublishError(f"{folder}: not a checkpoint folder (no config.json)")
         return folder, f"the folder {folder}"
-    from kitlib.packaged import PRETRAINED
+    from kitlib.models.packaged import PRETRAINED
 
     if source in PRETRAINED:
         from kitlib import paths

@@ -267,14 +267,14 @@ def notebook_parameter(nb, name: str):
     return value
 
 
-# the kitlib calls a notebook resolves its `model` parameter with (kitlib.cv.resolve_members passes its
-# keywords on to kitlib.model.resolve_checkpoint)
+# the kitlib calls a notebook resolves its `model` parameter with (kitlib.cv.groups.resolve_members passes its
+# keywords on to kitlib.models.model.resolve_checkpoint)
 MODEL_RESOLVERS = ("resolve_checkpoint", "resolve_members")
 
 
 def model_purpose(nb) -> str | None:
     """What the notebook resolves its ``model`` for: the ``purpose=`` literal of its call of one of
-    :data:`MODEL_RESOLVERS` (``"training"``; kitlib.model's default ``"inference"`` when the call
+    :data:`MODEL_RESOLVERS` (``"training"``; kitlib.models.model's default ``"inference"`` when the call
     names none); None when the notebook calls none."""
     import ast
 
@@ -294,7 +294,7 @@ def model_purpose(nb) -> str | None:
 
 
 def _auto_model(c: Checked) -> list[str]:
-    """``model="auto"`` that will surely find nothing on Kaggle (kitlib.model.resolve_checkpoint
+    """``model="auto"`` that will surely find nothing on Kaggle (kitlib.models.model.resolve_checkpoint
     refuses "auto" on the competition data when no checkpoint is attached)."""
     nb = c.notebook
     if nb is None or notebook_parameter(nb, "model") != "auto":
@@ -355,9 +355,9 @@ RULES: tuple[Rule, ...] = (
     Rule("enable_internet", "false: the notebook installs and downloads nothing (offline.py)",
          "Kaggle runs the kernel without network access", _internet),
     Rule("model_sources, dataset_sources, kernel_sources", "what model=\"auto\" loads is attached",
-         "kitlib.model.resolve_checkpoint refuses 'auto' on the competition data", _auto_model),
+         "kitlib.models.model.resolve_checkpoint refuses 'auto' on the competition data", _auto_model),
     Rule("accelerator (the notebook parameter)", "auto, or a runtime of the kernel's machine (ACCELERATORS.runtimes)",
-         "kitlib.runtime.detect_runtime refuses an accelerator it does not find", _accelerator_parameter),
+         "kitlib.run.runtime.detect_runtime refuses an accelerator it does not find", _accelerator_parameter),
 )
 
 

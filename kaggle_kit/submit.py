@@ -90,13 +90,13 @@ def competition_sample(api, competition: str, dest: Path) -> Path:
 
 def precheck(path: Path, sample_submission: Path) -> str:
     """Check a submission locally before a submission is spent on it, by the merger's rules
-    (:func:`kitlib.blend.check_submission`: the sample submission's ids, each once, its prediction
+    (:func:`kitlib.outputs.blend.check_submission`: the sample submission's ids, each once, its prediction
     columns, finite values in [0, 1]). Returns a one-line summary.
 
     Raises:
         SubmitError: the file breaks a rule (naming the file, the column and the ids); nothing is sent.
     """
-    from kitlib.blend import BlendError, check_submission
+    from kitlib.outputs.blend import BlendError, check_submission
 
     try:
         rows, columns, notes = check_submission(path, sample_submission)
@@ -200,11 +200,11 @@ def wait_scored(api, ref: int, *, timeout: float = 1800.0, poll: float = 10.0, s
 
 def description(message: str, path: Path, say=lambda line: print(f"note: {line}", flush=True)) -> str:
     """A submission's description: ``message``, then the training runs its predictions came from, as
-    the file's writer record names them (``<file>.writer.json``, :func:`kitlib.provenance.recorded_runs`),
-    e.g. ``"owner/infer v3 [runs 3f2a9c01be77]"`` (:func:`kitlib.runs.runs_tag`); ``submissions`` reads them back.
+    the file's writer record names them (``<file>.writer.json``, :func:`kitlib.outputs.provenance.recorded_runs`),
+    e.g. ``"owner/infer v3 [runs 3f2a9c01be77]"`` (:func:`kitlib.training.runs.runs_tag`); ``submissions`` reads them back.
     A record that no longer describes the file (changed since) names no run; ``say`` is told why."""
-    from kitlib.provenance import recorded_runs
-    from kitlib.runs import runs_tag
+    from kitlib.outputs.provenance import recorded_runs
+    from kitlib.training.runs import runs_tag
 
     tag = runs_tag(recorded_runs(path, say=say))
     return f"{message} {tag}".strip() if tag and tag not in message else message
@@ -212,8 +212,8 @@ def description(message: str, path: Path, say=lambda line: print(f"note: {line}"
 
 def run_lines(sub, roots) -> list[str]:
     """Lines naming the run(s) behind ``sub`` (its description's ``[runs ...]``), each looked up in the
-    runs tables under ``roots`` (:func:`kitlib.runs.find_runs`); [] when the description names none."""
-    from kitlib.runs import describe_run, find_runs, runs_in_description
+    runs tables under ``roots`` (:func:`kitlib.training.runs.find_runs`); [] when the description names none."""
+    from kitlib.training.runs import describe_run, find_runs, runs_in_description
 
     ids = runs_in_description(getattr(sub, "description", ""))
     found = find_runs(ids, roots)

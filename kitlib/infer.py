@@ -5,7 +5,7 @@
     rt = detect_runtime(num_devices, accelerator)        # touches no device
     job = InferJob(checkpoint=..., test_csv=..., shard_dir=..., output_csv="submission.csv",
                    sample_submission="sample_submission.csv")
-    result = predict(job, rt)                            # a kitlib.merge.MergeResult
+    result = predict(job, rt)                            # a kitlib.outputs.merge.MergeResult
 
 In the calling process ``predict`` refuses a ``shard_dir`` the replicas cannot share
 (:func:`kitlib.storage.check_shared`), checks ``max_len`` against the model, reads and tokenizes
@@ -13,14 +13,14 @@ the test CSV once, in chunks, into a temporary folder the replicas map
 (:func:`kitlib.data.tokenize_csv`: this process keeps no text or token of the whole set), and
 chooses the padded lengths (:func:`kitlib.data.choose_bucket_lengths`) from the whole test set, so
 every replica compiles the same few shapes. Then one replica per
-device (:func:`kitlib.runtime.launch`) runs :func:`_mp_fn`: it takes its rows with
+device (:func:`kitlib.run.runtime.launch`) runs :func:`_mp_fn`: it takes its rows with
 ``DistributedSampler(shuffle=False, drop_last=False)`` (which pads every rank to
 ``ceil(N / world_size)`` rows by repeating the first rows), sorts them by length, runs fixed-shape
-``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.shards`), marking the
+``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.outputs.shards`), marking the
 sampler's padding rows. Last, the shards of this run alone are merged into the submission
 (:func:`merge_run`: a shard of another run in the folder is refused, never merged).
 
-A replica that fails raises :class:`kitlib.runtime.ReplicaError` naming its rank: nothing is merged
+A replica that fails raises :class:`kitlib.run.runtime.ReplicaError` naming its rank: nothing is merged
 and an existing submission is left as it was.
 
 Multi-host (``torchrun`` on several nodes, or a TPU pod slice: every host runs ``predict``): the
@@ -43,19 +43,22 @@ from pathlib import Path
 
 import numpy as np
 
-from . import heap, provenance, storage
-from .backends.precision import check as check_precision
-from .backends.precision import check_float32_logits, check_inference
-from .collapse import POLICIES
+from . import storage
+from .outputs import provenance
+from .run import heap
+from .run.backends.precision import check as check_precision
+from .run.backends.precision import check_float32_logits, check_inference
+from .outputs.collapse import POLICIES
+from .checkpoint import text_prefix
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
-from .merge import MergeResult, merge_shards
-from .limits import preflight
-from .model import keep_head_float32, load_model, prediction_column, probabilities, text_prefix
-from .replica import PeerFailed
-from .runs import run_ids_of
-from .runtime import Runtime, holds_global_rank0, launch
-from .shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
-from .submission_csv import NO_SAMPLE
+from .outputs.merge import MergeResult, merge_shards
+from .models.limits import preflight
+from .models.model import keep_head_float32, load_model, prediction_column, probabilities
+from .run.replica import PeerFailed
+from .training.runs import run_ids_of
+from .run.runtime import Runtime, holds_global_rank0, launch
+from .outputs.shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
+from .outputs.submission_csv import NO_SAMPLE
 
 TOKENS_DIR = "tokens"  # kitlib.data.Tokens, in a local temporary folder of the calling process
 PATH_FIELDS = ("checkpoint", "test_csv", "shard_dir", "output_csv", "sample_submission")  # InferJob's paths
@@ -67,7 +70,7 @@ class InferJob:
 
     Attributes:
         checkpoint: local folder with the transformers checkpoint and tokenizer
-            (from :func:`kitlib.model.resolve_checkpoint`).
+            (from :func:`kitlib.models.model.resolve_checkpoint`).
         test_csv: the CSV to predict (``id`` plus a text column).
         shard_dir: folder the per-rank shards are written to (cleared of older shards first);
             a local path or a URL (``gs://``, ``s3://``, ``file://``; :mod:`kitlib.storage`), one run
@@ -78,19 +81,19 @@ class InferJob:
             the test set's order.
         batch_size: rows per model call on each replica (global batch = batch_size x world size).
         max_len: tokens per row; longer texts are truncated. At most the model's position table
-            (:func:`kitlib.limits.check_max_len`).
+            (:func:`kitlib.models.limits.check_max_len`).
         num_buckets: on XLA devices, pad each batch to one of at most this many lengths (one
             compiled graph each), chosen over the whole test set; 1: every batch is ``max_len``
             long. Eager devices use at most :data:`EAGER_LENGTHS` lengths (:func:`padded_lengths`).
         precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"``: the rule, and what ``"auto"`` is on each device, is
-            :mod:`kitlib.backends.precision`'s; logits are float32 whatever the compute precision
+            :mod:`kitlib.run.backends.precision`'s; logits are float32 whatever the compute precision
             (checked in every replica).
         prediction_column: name of the prediction column (Kaggle's ``toxic``).
         text_col: text column; None picks ``content`` or ``comment_text``.
-        collapsed: a submission whose predictions barely vary (:mod:`kitlib.collapse`): ``"warn"``
+        collapsed: a submission whose predictions barely vary (:mod:`kitlib.outputs.collapse`): ``"warn"``
             (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written); the notebook asks
-            :func:`kitlib.collapse.policy_for` (it knows whether the random model was named); None:
-            decided by the test set and the sample submission (:func:`kitlib.collapse.check_predictions`).
+            :func:`kitlib.outputs.collapse.policy_for` (it knows whether the random model was named); None:
+            decided by the test set and the sample submission (:func:`kitlib.outputs.collapse.check_predictions`).
     """
 
     checkpoint: str
@@ -137,23 +140,23 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
 
     Args:
         job: an :class:`InferJob`.
-        rt: from :func:`kitlib.runtime.detect_runtime`.
+        rt: from :func:`kitlib.run.runtime.detect_runtime`.
         start_method: ``"fork"`` (Kaggle notebooks) or ``"spawn"`` (Colab, scripts).
 
     Returns:
-        The :class:`kitlib.merge.MergeResult` of the written submission, or None when
+        The :class:`kitlib.outputs.merge.MergeResult` of the written submission, or None when
         ``job.output_csv`` is None (shards only) or, in a multi-host run, in every process but
-        global rank 0's (:func:`kitlib.runtime.holds_global_rank0`).
+        global rank 0's (:func:`kitlib.run.runtime.holds_global_rank0`).
 
     Raises:
         ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), a model that cannot take
             the run (``max_len`` above its positions, token ids past its embedding, a head whose labels
-            do not name ``prediction_column``, an attention the device lacks: :func:`kitlib.limits.preflight`),
+            do not name ``prediction_column``, an attention the device lacks: :func:`kitlib.models.limits.preflight`),
             an unknown or removed ``precision`` (``"int8"``), a sample submission that does not fit the
             test set (:func:`check_outputs`), or a bad test CSV (file, row, field named); nothing started then.
         FileNotFoundError: no such sample submission (or test file); nothing started.
-        kitlib.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
-        kitlib.merge.MergeError: the shards cannot give a correct submission, or another run's
+        kitlib.run.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
+        kitlib.outputs.merge.MergeError: the shards cannot give a correct submission, or another run's
             shards are in ``shard_dir``; nothing written.
         kitlib.storage.CannotWrite: the shard or output folder cannot be written (checked before any
             replica starts), or the submission cannot be written at the end (full disk).
@@ -169,7 +172,7 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
                      padded_lengths(tokens.lengths, job, rt),
                      multi_host=rt.multi_host)
         del tokens  # the replicas map the folder; this process keeps no token of the test set
-        heap.give_back_freed()  # what tokenizing freed, before a replica runs here (kitlib.heap)
+        heap.give_back_freed()  # what tokenizing freed, before a replica runs here (kitlib.run.heap)
         if not plan.multi_host:
             shard_dir = storage.as_path(job.shard_dir)
             shard_dir.mkdir(parents=True, exist_ok=True)
@@ -184,9 +187,9 @@ def check_outputs(job: InferJob, rt: Runtime) -> None:
     """What the run's end needs, checked before the first replica starts (issue 27 item 7).
 
     The shard folder can be written (every host's replicas write there), and, in the process that
-    merges (:func:`kitlib.runtime.holds_global_rank0`) of a run that writes a submission, the
+    merges (:func:`kitlib.run.runtime.holds_global_rank0`) of a run that writes a submission, the
     submission's folder can be written and the sample submission fits the test set
-    (:func:`kitlib.submission_csv.check_sample_submission`: exists, readable, the test set's ids,
+    (:func:`kitlib.outputs.submission_csv.check_sample_submission`: exists, readable, the test set's ids,
     the predicted column).
 
     Raises:
@@ -194,7 +197,7 @@ def check_outputs(job: InferJob, rt: Runtime) -> None:
         FileNotFoundError: no such sample submission, or test file.
         ValueError: the sample submission does not fit (the ids or columns named).
     """
-    from .submission_csv import check_sample_submission
+    from .outputs.submission_csv import check_sample_submission
 
     storage.check_writable(job.shard_dir, "shard_dir", folder=True)
     if job.output_csv is None or not holds_global_rank0(rt):
@@ -221,7 +224,7 @@ def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None) -> Tokens:
 
 def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult:
     """Merge this run's shards only: every shard in ``job.shard_dir`` must carry ``run_id`` (and
-    ``world_size``, when known), else :class:`kitlib.merge.MergeError` (two runs share the folder)."""
+    ``world_size``, when known), else :class:`kitlib.outputs.merge.MergeError` (two runs share the folder)."""
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
                         test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size,
                         writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed,
@@ -244,7 +247,7 @@ def padded_lengths(lengths: np.ndarray, job: InferJob, rt: Runtime) -> tuple[int
       Padding each sorted batch to its own longest row gave up to ``max_len`` shapes, more of them
       the more rows there were (1k rows at batch 32: about 30; 32k rows: all 128 at max_len 128).
       Measured in a forward-only loop of the tiny model at batch 32, bf16 on an Intel Xeon with AMX,
-      freed memory given back (:mod:`kitlib.heap`): every length 1-128 kept +220 MiB, 16 lengths
+      freed memory given back (:mod:`kitlib.run.heap`): every length 1-128 kept +220 MiB, 16 lengths
       +92 MiB. So an eager device gets at most :data:`EAGER_LENGTHS` lengths, any multiple of 1,
       chosen to waste the fewest padding tokens; the last batch is not filled up
       (``plan_batches(fill_last=False)``).
@@ -281,7 +284,7 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
                          fill_last=replica.static_shapes)
     dataset = PlannedBatches(tokens, plans, index=rows)
     loader = replica.loader(DataLoader(dataset, batch_size=None, shuffle=False, num_workers=0))
-    # Memory must not grow with the batches (kitlib.heap): one buffer for the rank's logits,
+    # Memory must not grow with the batches (kitlib.run.heap): one buffer for the rank's logits,
     # allocated at the first batch, instead of a small tensor kept from every batch among its freed
     # temporaries; and what the batches freed is given back every heap.EVERY batches.
     logits, at = None, 0
@@ -307,7 +310,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     """One replica's inference: predict this rank's rows and write its shard.
 
     Args:
-        replica: the :class:`kitlib.replica.Replica` the launcher built.
+        replica: the :class:`kitlib.run.replica.Replica` the launcher built.
         plan: the :class:`_Plan` from :func:`predict`.
     """
     from torch.utils.data import DistributedSampler

@@ -5,7 +5,7 @@ a constant) and gives no ROC AUC (``sklearn.metrics.roc_auc_score`` raises; the 
 ``nan``). Labels are 0/1 or soft labels in [0, 1]; a row counts as class 1 when its label is
 >= 0.5 (the rule the Jigsaw competitions score with: toxic = 1 when at least half the raters said so).
 
-Both sides use these functions: :mod:`kitlib.train` and the torch training notebook, and the
+Both sides use these functions: :mod:`kitlib.training.train` and the torch training notebook, and the
 Keras notebook (through :mod:`kitlib.keras`), so the rule and its wording live here only.
 """
 from __future__ import annotations

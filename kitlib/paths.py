@@ -116,6 +116,6 @@ def scratch_dir(root: Path | None = None) -> Path:
 # Hand-off between notebooks, relative to working_dir(): the torch training notebook saves a
 # transformers checkpoint (model + tokenizer) here; the inference notebook's model="auto" loads it.
 TRAINED_CHECKPOINT = Path("artifacts") / "xlmr-toxic"
-CV_GROUP = Path("artifacts") / "cv"  # the training notebook's group folder with folds=K (kitlib.cv)
+CV_GROUP = Path("artifacts") / "cv"  # the training notebook's group folder with folds=K (kitlib.cv.groups)
 # The Keras training notebook saves its .keras model here.
 KERAS_MODEL = Path("artifacts") / "keras-xlmr" / "model.keras"

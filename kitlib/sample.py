@@ -1,7 +1,7 @@
 """The bundled sample (``data/jigsaw-sample``), recognised by its content wherever it lies.
 
 ``model="auto"`` may fall back to the small random model only on this sample (a demo run gives a
-chance-level submission, which is fine there and nowhere else: :func:`kitlib.model.resolve_checkpoint`).
+chance-level submission, which is fine there and nowhere else: :func:`kitlib.models.model.resolve_checkpoint`).
 The sample is recognised by the size and sha256 of each file, not by its folder: a copy of it in
 another folder (Colab, a temporary folder) is still the sample; a file with one row changed, or
 the competition's files anywhere, is not. Line endings are normalised first (a checkout with

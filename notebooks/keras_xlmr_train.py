@@ -26,11 +26,11 @@
 # %% tags=["parameters"]
 backend = "auto"          # "auto", "tensorflow" or "jax" ("auto": KERAS_BACKEND, else detection)
 preset = "tiny"           # "tiny" (offline, random init); "multilingual-e5-small" or "all-minilm-l6-v2" (packaged, offline); a transformers folder; or a keras-hub preset, e.g. "xlm_roberta_base_multi"
-split = "none"            # "none": train on the training file, score all of validation.csv; "validation": also train on validation.csv's first half, score its second half (kitlib.splits)
+split = "none"            # "none": train on the training file, score all of validation.csv; "validation": also train on validation.csv's first half, score its second half (kitlib.cv.splits)
 epochs = 2
 batch_per_replica = 16    # examples per replica (device) per step; the global batch is this x replicas
 max_len = 128             # tokens per row, <s> and </s> included
-learning_rate = 0.0       # 0: the recipe's (kitlib.recipe.RECIPES): 1e-3 tiny; multilingual-e5-small 3e-5 body, 1e-3 head; 2e-5 other pretrained
+learning_rate = 0.0       # 0: the recipe's (kitlib.training.recipe.RECIPES): 1e-3 tiny; multilingual-e5-small 3e-5 body, 1e-3 head; 2e-5 other pretrained
 mixed_precision = True    # bfloat16 on TPU, float16 on GPU; CPU stays float32
 train_limit = 0           # 0: every training row; N: the first N (quick runs)
 valid_limit = 0           # 0: every validation row
@@ -80,9 +80,9 @@ from kitlib import paths, storage
 from kitlib.data import read_csv_checked
 from kitlib.compat import keras_guarded
 from kitlib.metrics import auc_text, check_two_classes, one_class_reason, slice_name
-from kitlib.plots import plot_roc, save_figure
+from kitlib.training.plots import plot_roc, save_figure
 from kitlib.keras.data import make_dataset, predict_probabilities, row_weights, write_submission
-from kitlib.recipe import positive_weight
+from kitlib.training.recipe import positive_weight
 from kitlib.keras.model import (
     KerasModelConfig,
     build_classifier,
@@ -107,13 +107,13 @@ print(f"keras {keras.__version__} on {keras.backend.backend()}; data {data}; out
 # ## Data
 # The training file (`kitlib.paths.train_file`: the competition's `jigsaw-toxic-comment-train.csv`,
 # else the sample's `train.csv`), `validation.csv`, `test.csv`, `sample_submission.csv`. Ids stay
-# exact strings. With `split = "validation"` the rows are split by `kitlib.splits.validation_split`
+# exact strings. With `split = "validation"` the rows are split by `kitlib.cv.splits.validation_split`
 # (the torch notebook's rule): the scored rows are never trained on.
 
 # %%
 train_file, valid_file = paths.train_file(data), data / "validation.csv"
 if split == "validation":
-    from kitlib.splits import validation_split
+    from kitlib.cv.splits import validation_split
 
     train_file, valid_file = validation_split(train_file, valid_file, model_path.parent / "split")
 elif split != "none":
@@ -131,7 +131,7 @@ print(f"train {len(train)} rows ({train.toxic.mean():.1%} toxic), validation {le
 # The classifier is built inside the runtime's scope (TF: the strategy's; JAX: the global
 # `DataParallel` distribution is already set), the preprocessor outside it. A transformers folder
 # (multilingual-e5-small, a 4-bit copy: see README) is read by keras-hub and fine-tuned with the torch
-# side's recipe (`kitlib.recipe`): frozen word embeddings, warm-up then linear decay, the head at its
+# side's recipe (`kitlib.training.recipe`): frozen word embeddings, warm-up then linear decay, the head at its
 # own rate, positive rows weighted by `pos_weight`.
 
 # %%
@@ -172,7 +172,7 @@ print(f"epoch times (s): {[round(t, 1) for t in timer.times]}; fit compilations:
 # ## Results
 # ROC AUC on every scored validation row (padded prediction, no row dropped), overall and per
 # language, the curves per epoch and the validation rows' ROC curve, saved beside the model
-# (`curves.png`, `kitlib/plots.py`).
+# (`curves.png`, `kitlib/training/plots.py`).
 
 # %%
 with count_compiles(model) as valid_compiles:
@@ -215,7 +215,7 @@ print(f"{len(test_prob)} test predictions; predict compilations: validation {val
 
 # %% [markdown]
 # ## Submission
-# Written with the main job's rules (`kitlib.merge`): rows in `sample_submission.csv` order,
+# Written with the main job's rules (`kitlib.outputs.merge`): rows in `sample_submission.csv` order,
 # ids as exact strings, every id predicted once; on any mismatch nothing is written.
 
 # %%

@@ -16,12 +16,12 @@
 # every epoch and, through the inference path, at the end, and saves the model and tokenizer where
 # the inference notebook (`xla_multicore_inference`, `model="auto"`) finds them.
 #
-# * How the checkpoint is fine-tuned is a recipe (`kitlib/recipe.py`) the checkpoint calls for:
+# * How the checkpoint is fine-tuned is a recipe (`kitlib/training/recipe.py`) the checkpoint calls for:
 #   learning rates, schedule, frozen parameters, loss weighting. `lr = 0` takes the recipe's rate.
 # * `folds=K`, `fold=i` trains fold i of K stratified folds of the training rows and writes its
-#   out-of-fold predictions (`kitlib/folds.py`, `kitlib/cv.py`; `make cv` runs every fold and blends them).
+#   out-of-fold predictions (`kitlib/cv/folds.py`, `kitlib/cv/groups.py`; `make cv` runs every fold and blends them).
 # * The hand-off refuses to call a checkpoint ready when its held-out predictions say nothing
-#   (AUC at most 0.5, or barely any spread: `kitlib/collapse.py`).
+#   (AUC at most 0.5, or barely any spread: `kitlib/outputs/collapse.py`).
 #
 # * Two ways to keep the replicas in step, chosen by `pattern`: `"optimizer_step"` (all-reduce
 #   the gradients, then step: `xm.optimizer_step` on XLA) or `"ddp"`
@@ -32,7 +32,7 @@
 # * Every batch has one shape (`drop_last=True`, padding to `max_len`), so XLA compiles the
 #   training step once; the validation AUC is computed on the predictions of all replicas.
 #
-# The replica program (`_mp_fn`) lives in `kitlib.train`, not in this notebook, so the
+# The replica program (`_mp_fn`) lives in `kitlib.training.train`, not in this notebook, so the
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
@@ -41,7 +41,7 @@ data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundl
 train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition's), else <data_dir>/train.csv
 valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scored after training
 text_col = ""  # "": the text column is content or comment_text; else its name in train_csv and valid_csv
-split = "english"  # which rows are held out (kitlib/splits.py SPLITS): "english" (holdout_frac of the English rows) or "validation" (train on the English rows + the first half of validation.csv, hold out its second half)
+split = "english"  # which rows are held out (kitlib/cv/splits.py SPLITS): "english" (holdout_frac of the English rows) or "validation" (train on the English rows + the first half of validation.csv, hold out its second half)
 holdout_frac = 0.2  # split "english": share of the English training rows held out (stratified) for the per-epoch AUC; 0: score validation.csv every epoch instead
 output_dir = ""  # "": <working dir>/artifacts/xlmr-toxic, which the inference notebook loads when its model is "auto"
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model, unpacked checkpoints, XLA compilation cache)
@@ -52,16 +52,16 @@ start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab and in scr
 epochs = 2
 batch_size = 16  # rows per replica per step; the global batch is batch_size x replicas
 max_len = 128  # tokens per row (longer comments are truncated); at most the model's position table (512 for XLM-R)
-lr = 0.0  # AdamW rate of the body; 0: the recipe's (kitlib/recipe.py): 1e-3 for tiny-random, 2e-5 for other checkpoints, 3e-5 (head 1e-3) for multilingual-e5-small
-recipe = "auto"  # "auto": the one the checkpoint calls for (config.json kitlib_recipe; tiny; else standard), or a name in kitlib.recipe.RECIPES
+lr = 0.0  # AdamW rate of the body; 0: the recipe's (kitlib/training/recipe.py): 1e-3 for tiny-random, 2e-5 for other checkpoints, 3e-5 (head 1e-3) for multilingual-e5-small
+recipe = "auto"  # "auto": the one the checkpoint calls for (config.json kitlib_recipe; tiny; else standard), or a name in kitlib.training.recipe.RECIPES
 train_limit = 0  # 0: every training row; else the first N rows
 valid_limit = 0  # 0: every row of the per-epoch validation set; else the first N rows
 seed = 0
-folds = 0  # 0: no folds; K: split the training rows (not the held-out ones) into K stratified folds (kitlib/folds.py); output_dir is then the group folder (default artifacts/cv), the checkpoint <output_dir>/fold-<fold>
+folds = 0  # 0: no folds; K: split the training rows (not the held-out ones) into K stratified folds (kitlib/cv/folds.py); output_dir is then the group folder (default artifacts/cv), the checkpoint <output_dir>/fold-<fold>
 fold = -1  # with folds K: train on the other folds, validate on fold i (its out-of-fold predictions); make cv runs every fold
-pseudo_csv = ""  # with folds: pseudo-labelled rows (kitlib/pseudo.py) added to every fold's training rows, never validated on
+pseudo_csv = ""  # with folds: pseudo-labelled rows (kitlib/cv/pseudo.py) added to every fold's training rows, never validated on
 log_every = 10  # the master logs the step loss every N steps
-precision = "auto"  # "auto", "fp32", "bf16" or "fp16": the rule is kitlib/backends/precision.py's
+precision = "auto"  # "auto", "fp32", "bf16" or "fp16": the rule is kitlib/run/backends/precision.py's
 monitor = "valid_auc"  # the epoch kept in output_dir: "valid_auc" (the highest held-out ROC AUC) or "valid_loss" (the lowest)
 patience = 0  # stop after this many epochs without a better one; 0: train every epoch
 save_every_minutes = 30.0  # also save the run's state this often (always at each epoch's end): a run cut off continues from it
@@ -94,19 +94,20 @@ import time
 import pandas as pd
 
 from kitlib import compat, paths, storage
-from kitlib import recipe as recipes
-from kitlib.collapse import check_ready
-from kitlib.cv import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
-from kitlib.folds import check_fold_parameters, fold_split, write_folds
+from kitlib.training import recipe as recipes
+from kitlib.outputs.collapse import check_ready
+from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
+from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
 from kitlib.data import read_csv_checked
-from kitlib.handoff import check_reload, refusal_marked
-from kitlib.model import resolve_checkpoint
+from kitlib.training.handoff import check_reload, refusal_marked
+from kitlib.models.model import resolve_checkpoint
 from kitlib.infer import InferJob, predict
-from kitlib.runtime import detect_runtime
-from kitlib.session import time_budget
-from kitlib.splits import SPLITS, english_holdout_split, validation_split
+from kitlib.run.runtime import detect_runtime
+from kitlib.training.session import time_budget
+from kitlib.cv.splits import SPLITS, english_holdout_split, validation_split
 from kitlib.metrics import auc_text
-from kitlib.train import VALID_PREDICTIONS_FILE, TrainJob, save_scores, train
+from kitlib.checkpoint import VALID_PREDICTIONS_FILE
+from kitlib.training.train import TrainJob, save_scores, train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -118,9 +119,9 @@ out_dir = storage.as_path(output_dir) if output_dir else work / paths.TRAINED_CH
 scratch = paths.scratch_dir(root)  # not saved as the kernel's output: caches, split copies, shards
 cache = storage.as_path(cache_dir) if cache_dir else scratch
 
-check_fold_parameters(folds, fold, pseudo_csv)
-if folds:  # the group folder: the folds file and every fold's checkpoint (kitlib/cv.py)
-    cv_dir = Path(output_dir) if output_dir else work / paths.CV_GROUP
+pseudo_csv = check_fold_parameters(folds, fold, pseudo_csv)  # "~" expanded (kitlib.storage.normalise)
+if folds:  # the group folder: the folds file and every fold's checkpoint (kitlib/cv/groups.py)
+    cv_dir = storage.as_path(output_dir) if output_dir else work / paths.CV_GROUP
     out_dir = cv_dir / f"fold-{fold}"
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
@@ -129,7 +130,7 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 # %% [markdown]
 # ## Data
 # The training file is English; `validation.csv` is Turkish, Spanish and Italian. The split is
-# fixed and written down (`kitlib/splits.py`; its `split.json` beside the CSVs):
+# fixed and written down (`kitlib/cv/splits.py`; its `split.json` beside the CSVs):
 # * `split="english"`: with `holdout_frac > 0` a stratified share of the English rows is held out
 #   and scored after every epoch (held-out English AUC); `validation.csv` is scored once at the end.
 # * `split="validation"`: every English row plus the first half of `validation.csv` train; its
@@ -182,7 +183,7 @@ print(f"model {model!r} -> {checkpoint}")
 # writes the checkpoint, atomically: the best epoch so far by `monitor` (with `train_history.json`
 # and that epoch's validation predictions), and the run's state beside it (`<output_dir>.state`:
 # every `save_every_minutes` and at each epoch's end), from which a run that was cut off continues
-# when this notebook runs again (`kitlib/resume.py`). On Kaggle the run stops with its state saved
+# when this notebook runs again (`kitlib/training/resume.py`). On Kaggle the run stops with its state saved
 # before the session's limit (`time_budget_minutes`).
 
 # %%
@@ -222,7 +223,7 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 # ## Results
 # Per-epoch metrics (training loss reduced over all replicas; validation loss and ROC AUC on
 # every validation row once), the curves, and the kept epoch's held-out ROC curve, saved beside
-# the checkpoint (`<output_dir>/curves.png`, `kitlib/plots.py`).
+# the checkpoint (`<output_dir>/curves.png`, `kitlib/training/plots.py`).
 
 # %%
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
@@ -240,7 +241,7 @@ print(f"kept epoch {best['epoch']} of {len(epochs_df)} ({best['why']}); {scored}
 # %%
 import matplotlib.pyplot as plt
 
-from kitlib.plots import plot_roc, save_figure
+from kitlib.training.plots import plot_roc, save_figure
 
 fig, (ax_loss, ax_auc, ax_roc) = plt.subplots(1, 3, figsize=(16, 3.8))
 if history["step_loss"]:
@@ -296,9 +297,9 @@ if folds:
 
 # %% [markdown]
 # ## Hand-off check
-# The saved folder loads with `kitlib.model.load_classifier` (as the inference notebook loads
+# The saved folder loads with `kitlib.models.model.load_classifier` (as the inference notebook loads
 # it) and predicts what the trained in-memory model predicted on the validation rows, at the run's
-# precision, within the gap that precision implies (`kitlib/handoff.py`). A model
+# precision, within the gap that precision implies (`kitlib/training/handoff.py`). A model
 # whose held-out predictions say nothing (ROC AUC at most 0.5, or barely any spread: collapsed,
 # most often by a learning rate too high for a pretrained model) is refused here, by name, and the
 # folder is marked refused (`handoff_refused.json`): `model="auto"` never picks it later.

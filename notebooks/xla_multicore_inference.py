@@ -21,7 +21,7 @@
 #   there, and writes the rows in `sample_submission.csv` order. It refuses, writing nothing,
 #   when something is wrong. Predictions that barely vary (a collapsed or random model) are
 #   refused, or get a loud warning where that is expected: the bundled sample, or the random
-#   model named on purpose (`kitlib/collapse.py`).
+#   model named on purpose (`kitlib/outputs/collapse.py`).
 #
 # The replica program (`_mp_fn`) lives in `kitlib.infer`, not in this notebook, so the
 # `spawn` start method (Colab) can import it.
@@ -39,10 +39,10 @@ max_len = 0  # tokens per row (longer comments are truncated); 0: the max_len th
 num_buckets = 4  # pad each batch to one of at most this many lengths (rows sorted by length per replica); 1: always max_len
 num_devices = 0  # 0: the default for what is found (every TPU chip, every GPU, one CPU replica per 4 cores)
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
-precision = "auto"  # "auto", "fp32", "bf16" or "fp16" (logits stay float32): the rule is kitlib/backends/precision.py's
+precision = "auto"  # "auto", "fp32", "bf16" or "fp16" (logits stay float32): the rule is kitlib/run/backends/precision.py's
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
-blend = "mean"  # with several checkpoints (a group folder, or several attached: folds, seeds): "mean" or "rank" of their predictions (kitlib/cv.py)
+blend = "mean"  # with several checkpoints (a group folder, or several attached: folds, seeds): "mean" or "rank" of their predictions (kitlib/cv/groups.py)
 
 
 # %%
@@ -68,13 +68,14 @@ import time
 
 import pandas as pd
 
-from kitlib import collapse, compat, paths, storage
+from kitlib import compat, paths, storage
+from kitlib.outputs import collapse
 from kitlib.data import iter_csv_checked
 from kitlib.infer import InferJob, predict, replica_stats
-from kitlib.cv import predict_members, resolve_members
-from kitlib.model import TINY
-from kitlib.runtime import detect_runtime
-from kitlib.train import checkpoint_report
+from kitlib.cv.groups import predict_members, resolve_members
+from kitlib.models.model import TINY
+from kitlib.run.runtime import detect_runtime
+from kitlib.training.train import checkpoint_report
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -107,10 +108,10 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 # back to a random model only on the bundled sample (recognised by content); on any other data it
 # refuses and says what to attach or pass. A group folder of fold or seed checkpoints (`make cv`:
 # `artifacts/cv`), or several kit-trained checkpoints attached on Kaggle, gives every member: each
-# predicts, and their predictions are blended (`blend`) into one submission (`kitlib/cv.py`).
+# predicts, and their predictions are blended (`blend`) into one submission (`kitlib/cv/groups.py`).
 
 # %%
-members = resolve_members(  # one checkpoint, or a group to blend (kitlib/cv.py)
+members = resolve_members(  # one checkpoint, or a group to blend (kitlib/cv/groups.py)
     model,
     data_dir=data,
     cache_dir=storage.as_path(cache_dir) if cache_dir else paths.scratch_dir(root),
@@ -161,7 +162,7 @@ job = InferJob(
     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY),
 )
 t0 = time.perf_counter()
-result = (predict(job, rt, start_method) if len(members) == 1 else  # several: each predicts, then kitlib.blend
+result = (predict(job, rt, start_method) if len(members) == 1 else  # several: each predicts, then kitlib.outputs.blend
           predict_members(job, members, rt, start_method, blend=blend, pred_dir=work / "artifacts" / "predictions" / Path(str(out_path)).stem))
 if result is None:  # a multi-host run (docs/multi-host.md): the host of global rank 0 merges
     print(f"this host's shards are in {shards} ({time.perf_counter() - t0:.1f} s); the first host writes {out_path}")

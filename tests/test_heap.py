@@ -1,4 +1,4 @@
-"""kitlib/heap.py: memory a loop freed goes back to the system (issue 27.12: the inference notebook's
+"""kitlib/run/heap.py: memory a loop freed goes back to the system (issue 27.12: the inference notebook's
 process grew with the rows, by what glibc kept of each batch's freed temporaries)."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from conftest import ROOT
 RETAINED = """
 import ctypes, json, sys
 sys.path.insert(0, sys.argv[1])
-from kitlib import heap
+from kitlib.run import heap
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]

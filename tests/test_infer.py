@@ -15,8 +15,8 @@ import pytest
 
 from conftest import SAMPLE, write_slice
 from kitlib.infer import InferJob, predict, replica_stats
-from kitlib.merge import MergeError
-from kitlib.runtime import ReplicaError, detect_runtime
+from kitlib.outputs.merge import MergeError
+from kitlib.run.runtime import ReplicaError, detect_runtime
 
 
 
@@ -25,7 +25,7 @@ def run(checkpoint, test_csv, out_dir, devices, accelerator="cpu", start_method=
     job = InferJob(checkpoint=str(checkpoint), test_csv=str(test_csv), shard_dir=str(out_dir / "shards"),
                    output_csv=str(out_dir / "sub.csv"),
                    # fp32: these tests compare predictions across paths ("auto" is bf16 on AMX / avx512_bf16 CPUs)
-                   # collapsed="warn": tiny_checkpoint is the random model, named on purpose (kitlib.collapse)
+                   # collapsed="warn": tiny_checkpoint is the random model, named on purpose (kitlib.outputs.collapse)
                    **{"batch_size": 8, "max_len": 64, "num_buckets": 1, "precision": "fp32", "collapsed": "warn", **job})
     result = predict(job, rt, start_method)
     sub = pd.read_csv(out_dir / "sub.csv", dtype={"id": str}, keep_default_na=False)
@@ -46,9 +46,9 @@ def reference(sharp_checkpoint, slice_103, tmp_path_factory):
 def test_eager_cpu_is_the_default_and_matches_plain_torch(sharp_checkpoint, slice_103, reference, monkeypatch):
     import torch
 
-    from kitlib import runtime
+    from kitlib.run import runtime
     from kitlib.data import read_csv_checked
-    from kitlib.model import load_classifier, probabilities
+    from kitlib.models.model import load_classifier, probabilities
 
     monkeypatch.setattr(runtime.hardware, "tpu_evidence", lambda: None)
     monkeypatch.setattr(runtime.hardware, "cuda_device_count", lambda: 0)
@@ -130,7 +130,7 @@ def test_bf16_autocast_keeps_float32_probabilities(sharp_checkpoint, tmp_path):
     ~256 distinct probabilities."""
     import torch
 
-    from kitlib.model import keep_head_float32, load_classifier
+    from kitlib.models.model import keep_head_float32, load_classifier
 
     tok, model = load_classifier(sharp_checkpoint)
     enc = tok(["a short comment", "another, longer comment here"], padding=True, return_tensors="pt")
@@ -233,7 +233,7 @@ def stub_launch(spread: bool = True):
     """A launch that writes what the replicas would (one shard of every row) without a model:
     what reaches the merge is then predict's own doing."""
     from kitlib.data import read_ids
-    from kitlib.shards import write_shard
+    from kitlib.outputs.shards import write_shard
 
     def launch(fn, plan, rt, start_method="fork", **kw):
         ids = read_ids(plan.job.test_csv)
@@ -265,7 +265,7 @@ def test_a_home_path_reaches_every_reader_and_writer(tiny_checkpoint, tmp_path, 
 
 
 def test_train_job_paths_are_normalised_once(tmp_path, monkeypatch):
-    from kitlib.train import TrainJob
+    from kitlib.training.train import TrainJob
 
     monkeypatch.setenv("HOME", str(tmp_path))
     job = TrainJob(checkpoint="~/ckpt", train_csv="~/train.csv", valid_csv="file://" + str(tmp_path / "v%20a.csv"),
@@ -394,8 +394,8 @@ def test_an_eager_run_pads_to_a_few_lengths_however_many_rows():
 
 def test_an_eager_replica_gives_back_what_its_batches_freed(sharp_checkpoint, slice_103, reference, tmp_path, monkeypatch):
     """Issue 27.12: glibc kept what each batch freed (the notebook's process grew about 1 MiB a batch):
-    the replica's loop gives it back every kitlib.heap.EVERY batches, and its logits go into one buffer."""
-    from kitlib import heap
+    the replica's loop gives it back every kitlib.run.heap.EVERY batches, and its logits go into one buffer."""
+    from kitlib.run import heap
 
     calls = []
     monkeypatch.setattr(heap, "give_back_freed", lambda: calls.append(1) or True)

@@ -236,7 +236,7 @@ def staged_fixture(tmp_path_factory):
 def test_model_name_that_resolves_nowhere_is_refused_before_any_download(tmp_path, monkeypatch):
     import huggingface_hub.constants
 
-    from kitlib.model import resolve_checkpoint
+    from kitlib.models.model import resolve_checkpoint
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -279,7 +279,7 @@ def test_a_bad_kaggle_json_is_named_with_what_is_wrong(tmp_path, content, messag
 # --- publish a checkpoint, attached by name ------------------------------------------------------
 def test_publish_a_checkpoint_as_a_dataset_version_and_attach_it(tmp_path):
     proj = make_project(tmp_path / "p", ["xla_ddp_train", "xla_multicore_inference"])
-    folder = tmp_path / "e5"  # what kitlib.packaged writes for multilingual-e5-small (small stand-ins)
+    folder = tmp_path / "e5"  # what kitlib.models.packaged writes for multilingual-e5-small (small stand-ins)
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "bert"}')
     (folder / "model.safetensors").write_bytes(b"weights v1")
@@ -309,7 +309,7 @@ def test_publish_a_checkpoint_as_a_dataset_version_and_attach_it(tmp_path):
 
 
 def test_packaged_model_finds_its_published_copy_under_kaggle_input(tmp_path):
-    from kitlib.model import attached_packaged
+    from kitlib.models.model import attached_packaged
 
     copy = tmp_path / "input" / "e5-small-converted"
     copy.mkdir(parents=True)

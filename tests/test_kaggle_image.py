@@ -62,7 +62,7 @@ def test_inference_notebook_on_two_devices(tmp_path, tiny_checkpoint, monkeypatc
     assert sub["toxic"].between(0, 1).all()
     assert not list(work.rglob("*.parquet"))
     shards = sorted(scratch.rglob("*.parquet"))
-    from kitlib.shards import read_shard_info
+    from kitlib.outputs.shards import read_shard_info
 
     infos = [read_shard_info(pq.read_schema(s)) for s in shards]
     assert sorted((i.rank, i.world_size) for i in infos) == [(0, 2), (1, 2)]
@@ -73,7 +73,7 @@ def test_ddp_notebook_one_epoch_on_two_replicas(tmp_path, tiny_checkpoint):
     run_notebook("xla_ddp_train", tmp_path, model="tiny-random", output_dir=str(out_dir),
                  cache_dir=str(tiny_checkpoint.parent), accelerator="xla-cpu", num_devices=2, pattern="ddp", epochs=1, batch_size=8,
                  max_len=32, train_limit=64, valid_limit=40)
-    from kitlib.train import read_history
+    from kitlib.training.train import read_history
 
     history = read_history(out_dir)
     assert (history["world_size"], history["mode"], history["pattern"], len(history["epochs"])) == (2, "xla-cpu", "ddp", 1)

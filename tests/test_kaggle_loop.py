@@ -75,9 +75,10 @@ def test_submit_a_file_ends_complete_with_its_score_read_back(tmp_path):
 
 def test_a_submission_names_its_training_run_and_submissions_looks_it_up(tmp_path):
     """Issue 26 (a record of runs): the writer record of an inference's submission names the training
-    run (kitlib.runs.run_ids_of); submit puts it in the description; submissions finds the run's row
+    run (kitlib.training.runs.run_ids_of); submit puts it in the description; submissions finds the run's row
     in a downloaded kernel output's runs.csv and shows what it was."""
-    from kitlib import provenance, runs
+    from kitlib.outputs import provenance
+    from kitlib.training import runs
 
     labels, _, data = labels_and_predictions()
     sub = tmp_path / "submission.csv"
@@ -338,7 +339,7 @@ def test_vendored_cells_of_the_notebooks_are_thin_and_readable():
         assert len(vendored) < len(files)
         assert cell.source.startswith("# kitlib, vendored by kaggle_kit")
         assert max(len(line) for line in cell.source.splitlines()) <= 130
-        torch_side = {"infer.py", "replica.py", "runtime.py", "model.py"}
+        torch_side = {"infer.py", "run/replica.py", "run/runtime.py", "models/model.py"}
         keras_side = {k for k in files if k.startswith("keras") or k == "strategy.py"}
         if name == "keras_xlmr_train":
             assert not torch_side & set(vendored)

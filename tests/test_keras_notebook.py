@@ -40,7 +40,7 @@ def test_notebook_end_to_end(backend, tmp_path, monkeypatch):
     assert m["predict_compilations"] == {"validation": 1, "test": 0}  # one padded shape for every prediction
     for f in ("model.keras", "curves.png", "config.json", "preprocessor/sentencepiece.bpe.model", "preprocessor/preprocessor.json"):
         assert (art / f).is_file(), f
-    assert f"curves saved: {art / 'curves.png'}" in (tmp_path / "out.ipynb").read_text()  # with the ROC curve (kitlib/plots.py)
+    assert f"curves saved: {art / 'curves.png'}" in (tmp_path / "out.ipynb").read_text()  # with the ROC curve (kitlib/training/plots.py)
     sub = pd.read_csv(tmp_path / "submission.csv", dtype={"id": str}, keep_default_na=False)
     ss = pd.read_csv(SAMPLE / "sample_submission.csv", dtype={"id": str}, keep_default_na=False)
     assert sub.columns.tolist() == ["id", "toxic"] and sub.id.tolist() == ss.id.tolist()

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def e5_folder():
-    from kitlib import e5_convert
+    from kitlib.models import e5_convert
 
     try:
         return e5_convert.e5_checkpoint(ROOT / ".cache")
@@ -44,7 +44,7 @@ def torch_side(e5_folder):
     import torch
     from transformers import AutoTokenizer, BertModel
 
-    from kitlib.model import with_text_prefix
+    from kitlib.checkpoint import with_text_prefix
 
     tok = AutoTokenizer.from_pretrained(str(e5_folder))
     enc = tok(with_text_prefix(e5_folder, TEXTS), truncation=True, max_length=MAX_LEN, padding="max_length", return_tensors="pt")

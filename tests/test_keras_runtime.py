@@ -12,7 +12,7 @@ import pytest
 
 from kitlib.keras.data import pad_to_multiple, write_submission
 from kitlib.keras.runtime import Probes, choose_backend
-from kitlib.merge import MergeError
+from kitlib.outputs.merge import MergeError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -176,8 +176,8 @@ def test_tensorflow_cpu_alone_never_tries_the_tpu(monkeypatch):
 
 
 def test_one_accelerator_vocabulary_for_torch_and_keras():
-    """Issue 20: the Keras side names accelerators as the torch side does (kitlib.hardware.ACCELERATOR_KINDS)."""
-    from kitlib import hardware, runtime
+    """Issue 20: the Keras side names accelerators as the torch side does (kitlib.run.hardware.ACCELERATOR_KINDS)."""
+    from kitlib.run import hardware, runtime
     from kitlib.keras import precision
 
     assert set(hardware.ACCELERATOR_KINDS) <= set(runtime.ACCELERATORS)

@@ -236,7 +236,7 @@ def test_vendored_cell_carries_kitlib_and_comes_first(tmp_path):
     assert first_code.metadata["tags"] == [kernels.VENDOR_TAG]
     # only what the fixture imports (kitlib, kitlib.paths), not the 20-odd other modules
     assert sorted(kernels.vendored_files(first_code.source)) == ["__init__.py", "paths.py"]
-    assert {"__init__.py", "paths.py", "infer.py", "replica.py", "runtime.py"} <= set(kernels.kitlib_files())
+    assert {"__init__.py", "paths.py", "infer.py", "run/replica.py", "run/runtime.py"} <= set(kernels.kitlib_files())
     assert nb.metadata["kernelspec"]["name"] == "python3"
     # staging twice gives the same bytes (deterministic ids, no outputs)
     before = st.notebook.read_bytes()

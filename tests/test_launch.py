@@ -3,7 +3,7 @@
 * SIGINT to the calling process alone (``kill -INT <pid>``, what a notebook front end sends) while
   2 replica processes run: both are terminated and joined before ``launch`` returns, and nothing
   they would have written appears afterwards (issue 21.4);
-* a replica that raises deep in its program: :class:`~kitlib.runtime.ReplicaError` names its rank
+* a replica that raises deep in its program: :class:`~kitlib.run.runtime.ReplicaError` names its rank
   and carries, and shows, its whole traceback (not only the last line).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from kitlib.runtime import ReplicaError, Runtime, launch
+from kitlib.run.runtime import ReplicaError, Runtime, launch
 
 
 def failing_program(replica, out):  # noqa: D103 - a replica program for the test below
@@ -47,7 +47,7 @@ PARENT = """
 import os, sys, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from kitlib.runtime import Runtime, launch
+from kitlib.run.runtime import Runtime, launch
 
 def slow_writer(replica, out):
     Path(out, f"started-{{replica.rank}}").write_text(str(os.getpid()))

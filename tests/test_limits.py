@@ -1,4 +1,4 @@
-"""Issue 27 items 1-3: what a model can take is checked before any replica starts (:mod:`kitlib.limits`).
+"""Issue 27 items 1-3: what a model can take is checked before any replica starts (:mod:`kitlib.models.limits`).
 
 * token ids past the model's embedding rows (a tokenizer with 32 added tokens over 8,002 rows): refused,
   naming both numbers, by ``predict`` and ``train`` before anything is launched;
@@ -20,11 +20,13 @@ import pytest
 import torch
 
 from conftest import SAMPLE, write_slice
-from kitlib import infer, limits, train as training
+from kitlib import infer
+from kitlib.models import limits
+from kitlib.training import train as training
 from kitlib.infer import InferJob, predict
-from kitlib.model import prediction_column, probabilities
-from kitlib.runtime import detect_runtime
-from kitlib.train import TrainJob, classification_loss
+from kitlib.models.model import prediction_column, probabilities
+from kitlib.run.runtime import detect_runtime
+from kitlib.training.train import TrainJob, classification_loss
 
 SMALL = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=120)
 
@@ -150,7 +152,7 @@ def inverted_checkpoint(tiny_checkpoint, tmp_path_factory):
 def test_an_inverted_label_map_gives_p_toxic_not_column_1(inverted_checkpoint, tmp_path):
     from transformers import AutoTokenizer
 
-    from kitlib.model import load_model
+    from kitlib.models.model import load_model
 
     test_csv, _ = write_slice(tmp_path / "data", 24)
     predict(_job(inverted_checkpoint, tmp_path, test_csv), detect_runtime(1, "cpu"))
@@ -194,7 +196,7 @@ def test_the_kits_heads_name_their_label_and_a_two_class_loss_follows_the_column
 def test_a_pretrained_body_gets_a_head_named_for_the_label_trained(tmp_path):
     from transformers import AutoConfig, XLMRobertaConfig
 
-    from kitlib.model import _classifier
+    from kitlib.models.model import _classifier
 
     body = _config_folder(tmp_path, XLMRobertaConfig(**SMALL), "body")
     _, kwargs = _classifier(body, True, label="severe_toxic")

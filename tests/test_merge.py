@@ -15,8 +15,8 @@ import pytest
 from torch.utils.data import DistributedSampler
 
 from kitlib.__main__ import main
-from kitlib.merge import DUPLICATE_ATOL, MergeError, merge_shards
-from kitlib.shards import META_KEY, clear_shards, read_shard_info, sampler_padding, shard_name, write_shard
+from kitlib.outputs.merge import DUPLICATE_ATOL, MergeError, merge_shards
+from kitlib.outputs.shards import META_KEY, clear_shards, read_shard_info, sampler_padding, shard_name, write_shard
 
 SPECIAL_IDS = ["007", "NA", "1e5", "0x1F", "nan", "-0", "12345678901234567890"]
 

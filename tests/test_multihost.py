@@ -24,11 +24,12 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, SAMPLE
-from kitlib import hardware, storage
+from kitlib.run import hardware
+from kitlib import storage
 from kitlib.__main__ import main as kitlib_cli
 from kitlib.infer import InferJob, predict
-from kitlib.runtime import Runtime, detect_runtime, holds_global_rank0
-from kitlib.shards import clear_shards, shard_name, write_shard
+from kitlib.run.runtime import Runtime, detect_runtime, holds_global_rank0
+from kitlib.outputs.shards import clear_shards, shard_name, write_shard
 
 WORKER = ROOT / "tests" / "support" / "multihost_worker.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")

@@ -1,4 +1,4 @@
-"""kitlib/plots.py: the training notebooks' held-out ROC curve and the figure file beside the checkpoint
+"""kitlib/training/plots.py: the training notebooks' held-out ROC curve and the figure file beside the checkpoint
 (issue 27.11: the torch training notebook saved no figure; neither drew a ROC curve)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from kitlib.plots import CURVES_FILE, plot_roc, save_figure
+from kitlib.training.plots import CURVES_FILE, plot_roc, save_figure
 
 
 def test_the_roc_curve_drawn_is_sklearns_and_its_auc_is_returned():

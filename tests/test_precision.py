@@ -1,4 +1,4 @@
-"""The precision rule (:mod:`kitlib.backends.precision`): one home, fp16 trained through a GradScaler,
+"""The precision rule (:mod:`kitlib.run.backends.precision`): one home, fp16 trained through a GradScaler,
 float32 logits checked at run time, and torch_xla's precision variables kept out of a launch."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import SAMPLE, write_slice
-from kitlib.backends import precision
-from kitlib.runtime import MODES, detect_runtime
-from kitlib.train import TrainJob, train
+from kitlib.run.backends import precision
+from kitlib.run.runtime import MODES, detect_runtime
+from kitlib.training.train import TrainJob, train
 
 SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2, max_len=32,
              lr=1e-3, train_limit=128, valid_limit=50, dropout=0.0, log_every=4, batch_size=8)
@@ -20,7 +20,7 @@ SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "valida
 def fake_hardware(monkeypatch):
     """Set what the CPU and GPU probes report: ``fake_hardware(cpu_bf16=..., cuda=(major, minor), aten_isa=..., onednn_isa=...)``
     (by default torch runs AVX-512 and oneDNN is not capped, as on the CPUs the flags name)."""
-    from kitlib import hardware
+    from kitlib.run import hardware
 
     def fake(cpu_bf16=None, cuda=None, aten_isa="AVX512", onednn_isa=None):
         monkeypatch.setattr(hardware, "cpu_bf16_feature", lambda: cpu_bf16)
@@ -70,11 +70,11 @@ def test_auto_on_the_cpu_follows_the_isa_torch_runs_not_the_flags(fake_hardware,
 
 CHILD = """
 import json, sys
-from kitlib import hardware
+from kitlib.run import hardware
 hardware.cpu_bf16_feature = lambda: "AMX"  # the flags of the AMX Xeon, on whatever CPU runs the test
 if sys.argv[1] == "aten-avx512":
     hardware.torch_cpu_capability = lambda: "AVX512"
-from kitlib.runtime import MODES
+from kitlib.run.runtime import MODES
 p = MODES["cpu"].resolve_precision("auto")
 print(json.dumps([p.name, p.reason, hardware.torch_cpu_capability(), hardware.onednn_isa_cap()]))
 """
@@ -106,7 +106,7 @@ def test_auto_reads_the_isa_caps_of_the_process_it_runs_in(env, fake_aten, expec
 
 def test_the_probes_touch_no_device_and_read_this_machine():
     """The CPU's bf16 feature comes from torch's cpuinfo probe; NVML answers None without a driver."""
-    from kitlib import hardware
+    from kitlib.run import hardware
 
     flags = open("/proc/cpuinfo").read()
     expected = "AMX" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else None
@@ -190,7 +190,7 @@ def test_logits_that_are_not_float32_are_refused():
 
 
 def test_precision_variables_are_removed_from_a_launch_with_a_note(monkeypatch, capsys):
-    from kitlib.runtime import Runtime
+    from kitlib.run.runtime import Runtime
 
     monkeypatch.setenv("XLA_USE_BF16", "1")
     monkeypatch.setenv("XLA_DOWNCAST_BF16", "0")  # off: left alone

@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 
 from conftest import SAMPLE
-from kitlib import packaged as kmodel
-from kitlib.model import load_classifier
-from kitlib.packaged import MINILM, MINILM_SOURCE_FILE, minilm_checkpoint
+from kitlib.models import packaged as kmodel
+from kitlib.models.model import load_classifier
+from kitlib.models.packaged import MINILM, MINILM_SOURCE_FILE, minilm_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +75,9 @@ MIN_HOLDOUT_AUC = 0.90
 
 @pytest.fixture(scope="module")
 def finetuned(minilm, tmp_path_factory):
-    from kitlib.runtime import detect_runtime
-    from kitlib.splits import english_holdout_split
-    from kitlib.train import TrainJob, train
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.cv.splits import english_holdout_split
+    from kitlib.training.train import TrainJob, train
 
     tmp = tmp_path_factory.mktemp("finetune")
     train_csv, holdout_csv = english_holdout_split(SAMPLE / "train.csv", tmp / "split", frac=0.2, seed=0)
@@ -88,7 +88,7 @@ def finetuned(minilm, tmp_path_factory):
 
 def _predict(checkpoint, csv, out_dir, devices, max_len):
     from kitlib.infer import InferJob, predict
-    from kitlib.runtime import detect_runtime
+    from kitlib.run.runtime import detect_runtime
 
     predict(InferJob(checkpoint=str(checkpoint), test_csv=str(csv), shard_dir=str(out_dir / "shards"),
                      output_csv=str(out_dir / "pred.csv"), batch_size=16, max_len=max_len, num_buckets=1,
@@ -111,7 +111,7 @@ def test_finetuned_minilm_separates_held_out_english_rows(finetuned):
 
 @pytest.mark.slow
 def test_finetuned_minilm_predicts_the_same_on_one_and_two_replicas(finetuned, tmp_path):
-    from kitlib.train import roc_auc
+    from kitlib.metrics import roc_auc
 
     job, history = finetuned
     holdout = pd.read_csv(job.valid_csv, dtype=str, keep_default_na=False)

@@ -1,7 +1,7 @@
-"""Issue 21.10: a submission replaced by another writer is said, with what was replaced (kitlib.provenance).
+"""Issue 21.10: a submission replaced by another writer is said, with what was replaced (kitlib.outputs.provenance).
 
 The torch inference notebook (``kitlib.infer.predict``), the Keras notebook (``write_submission``)
-and ``python -m kitlib merge`` all write ``submission.csv`` through :func:`kitlib.merge.merge_shards`,
+and ``python -m kitlib merge`` all write ``submission.csv`` through :func:`kitlib.outputs.merge.merge_shards`,
 which records the writer beside it and warns when it replaces another writer's file.
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kitlib import provenance
+from kitlib.outputs import provenance
 from kitlib.__main__ import main
 from kitlib.keras.data import write_submission
-from kitlib.merge import merge_shards
-from kitlib.shards import write_shard
+from kitlib.outputs.merge import merge_shards
+from kitlib.outputs.shards import write_shard
 
 IDS = ["007", "NA", "12", "3"]
 
@@ -100,17 +100,17 @@ def test_merge_cli_prints_what_it_replaced(tmp_path, capsys):
 
 
 def test_blend_replacing_a_notebooks_submission_says_so(tmp_path, capsys):
-    from kitlib.blend import blend
+    from kitlib.outputs.blend import blend
 
     out = tmp_path / "submission.csv"
     _torch_side(tmp_path, out)
     other = tmp_path / "other.csv"
     pd.DataFrame({"id": IDS, "toxic": [0.2, 0.7, 0.1, 0.9]}).to_csv(other, index=False)
-    with pytest.warns(provenance.SubmissionReplaced, match=r"written by kitlib.infer.predict .* with the output of kitlib.blend"):
+    with pytest.warns(provenance.SubmissionReplaced, match=r"written by kitlib.infer.predict .* with the output of kitlib.outputs.blend"):
         r = blend([out, other], out)  # the notebook's file is an input and the output
     assert "written by kitlib.infer.predict" in r.replaced
     assert json.loads(provenance.record_path(out).read_text())["writer"] == provenance.BLEND
-    with pytest.warns(provenance.SubmissionReplaced, match=r"written by kitlib.blend .* with the output of kitlib.infer"):
+    with pytest.warns(provenance.SubmissionReplaced, match=r"written by kitlib.outputs.blend .* with the output of kitlib.infer"):
         _torch_side(tmp_path, out)
     with warnings.catch_warnings():
         warnings.simplefilter("error", provenance.SubmissionReplaced)  # the CLI prints it as a note

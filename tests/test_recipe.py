@@ -1,4 +1,4 @@
-"""kitlib.recipe: which recipe a checkpoint gets, its learning rates, schedule, frozen parameters, loss weighting."""
+"""kitlib.training.recipe: which recipe a checkpoint gets, its learning rates, schedule, frozen parameters, loss weighting."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from kitlib import recipe as recipes
-from kitlib.recipe import RECIPES, lr_factor, make_optimizer, make_scheduler, positive_weight, recipe_for
+from kitlib.training import recipe as recipes
+from kitlib.training.recipe import RECIPES, lr_factor, make_optimizer, make_scheduler, positive_weight, recipe_for
 
 
 def _folder(tmp_path, name, **config):
@@ -26,7 +26,7 @@ def test_each_checkpoint_gets_its_recipe(tmp_path, tiny_checkpoint):
 
 
 def test_lr_zero_means_the_recipes_and_a_given_lr_is_kept(tmp_path):
-    from kitlib.train import TrainJob
+    from kitlib.training.train import TrainJob
 
     e5 = _folder(tmp_path, "e5", kitlib_recipe="e5")
     job = TrainJob(checkpoint=str(e5), train_csv="t", valid_csv="v", out_dir="o", lr=0.0)
@@ -57,7 +57,7 @@ def test_the_schedule_built_after_the_optimizer_step_sees_each_step_and_warns_no
 
     import torch
 
-    from kitlib.replica import OptimizerStep
+    from kitlib.run.replica import OptimizerStep
 
     layer = torch.nn.Linear(3, 1)
     optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-3)
@@ -75,7 +75,7 @@ def _small_mean_pooled():
     import torch
     from transformers import BertConfig
 
-    from kitlib.model import BertMeanPooledClassifier
+    from kitlib.models.mean_pooling import BertMeanPooledClassifier
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
@@ -118,7 +118,7 @@ def test_freeze_layers_keeps_the_embeddings_and_the_bottom_layers_and_trains_the
     import torch
     from transformers import BertConfig
 
-    from kitlib.model import BertMeanPooledClassifier
+    from kitlib.models.mean_pooling import BertMeanPooledClassifier
 
     torch.manual_seed(0)
     model = BertMeanPooledClassifier(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
@@ -144,7 +144,7 @@ def test_freeze_layers_keeps_the_embeddings_and_the_bottom_layers_and_trains_the
 def test_positive_weight_and_the_weighted_loss():
     import torch
 
-    from kitlib.train import classification_loss
+    from kitlib.training.train import classification_loss
 
     labels = np.array([1, 0, 0, 0, 1, 0, 0, 0, 0, 0], np.float32)
     assert positive_weight(labels, RECIPES["e5"]) == 4.0 and positive_weight(labels, RECIPES["standard"]) is None
@@ -166,7 +166,7 @@ def test_e5_recipe_on_xla_compiles_no_graph_per_step_and_keeps_the_embeddings(ti
     from safetensors.torch import load_file
 
     from conftest import ROOT, SAMPLE
-    from kitlib.train import TrainJob, read_history
+    from kitlib.training.train import TrainJob, read_history
 
     job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), recipe="e5", lr=0.0,
                    train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2,

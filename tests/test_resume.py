@@ -1,4 +1,4 @@
-"""Runs that survive (:mod:`kitlib.resume`): killed mid-epoch and resumed, a run ends with the weights of one
+"""Runs that survive (:mod:`kitlib.training.resume`): killed mid-epoch and resumed, a run ends with the weights of one
 that was never interrupted; a resumed run is continued exactly, rebuilt with a note, or refused before any
 replica starts (issue 26)."""
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 from conftest import ROOT, SAMPLE
 from support.rank_states import max_diff, rank_states
 from kitlib.atomic import MANIFEST
-from kitlib import resume
-from kitlib.runtime import ReplicaError, detect_runtime
-from kitlib.train import TrainJob, read_history, train
+from kitlib.training import resume
+from kitlib.run.runtime import ReplicaError, detect_runtime
+from kitlib.training.train import TrainJob, read_history, train
 
 JOB = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), max_len=32, lr=1e-3,
            train_limit=48, valid_limit=24, log_every=2, batch_size=8, precision="fp32")
@@ -110,7 +110,7 @@ def test_the_checkpoint_records_the_recipe_it_was_trained_with(one_e5_epoch):
     its marker) trained with "e5": its folder must say "e5"."""
     job, history = one_e5_epoch
     assert json.loads((Path(job.out_dir) / "config.json").read_text())["kitlib_recipe"] == "e5"
-    from kitlib.recipe import recipe_for
+    from kitlib.training.recipe import recipe_for
 
     assert recipe_for(job.out_dir) == "e5" and history["recipe"]["name"] == "e5"
 
@@ -135,7 +135,7 @@ def test_a_finished_schedule_is_rebuilt_for_the_new_batch_and_the_weights_move(o
 def test_an_epoch_that_changes_nothing_is_an_error_not_a_trained_epoch(sharp_checkpoint, tmp_path, monkeypatch):
     """A schedule at 0 throughout (what an ended schedule restored as it was gave): the epoch is refused,
     not recorded as trained (one eager replica runs in this process, so the patched schedule applies)."""
-    from kitlib import recipe
+    from kitlib.training import recipe
 
     monkeypatch.setattr(recipe, "lr_factor", lambda step, r, total: 0.0)
     job = TrainJob(checkpoint=str(sharp_checkpoint), out_dir=str(tmp_path / "ckpt"), recipe="e5", epochs=1,
@@ -234,7 +234,7 @@ def test_the_best_epoch_is_kept_and_patience_stops_the_run(sharp_checkpoint, tmp
     every run is a row of the runs table, and the curves are TensorBoard event files."""
     import pandas as pd
 
-    from kitlib.runs import read_runs, runs_table
+    from kitlib.training.runs import read_runs, runs_table
 
     out = tmp_path / "ckpt"
     job = TrainJob(checkpoint=str(sharp_checkpoint), out_dir=str(out), epochs=6, monitor="valid_loss", patience=1,
@@ -271,7 +271,7 @@ def test_the_best_epoch_is_kept_and_patience_stops_the_run(sharp_checkpoint, tmp
 
 @pytest.mark.slow
 def test_a_time_budget_stops_with_a_state_and_the_same_call_finishes_the_run(sharp_checkpoint, tmp_path, capsys):
-    from kitlib.runs import read_runs, runs_table
+    from kitlib.training.runs import read_runs, runs_table
 
     out = tmp_path / "ckpt"
     job = TrainJob(checkpoint=str(sharp_checkpoint), out_dir=str(out), epochs=2, time_budget_s=1.0, **JOB)
@@ -290,7 +290,7 @@ def test_a_time_budget_stops_with_a_state_and_the_same_call_finishes_the_run(sha
 def test_the_time_budget_on_kaggle_is_the_sessions_limit_less_a_margin(monkeypatch):
     import time
 
-    from kitlib import session
+    from kitlib.training import session
 
     monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
     assert session.time_budget(-1, "tpu") is None and session.time_budget(0, "tpu") is None  # not on Kaggle

@@ -1,10 +1,10 @@
-"""The runs table as a shared record (issue 33, item 6, :mod:`kitlib.runs`): appends are locked, and a
+"""The runs table as a shared record (issue 33, item 6, :mod:`kitlib.training.runs`): appends are locked, and a
 run id names one record, its latest state, in one table and across the kernels' downloaded tables."""
 from __future__ import annotations
 
 import multiprocessing
 
-from kitlib import runs
+from kitlib.training import runs
 
 WRITERS, APPENDS = 6, 25
 

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from kitlib import hardware, runtime
-from kitlib.runtime import MODES, Runtime, detect_runtime, launch
+from kitlib.run import hardware, runtime
+from kitlib.run.runtime import MODES, Runtime, detect_runtime, launch
 
 
 def fn_defined_here(replica, job):  # noqa: D103 - used only for the __main__ check below
@@ -125,7 +125,7 @@ def test_the_xla_cpu_environment_is_set_for_the_launch_only(monkeypatch):
     """PJRT CPU's variables come from the backend and are restored after the launch (Accelerate's patch_environment)."""
     import os
 
-    from kitlib.backends.base import patch_environment
+    from kitlib.run.backends.base import patch_environment
 
     for v in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "PJRT_CPU_ASYNC_CLIENT", "XLA_THREAD_POOL_SIZE"):
         monkeypatch.delenv(v, raising=False)
@@ -176,7 +176,7 @@ def test_touching_the_device_before_launch_is_a_clear_error():
         import os
         os.environ["PJRT_DEVICE"] = "CPU"
         import torch, torch_xla
-        from kitlib.runtime import Runtime, launch
+        from kitlib.run.runtime import Runtime, launch
         from kitlib.infer import _mp_fn
         torch.zeros(1).to(torch_xla.device())
         try:
@@ -193,7 +193,7 @@ def test_tensorflow_before_torch_xla_is_refused_not_aborted():
     """TF first, then torch_xla, kills the process in LLVM; launch says what to do instead."""
     r = _child("""
         import tensorflow
-        from kitlib.runtime import Runtime, launch
+        from kitlib.run.runtime import Runtime, launch
         from kitlib.infer import _mp_fn
         try:
             launch(_mp_fn, None, Runtime("xla-cpu", 2, "test"), "fork")
@@ -210,8 +210,8 @@ def test_xla_replicas_start_without_warnings_that_say_nothing():
     r = _child("""
         import os
         before = {v: os.environ.get(v) for v in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_THREAD_POOL_SIZE")}
-        from kitlib.replica import Replica
-        from kitlib.runtime import Runtime, launch
+        from kitlib.run.replica import Replica
+        from kitlib.run.runtime import Runtime, launch
 
         def report(replica, job):
             print(f"REPLICA {replica.rank} {replica.world_size} {replica.device}\\n", end="")  # one write: threads

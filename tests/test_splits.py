@@ -1,4 +1,4 @@
-"""kitlib.splits.english_holdout_split: which rows, how many, stratified, exact strings, refusals."""
+"""kitlib.cv.splits.english_holdout_split: which rows, how many, stratified, exact strings, refusals."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import SAMPLE
-from kitlib.splits import english_holdout_split
+from kitlib.cv.splits import english_holdout_split
 
 
 def _read(p):
@@ -88,7 +88,7 @@ def test_refuses_to_replace_a_folder_with_other_files(tmp_path):
 # --- validation_split: English rows + the first half of validation.csv train; its second half is held out ---
 
 def test_validation_split_holds_out_the_second_half_never_trained_on(tmp_path):
-    from kitlib.splits import validation_split
+    from kitlib.cv.splits import validation_split
 
     train, hold = validation_split(SAMPLE / "train.csv", SAMPLE / "validation.csv", tmp_path / "split")
     src_en, src_va, tr, ho = _read(SAMPLE / "train.csv"), _read(SAMPLE / "validation.csv"), _read(train), _read(hold)
@@ -104,7 +104,7 @@ def test_validation_split_holds_out_the_second_half_never_trained_on(tmp_path):
 
 
 def test_validation_split_refuses_shared_ids_and_bad_fractions(tmp_path):
-    from kitlib.splits import validation_split
+    from kitlib.cv.splits import validation_split
 
     with pytest.raises(ValueError, match="train_frac must be between 0 and 1"):
         validation_split(SAMPLE / "train.csv", SAMPLE / "validation.csv", tmp_path / "a", train_frac=1.0)

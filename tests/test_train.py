@@ -22,16 +22,15 @@ import torch
 
 from conftest import ROOT, SAMPLE
 from support.rank_states import max_diff, rank_states
-from kitlib.runtime import ReplicaError, Runtime, detect_runtime
-from kitlib.train import (
-    HISTORY_FILE,
+from kitlib.checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE
+from kitlib.metrics import roc_auc
+from kitlib.run.runtime import ReplicaError, Runtime, detect_runtime
+from kitlib.training.train import (
     PATTERNS,
-    VALID_PREDICTIONS_FILE,
     TrainJob,
     classification_loss,
     merge_gathered,
     read_history,
-    roc_auc,
     train,
     validation_rows,
 )
@@ -223,7 +222,7 @@ def test_xla_loss_falls_on_the_sample(xla_run):
 @pytest.mark.slow
 def test_saved_checkpoint_predicts_like_the_in_memory_model(xla_run, tmp_path):
     from kitlib.infer import InferJob, predict
-    from kitlib.model import load_classifier, probabilities
+    from kitlib.models.model import load_classifier, probabilities
 
     job, _ = xla_run
     ckpt = Path(job.out_dir)
@@ -378,7 +377,7 @@ def test_a_fresh_run_into_an_earlier_runs_folder_says_it_replaces_it(tmp_path):
 def test_resuming_continues_the_epochs_history_and_optimizer(one_process_run, tiny_checkpoint, tmp_path, capsys):
     """1 epoch, then the same job from its output folder with epochs=2: the result is the
     uninterrupted 2-epoch run's (same weights, so AdamW's moments and step count were restored)."""
-    from kitlib.resume import TENSORS_FILE, state_dir
+    from kitlib.training.resume import TENSORS_FILE, state_dir
 
     ckpt = tmp_path / "ckpt"
     first = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(ckpt), batch_size=GLOBAL_BATCH, **{**SMALL, "epochs": 1})
@@ -409,7 +408,7 @@ def test_resuming_continues_the_epochs_history_and_optimizer(one_process_run, ti
 
 @pytest.mark.parametrize("linked", [False, True], ids=["folder", "linked-folder"])
 def test_training_into_a_folder_holding_a_users_files_refuses_before_any_work(tmp_path, monkeypatch, linked):
-    import kitlib.train as train_module
+    import kitlib.training.train as train_module
     from kitlib.atomic import NotOwnedError
 
     users = tmp_path / "drive" if linked else tmp_path / "xlmr-toxic"

@@ -2,7 +2,7 @@
 
 The multi-replica TPU path (``xm.optimizer_step``'s all-reduce, DDP over ``xla://``,
 ``all_gather``, ``together``) runs here for real: thread replicas launch their graphs in rank
-order through :class:`kitlib.backends.xla_threads._Turnstile`, without which the first all-reduce aborts the
+order through :class:`kitlib.run.backends.xla_threads._Turnstile`, without which the first all-reduce aborts the
 process (two compiled modules, two XLA rendezvous: "op_id=0" vs "op_id=1").
 
 * the turnstile itself, on plain threads: rank order, waiting for every rank, stopping when a
@@ -31,11 +31,11 @@ import torch
 
 from conftest import ROOT, SAMPLE
 from support.rank_states import max_diff, rank_states
-from kitlib.backends import xla_threads
-from kitlib.backends.xla_threads import _Turnstile
-from kitlib.replica import PeerFailed
-from kitlib.runtime import detect_runtime
-from kitlib.train import PATTERNS, TrainJob, read_history, train
+from kitlib.run.backends import xla_threads
+from kitlib.run.backends.xla_threads import _Turnstile
+from kitlib.run.replica import PeerFailed
+from kitlib.run.runtime import detect_runtime
+from kitlib.training.train import PATTERNS, TrainJob, read_history, train
 
 WORKER = ROOT / "tests" / "support" / "xla_worker.py"
 # 64 rows, 2 epochs of 8 steps with a global batch of 8, no dropout: deterministic and quick.
@@ -135,7 +135,7 @@ def test_a_thread_replica_that_fails_while_opening_stops_the_others(monkeypatch)
     """The CI hang: rank 1 failed inside ``open()`` (two threads importing transformers at once: "cannot
     import name ... from partially initialized module") and rank 0 waited 1800 s at its first
     collective for a rank that never started. Now the failed rank leaves the turnstile: the others stop."""
-    from kitlib.backends import precision
+    from kitlib.run.backends import precision
 
     rt = detect_runtime(2, "xla-cpu")
     assert rt.backend.threaded

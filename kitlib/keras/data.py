@@ -238,8 +238,8 @@ def write_submission(
     test: str | os.PathLike | None,
     column: str = "toxic",
     source: str = "",
-) -> "kitlib.merge.MergeResult":  # noqa: F821
-    """Write ``id,<column>`` rows with the main job's rules (one world-size-1 shard through :mod:`kitlib.merge`).
+) -> "kitlib.outputs.merge.MergeResult":  # noqa: F821
+    """Write ``id,<column>`` rows with the main job's rules (one world-size-1 shard through :mod:`kitlib.outputs.merge`).
 
     The predictions become a kit shard (row index, exact id strings) and are merged exactly as
     the multi-device inference job's shards are: rows in ``sample_submission`` order, every one
@@ -253,18 +253,18 @@ def write_submission(
         sample_submission, test: Kaggle's ``sample_submission.csv`` and ``test.csv`` (either may be None).
         column: the prediction column name.
         source: what predicted (e.g. ``"model artifacts/keras-xlmr/model.keras"``), recorded beside
-            ``output``; replacing another writer's submission is said (:mod:`kitlib.provenance`).
+            ``output``; replacing another writer's submission is said (:mod:`kitlib.outputs.provenance`).
 
     Raises:
         ValueError: ``ids`` and ``probabilities`` differ in length, or ``probabilities`` is not ``[N]``.
-        kitlib.merge.MergeError: a probability is NaN or infinite (the message names the ids);
+        kitlib.outputs.merge.MergeError: a probability is NaN or infinite (the message names the ids);
             an id is missing, extra, blank or out of order against the reference files (the
             message names the file). Nothing is written then, and an existing ``output`` is
             left as it was.
     """
-    from .. import provenance
-    from ..merge import MergeError, merge_shards
-    from ..shards import write_shard
+    from ..outputs import provenance
+    from ..outputs.merge import MergeError, merge_shards
+    from ..outputs.shards import write_shard
 
     probabilities = np.asarray(probabilities, dtype=np.float32)
     ids = [str(i) for i in ids]

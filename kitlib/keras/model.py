@@ -2,9 +2,9 @@
 
 * ``preset="tiny"`` (offline default): a small randomly initialised ``XLMRobertaBackbone`` and an
   ``XLMRobertaTokenizer(proto=...)`` whose SentencePiece proto is trained on the sample text by
-  :func:`kitlib.tokenizer.train_sentencepiece` (XLM-R id layout) and cached; nothing is downloaded.
+  :func:`kitlib.models.tokenizer.train_sentencepiece` (XLM-R id layout) and cached; nothing is downloaded.
 * a transformers folder (``config.json`` with ``model_type``), or a name of
-  :data:`kitlib.packaged.PRETRAINED` that unpacks into one (``"multilingual-e5-small"``,
+  :data:`kitlib.models.packaged.PRETRAINED` that unpacks into one (``"multilingual-e5-small"``,
   ``"all-minilm-l6-v2"``; :func:`resolve_preset`): keras-hub reads its weights, the folder's own
   tokenizer reads the text, and the head is pooled as the torch side pools it
   (:mod:`kitlib.keras.pretrained`);
@@ -12,7 +12,7 @@
   attach the Keras model; elsewhere it needs internet).
 
 The fine-tune recipe (learning rates, schedule, frozen embeddings, ``pos_weight``) is the torch
-side's table, :data:`kitlib.recipe.RECIPES`, chosen by :func:`recipe_for_preset`.
+side's table, :data:`kitlib.training.recipe.RECIPES`, chosen by :func:`recipe_for_preset`.
 
 The classifier is built with ``preprocessor=None``: the pipelines in :mod:`kitlib.keras.data`
 run the preprocessor themselves. One output unit with a sigmoid, both in float32 under any dtype
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, ContextManager
 
 from ..atomic import atomic_dir, atomic_write
-from ..tokenizer import SPM_FILE, TOKENIZER_TEXT_FILES, tokenizer_training_texts, train_sentencepiece
+from ..models.tokenizer import SPM_FILE, TOKENIZER_TEXT_FILES, tokenizer_training_texts, train_sentencepiece
 
 PREPROCESSOR_DIR = "preprocessor"  # next to model.keras: the tokenizer proto and the sequence length
 PREPROCESSOR_JSON = "preprocessor.json"
@@ -69,9 +69,9 @@ def resolve_preset(preset: str, cache_dir: str | os.PathLike) -> str:
     """``preset`` as :func:`build_classifier` takes it: a packaged checkpoint's name becomes its folder.
 
     ``"tiny"``, a folder, or a keras-hub preset name come back unchanged; a name in
-    :data:`kitlib.packaged.PRETRAINED` (``"multilingual-e5-small"``, ``"all-minilm-l6-v2"``) is
+    :data:`kitlib.models.packaged.PRETRAINED` (``"multilingual-e5-small"``, ``"all-minilm-l6-v2"``) is
     unpacked (or converted) once into ``cache_dir`` and its folder returned (this imports
-    :mod:`kitlib.model`, hence torch).
+    :mod:`kitlib.models.model`, hence torch).
 
     Raises:
         ModuleNotFoundError, FileNotFoundError, ValueError: from the packaged checkpoint's
@@ -80,18 +80,18 @@ def resolve_preset(preset: str, cache_dir: str | os.PathLike) -> str:
     """
     if preset == "tiny" or Path(preset).is_dir():
         return preset
-    from ..packaged import PRETRAINED
+    from ..models.packaged import PRETRAINED
 
     return str(PRETRAINED[preset](cache_dir)) if preset in PRETRAINED else preset
 
 
 def recipe_for_preset(preset: str):
-    """The :class:`kitlib.recipe.Recipe` a (resolved) preset is fine-tuned with.
+    """The :class:`kitlib.training.recipe.Recipe` a (resolved) preset is fine-tuned with.
 
     ``"tiny"`` -> ``tiny``; a transformers folder -> what its ``config.json`` names
-    (:func:`kitlib.recipe.recipe_for`; multilingual-e5-small: ``e5``); a keras-hub preset -> ``standard``.
+    (:func:`kitlib.training.recipe.recipe_for`; multilingual-e5-small: ``e5``); a keras-hub preset -> ``standard``.
     """
-    from ..recipe import RECIPES, recipe_for
+    from ..training.recipe import RECIPES, recipe_for
 
     if preset == "tiny":
         return RECIPES["tiny"]
@@ -110,7 +110,7 @@ def is_pretrained_folder(preset: str) -> bool:
 def tiny_tokenizer_proto(data_dir: str | os.PathLike, cache_dir: str | os.PathLike, vocab_size: int = 8000) -> Path:
     """The cached SentencePiece proto for ``preset="tiny"``, trained on first use (about 10 s on the sample).
 
-    Trained on :func:`kitlib.tokenizer.tokenizer_training_texts` of ``data_dir``; cached under
+    Trained on :func:`kitlib.models.tokenizer.tokenizer_training_texts` of ``data_dir``; cached under
     ``cache_dir`` by a hash of the vocabulary size and those CSVs' bytes, so a changed data folder
     gets its own proto. Written atomically (:func:`kitlib.atomic.atomic_write`).
     """

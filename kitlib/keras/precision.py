@@ -16,7 +16,7 @@ to 8 significant bits.
 """
 from __future__ import annotations
 
-from ..hardware import ACCELERATOR_KINDS
+from ..run.hardware import ACCELERATOR_KINDS
 
 POLICIES = {"tpu": "mixed_bfloat16", "cuda": "mixed_float16", "cpu": None}
 
@@ -25,7 +25,7 @@ def mixed_precision_policy(accelerator: str) -> str | None:
     """The policy :data:`POLICIES` gives ``accelerator`` (``"tpu"``, ``"cuda"``, ``"cpu"``), or None for float32.
 
     Raises:
-        ValueError: ``accelerator`` is not one of :data:`kitlib.hardware.ACCELERATOR_KINDS`.
+        ValueError: ``accelerator`` is not one of :data:`kitlib.run.hardware.ACCELERATOR_KINDS`.
     """
     if accelerator not in ACCELERATOR_KINDS:
         raise ValueError(f"accelerator {accelerator!r} is not one of {ACCELERATOR_KINDS}")

@@ -17,10 +17,10 @@ and ports the safetensors weights into it. What keras-hub does not do here, the 
   ``config.json`` says ``kitlib_pooling: "mean"`` (E5), else BERT's pooler over the first token;
   then dropout, one float32 logit and a float32 sigmoid.
 
-The fine-tune recipe is the torch side's, the row of :data:`kitlib.recipe.RECIPES` the folder calls
+The fine-tune recipe is the torch side's, the row of :data:`kitlib.training.recipe.RECIPES` the folder calls
 for (:func:`recipe_for_preset`), in Keras's terms (:func:`compile_pretrained`): word embeddings
 frozen (``trainable=False``), AdamW on the recipe's schedule (:class:`RecipeSchedule`, from
-:func:`kitlib.recipe.lr_factor`), the head at its own rate (:class:`HeadLRAdamW`), and positive
+:func:`kitlib.training.recipe.lr_factor`), the head at its own rate (:class:`HeadLRAdamW`), and positive
 rows weighted by ``pos_weight`` (a per-row ``sample_weight``, :func:`kitlib.keras.data.row_weights`,
 Keras's form of ``BCEWithLogitsLoss(pos_weight=...)``).
 
@@ -180,7 +180,7 @@ def build_pretrained_classifier(folder: str | os.PathLike, *, freeze_word_embedd
 
 @keras.saving.register_keras_serializable(package="kitlib")
 class RecipeSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """``peak * factors[step]``: the recipe's rate at every optimizer step, from :func:`kitlib.recipe.lr_factor`.
+    """``peak * factors[step]``: the recipe's rate at every optimizer step, from :func:`kitlib.training.recipe.lr_factor`.
 
     The factors are computed once by the torch side's function (one home for the warm-up and
     decay rule) and looked up here, for steps ``0 .. total_steps`` (the last entry, the rate
@@ -195,8 +195,8 @@ class RecipeSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     @classmethod
     def for_recipe(cls, recipe, peak: float, total_steps: int) -> "RecipeSchedule":
-        """The schedule of ``recipe`` (a :class:`kitlib.recipe.Recipe`) over ``total_steps`` optimizer steps."""
-        from ..recipe import lr_factor
+        """The schedule of ``recipe`` (a :class:`kitlib.training.recipe.Recipe`) over ``total_steps`` optimizer steps."""
+        from ..training.recipe import lr_factor
 
         if total_steps < 1:
             raise ValueError(f"total_steps must be >= 1, not {total_steps}")
@@ -217,7 +217,7 @@ class HeadLRAdamW(keras.optimizers.AdamW):
 
     Keras has no parameter groups; :meth:`update_step` is where Keras 3 hands each variable its
     learning rate, on TF and JAX alike, so the head's is scaled there: the torch recipe's
-    separate head learning rate (:func:`kitlib.recipe.make_optimizer`).
+    separate head learning rate (:func:`kitlib.training.recipe.make_optimizer`).
     """
 
     def __init__(self, *args, head_multiplier: float = 1.0, **kwargs):
@@ -242,14 +242,14 @@ class HeadLRAdamW(keras.optimizers.AdamW):
 
 def compile_pretrained(model, recipe, lr: float, total_steps: int, *, weight_decay: float = 0.0,
                        jit_compile="auto", scope=None) -> None:
-    """Compile ``model`` for ``recipe`` (a :class:`kitlib.recipe.Recipe`): AdamW, binary cross-entropy, ROC AUC as ``auc``.
+    """Compile ``model`` for ``recipe`` (a :class:`kitlib.training.recipe.Recipe`): AdamW, binary cross-entropy, ROC AUC as ``auc``.
 
     Args:
-        recipe: the row of :data:`kitlib.recipe.RECIPES`.
+        recipe: the row of :data:`kitlib.training.recipe.RECIPES`.
         lr: the body's peak learning rate (the recipe's, or one given by hand); the head's is
             ``recipe.head_lr`` (or ``lr`` when the recipe has none).
         total_steps: optimizer steps of the whole run (the schedule's length).
-        weight_decay: AdamW's decoupled weight decay (the torch side's default, :class:`kitlib.train.TrainJob`).
+        weight_decay: AdamW's decoupled weight decay (the torch side's default, :class:`kitlib.training.train.TrainJob`).
         jit_compile: the runtime's value.
         scope: the runtime's scope factory (None: no scope).
 

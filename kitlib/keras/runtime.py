@@ -19,7 +19,7 @@ CPU mean TensorFlow (when installed). Keras reads ``KERAS_BACKEND`` once, at its
 and a process holds one backend: call :func:`keras_runtime` (or :func:`select_backend`) before
 anything imports ``keras`` or ``keras_hub``.
 
-The accelerator is named as everywhere in the kit (:data:`kitlib.hardware.ACCELERATOR_KINDS`:
+The accelerator is named as everywhere in the kit (:data:`kitlib.run.hardware.ACCELERATOR_KINDS`:
 ``"tpu"``, ``"cuda"``, ``"cpu"``). Keras / keras-hub version drift lives in :mod:`kitlib.compat`
 (the keras-hub class names, the JAX trainer's state after a failed call).
 """
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, ContextManager
 
-from ..hardware import ACCELERATOR_KINDS, accelerator_kind
+from ..run.hardware import ACCELERATOR_KINDS, accelerator_kind
 from . import strategy as tf_strategy
 from .precision import mixed_precision_policy
 
@@ -70,8 +70,8 @@ def _jax_sees_tpu() -> bool:
 
 
 def _gpu_count() -> int:
-    """NVIDIA GPUs, counted without initialising any framework (:func:`kitlib.hardware.cuda_device_count`)."""
-    from ..hardware import cuda_device_count
+    """NVIDIA GPUs, counted without initialising any framework (:func:`kitlib.run.hardware.cuda_device_count`)."""
+    from ..run.hardware import cuda_device_count
 
     return cuda_device_count()
 
@@ -195,7 +195,7 @@ class KerasRuntime:
 
     Attributes:
         backend: ``"tensorflow"`` or ``"jax"``.
-        accelerator: ``"tpu"``, ``"cuda"`` or ``"cpu"`` (:data:`kitlib.hardware.ACCELERATOR_KINDS`).
+        accelerator: ``"tpu"``, ``"cuda"`` or ``"cpu"`` (:data:`kitlib.run.hardware.ACCELERATOR_KINDS`).
         num_replicas: data-parallel replicas (TF: ``num_replicas_in_sync``; JAX: devices).
         per_replica_batch: examples per replica per step.
         global_batch: ``per_replica_batch * num_replicas``: the batch size every pipeline uses.

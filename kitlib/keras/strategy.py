@@ -30,8 +30,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-# One probe of the machine for torch and TensorFlow alike (kitlib.hardware): TPU variables and /dev files.
-from ..hardware import TPU_ENV_VARS, tpu_evidence  # noqa: E402,F401  (tests replace strategy.tpu_evidence)
+# One probe of the machine for torch and TensorFlow alike (kitlib.run.hardware): TPU variables and /dev files.
+from ..run.hardware import TPU_ENV_VARS, tpu_evidence  # noqa: E402,F401  (tests replace strategy.tpu_evidence)
 from .precision import mixed_precision_policy
 
 
@@ -45,7 +45,7 @@ class StrategyInfo:
 
     Attributes:
         strategy: the ``tf.distribute.Strategy``; build and compile models inside ``strategy.scope()``.
-        accelerator: ``"tpu"``, ``"cuda"`` or ``"cpu"`` (:data:`kitlib.hardware.ACCELERATOR_KINDS`).
+        accelerator: ``"tpu"``, ``"cuda"`` or ``"cpu"`` (:data:`kitlib.run.hardware.ACCELERATOR_KINDS`).
         num_replicas: ``strategy.num_replicas_in_sync``.
         per_replica_batch: examples per replica per step.
         global_batch: examples per step, ``per_replica_batch * num_replicas`` (the batch size the

@@ -6,7 +6,7 @@ classifier of :mod:`kitlib.keras.pretrained` on FOLDER and reads the texts of ``
 and writes ``OUT_DIR/result.json`` plus ``probs.npy`` (``[N]``) and ``pooled.npy`` (``[N, hidden]``:
 the backbone's sequence output mean-pooled over the padding mask, for comparison with torch). It also
 checks the recipe's optimizer pieces on a two-layer model: the schedule against
-``kitlib.recipe.lr_factor`` and the head's learning-rate multiplier.
+``kitlib.training.recipe.lr_factor`` and the head's learning-rate multiplier.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 from kitlib.keras.model import KerasModelConfig, build_classifier, recipe_for_preset  # noqa: E402
 from kitlib.keras.pretrained import HFPreprocessor, HeadLRAdamW, RecipeSchedule  # noqa: E402
-from kitlib.recipe import lr_factor  # noqa: E402
+from kitlib.training.recipe import lr_factor  # noqa: E402
 
 TEXTS = json.loads((out / "texts.json").read_text())
 t0 = time.perf_counter()

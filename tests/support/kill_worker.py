@@ -1,9 +1,9 @@
-"""Subprocess body for the survive-a-kill tests: ``kitlib.train.train`` that SIGKILLs its own process group.
+"""Subprocess body for the survive-a-kill tests: ``kitlib.training.train.train`` that SIGKILLs its own process group.
 
 Usage: ``python tests/support/kill_worker.py JOB_JSON ACCELERATOR NUM_REPLICAS START_METHOD KILL_AT``
 
 Trains ``TrainJob(**JOB_JSON)`` on ``detect_runtime(NUM_REPLICAS, ACCELERATOR)``. With ``KILL_AT`` > 0,
-every replica counts its training steps (calls of ``kitlib.train.classification_loss``) and the first
+every replica counts its training steps (calls of ``kitlib.training.train.classification_loss``) and the first
 to reach step ``KILL_AT`` sends SIGKILL to the whole process group (this worker, its replicas): what a
 preemption, an out-of-memory kill or a Kaggle session's end does. Replica processes are forked, so
 they inherit the counting wrapper; thread replicas share it (a count per thread).
@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 if __name__ == "__main__":
-    from kitlib import train as training
-    from kitlib.runtime import Runtime, detect_runtime
+    from kitlib.training import train as training
+    from kitlib.run.runtime import Runtime, detect_runtime
 
     job_json, accelerator, replicas, start_method, kill_at = sys.argv[1:6]
     kill_at = int(kill_at)

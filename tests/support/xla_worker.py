@@ -1,7 +1,7 @@
 """Subprocess body for the XLA thread-replica tests: one torch_xla launch per process, killable as a group.
 
 Usage:
-  ``python tests/support/xla_worker.py train JOB_JSON NUM_REPLICAS``: ``kitlib.train.train`` on ``xla-cpu``
+  ``python tests/support/xla_worker.py train JOB_JSON NUM_REPLICAS``: ``kitlib.training.train.train`` on ``xla-cpu``
   (the test reads the history and per-rank states the job writes).
   ``python tests/support/xla_worker.py collectives OUT_DIR``: :func:`collectives_program` on 2 ``xla-cpu``
   replicas; rank 1 fails inside ``together``; writes ``OUT_DIR/rank-<r>.json`` and ``OUT_DIR/error.txt``.
@@ -38,10 +38,10 @@ def collectives_program(replica, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    from kitlib.runtime import ReplicaError, detect_runtime, launch
+    from kitlib.run.runtime import ReplicaError, detect_runtime, launch
 
     if sys.argv[1] == "train":
-        from kitlib.train import TrainJob, train
+        from kitlib.training.train import TrainJob, train
 
         train(TrainJob(**json.loads(sys.argv[2])), detect_runtime(int(sys.argv[3]), "xla-cpu"))
     else:

@@ -1,0 +1,237 @@
+"""Which rows train and which are held out, fixed and written down (:data:`SPLITS`).
+
+The Jigsaw training file (2018 ``train.csv``, reused in 2020 as ``jigsaw-toxic-comment-train.csv``)
+is English and has no language column; the 2020 validation file is Turkish, Spanish and Italian
+(``lang``). Two splits, by the training notebook's ``split`` parameter:
+
+* ``"english"`` (:func:`english_holdout_split`): a stratified share of the English training rows
+  is held out (seeded); validation.csv is never trained on and is scored at the end.
+* ``"validation"`` (:func:`validation_split`): train on every English row plus the first half of
+  validation.csv in file order (the sample: rows 0-499, ids 0-499: tr 185, es 161, it 154); hold
+  out the second half (the sample: rows 500-999: tr 179, es 168, it 153; 88 toxic), which is never
+  trained on. Multilingual rows in training are what top competition solutions did; the held-out
+  multilingual AUC is what ``make submission`` reports.
+
+Each writes its two CSVs and ``split.json`` (sources, rule, row and positive counts) into a folder of
+its own, atomically.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..atomic import MANIFEST, atomic_dir
+from ..data import read_csv_checked
+from ..metrics import hard_labels
+
+TRAIN_FILE = "train-en.csv"
+HOLDOUT_FILE = "holdout-en.csv"
+SPLIT_FILE = "split.json"
+MIXED_TRAIN_FILE = "train-en-valid.csv"
+VALID_HOLDOUT_FILE = "holdout-valid.csv"
+SPLITS = {
+    "english": "hold out a stratified share of the English training rows; validation.csv scored at the end",
+    "validation": "train on the English rows + the first half of validation.csv; hold out its second half",
+}
+
+
+def english_holdout_split(
+    train_csv: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    frac: float = 0.2,
+    seed: int = 0,
+    *,
+    lang_col: str | None = None,
+    lang: str = "en",
+    label_col: str = "toxic",
+    text_col: str | None = None,
+) -> tuple[Path, Path]:
+    """Split the English rows of ``train_csv`` into a training part and a held-out part.
+
+    Which rows are English:
+
+    * ``lang_col=None`` (default): the whole file, as Jigsaw's English training file has no
+      language column. A file that does have a ``lang`` column is refused (pass ``lang_col``).
+    * ``lang_col="lang"`` (say): the rows whose ``lang_col`` equals ``lang``; the column must exist.
+
+    The held-out part is ``round(frac * n)`` rows drawn by
+    ``sklearn.model_selection.train_test_split(stratify=hard_labels(label), random_state=seed)``
+    (:func:`kitlib.metrics.hard_labels`: class 1 at >= 0.5), so both
+    parts keep the file's share of positive rows. Rows keep their file order within each part and
+    every column of the file, with the original strings (ids stay exact).
+
+    ``out_dir`` is built under a temporary name and renamed into place (:func:`kitlib.atomic.atomic_dir`):
+    it then holds ``train-en.csv``, ``holdout-en.csv`` and ``split.json`` (source, fraction, seed,
+    language rule, row and positive counts), never one file without the other. An existing
+    ``out_dir`` is replaced only if it holds nothing but those files.
+
+    Args:
+        train_csv: the labelled training CSV (``id``, a text column, ``label_col``).
+        out_dir: folder for the two CSVs (owned by the split).
+        frac: share of the English rows held out, in (0, 1).
+        seed: ``random_state`` of the split.
+        lang_col, lang: the language rule above.
+        label_col: the 0/1 (or [0, 1]) label the split is stratified on.
+        text_col: the text column (None: ``content`` or ``comment_text``, :func:`kitlib.data.read_csv_checked`).
+
+    Returns:
+        ``(train_path, holdout_path)``.
+
+    Raises:
+        FileNotFoundError: ``train_csv`` does not exist.
+        ValueError: ``frac`` is not in (0, 1); ``lang_col`` is missing from the file, or is None while
+            the file has a ``lang`` column; no row is in language ``lang``; a column, id or label is
+            bad (:func:`kitlib.data.read_csv_checked`); a class has too few rows for both parts;
+            ``out_dir`` holds other files.
+    """
+    train_csv, out_dir = Path(train_csv), Path(out_dir)
+    if not 0 < frac < 1:
+        raise ValueError(f"frac must be between 0 and 1 (exclusive), not {frac}")
+    checked = read_csv_checked(train_csv, text_col=text_col, label_cols=(label_col,))  # ids, text and label column checked
+    raw = pd.read_csv(train_csv, dtype=str, keep_default_na=False)
+    if lang_col is None:
+        if "lang" in raw.columns:
+            langs = ", ".join(sorted(raw["lang"].unique())[:10])
+            raise ValueError(
+                f"{train_csv}: has a 'lang' column (values {langs}); pass lang_col='lang' to keep its {lang!r} rows"
+            )
+        keep = np.ones(len(raw), dtype=bool)
+        rule = "whole file (no language column)"
+    else:
+        if lang_col not in raw.columns:
+            raise ValueError(
+                f"{train_csv}: no language column {lang_col!r} (found {', '.join(raw.columns)}); "
+                "pass lang_col=None if the whole file is English"
+            )
+        keep = (raw[lang_col] == lang).to_numpy()
+        if not keep.any():
+            langs = ", ".join(sorted(raw[lang_col].unique())[:10])
+            raise ValueError(f"{train_csv}: no row has {lang_col} == {lang!r} (values: {langs})")
+        rule = f"{lang_col} == {lang!r}"
+    idx = np.flatnonzero(keep)
+    y = hard_labels(checked[label_col].to_numpy()[idx])
+    n_hold = int(round(frac * len(idx)))
+    for cls in (0, 1):
+        count = int((y == cls).sum())
+        # each part needs at least one row of each class, or AUC on it is undefined
+        if count < 2 or round(frac * count) < 1 or count - round(frac * count) < 1:
+            raise ValueError(
+                f"{train_csv}: {count} row(s) with {label_col} = {cls} among {len(idx)} ({rule}); "
+                f"too few to hold out {frac:.0%} of them with some left for training"
+            )
+    from sklearn.model_selection import train_test_split
+
+    tr, ho = train_test_split(idx, test_size=n_hold, stratify=y, random_state=seed)
+    tr, ho = np.sort(tr), np.sort(ho)
+
+    if out_dir.exists():
+        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (TRAIN_FILE, HOLDOUT_FILE, SPLIT_FILE, MANIFEST))
+        if extra:
+            raise ValueError(f"{out_dir}: holds other files ({', '.join(extra[:5])}); give the split a folder of its own")
+    labels = hard_labels(checked[label_col].to_numpy())
+    meta = {"source": str(train_csv), "frac": frac, "seed": seed, "language_rule": rule, "label_col": label_col,
+            "train_rows": len(tr), "train_positives": int(labels[tr].sum()),
+            "holdout_rows": len(ho), "holdout_positives": int(labels[ho].sum())}
+    with atomic_dir(out_dir) as tmp:
+        raw.iloc[tr].to_csv(tmp / TRAIN_FILE, index=False)
+        raw.iloc[ho].to_csv(tmp / HOLDOUT_FILE, index=False)
+        (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
+    return out_dir / TRAIN_FILE, out_dir / HOLDOUT_FILE
+
+
+def validation_split(
+    train_csv: str | os.PathLike,
+    valid_csv: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    train_frac: float = 0.5,
+    *,
+    label_col: str = "toxic",
+    text_col: str | None = None,
+) -> tuple[Path, Path]:
+    """Train on every row of ``train_csv`` plus the first rows of ``valid_csv``; hold out the rest.
+
+    The first ``round(train_frac * n)`` rows of ``valid_csv`` (file order, no shuffle: the split is
+    the same on every machine and easy to state) join the training rows; the others are the
+    held-out rows, never trained on. Both files get the columns ``id``, ``comment_text``, ``lang``
+    (``"en"`` for the training file's rows, which have none) and ``label_col``, with the original
+    strings. ``out_dir`` then holds ``train-en-valid.csv``, ``holdout-valid.csv`` and
+    ``split.json``, built atomically (:func:`kitlib.atomic.atomic_dir`); an existing ``out_dir``
+    is replaced only if it holds nothing but those files.
+
+    Args:
+        train_csv: the English training CSV (``id``, a text column, ``label_col``).
+        valid_csv: the multilingual validation CSV (``id``, ``comment_text``, ``lang``, ``label_col``).
+        out_dir: folder for the two CSVs (owned by the split).
+        train_frac: share of ``valid_csv``'s rows (its first rows) that train, in (0, 1).
+        text_col: the text column of both files (None: ``content`` or ``comment_text``); the
+            written files name it ``text_col`` (None: ``comment_text``).
+
+    Returns:
+        ``(train_path, holdout_path)``.
+
+    Raises:
+        FileNotFoundError: a CSV does not exist.
+        ValueError: ``train_frac`` not in (0, 1); a column, id or label is bad
+            (:func:`kitlib.data.read_csv_checked`); an id is in both files; the held-out rows lack
+            a class (AUC undefined); ``out_dir`` holds other files.
+    """
+    train_csv, valid_csv, out_dir = Path(train_csv), Path(valid_csv), Path(out_dir)
+    if not 0 < train_frac < 1:
+        raise ValueError(f"train_frac must be between 0 and 1 (exclusive), not {train_frac}")
+    en = read_csv_checked(train_csv, text_col=text_col, label_cols=(label_col,))
+    va = read_csv_checked(valid_csv, text_col=text_col, label_cols=(label_col,))
+    raw_va = pd.read_csv(valid_csv, dtype=str, keep_default_na=False)
+    raw_en = pd.read_csv(train_csv, dtype=str, keep_default_na=False)
+    both = sorted(set(en["id"]) & set(va["id"]))
+    if both:
+        raise ValueError(f"{train_csv} and {valid_csv} share id(s) {both[:5]}; ids must be unique across the two")
+    n_train = int(round(train_frac * len(va)))
+    held = raw_va.iloc[n_train:]
+    if n_train < 1 or len(held) < 1 or (held[label_col].astype(float) >= 0.5).nunique() < 2:
+        raise ValueError(f"{valid_csv}: holding out its last {len(held)} of {len(va)} rows leaves "
+                         "no training rows or a held-out part with one class; change train_frac")
+
+    def columns(raw: pd.DataFrame, checked: pd.DataFrame, lang) -> pd.DataFrame:
+        return pd.DataFrame({"id": checked["id"].to_numpy(), text_col or "comment_text": checked["text"].to_numpy(),
+                             "lang": lang, label_col: raw[label_col].to_numpy()})
+
+    lang_va = raw_va["lang"].to_numpy() if "lang" in raw_va.columns else ""
+    valid_part = columns(raw_va, va, lang_va)
+    train_part = pd.concat([columns(raw_en, en, "en"), valid_part.iloc[:n_train]], ignore_index=True)
+    holdout_part = valid_part.iloc[n_train:]
+    if out_dir.exists():
+        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (MIXED_TRAIN_FILE, VALID_HOLDOUT_FILE, SPLIT_FILE, MANIFEST))
+        if extra:
+            raise ValueError(f"{out_dir}: holds other files ({', '.join(extra[:5])}); give the split a folder of its own")
+    y_tr, y_ho = train_part[label_col].astype(float) >= 0.5, holdout_part[label_col].astype(float) >= 0.5
+    meta = {"split": "validation", "rule": f"every row of {train_csv.name} + rows 0-{n_train - 1} of {valid_csv.name} "
+            f"train; rows {n_train}-{len(va) - 1} of {valid_csv.name} are held out", "train_csv": str(train_csv),
+            "valid_csv": str(valid_csv), "train_frac": train_frac, "label_col": label_col,
+            "train_rows": len(train_part), "train_positives": int(y_tr.sum()), "train_english_rows": len(en),
+            "holdout_rows": len(holdout_part), "holdout_positives": int(y_ho.sum()),
+            "holdout_languages": holdout_part["lang"].value_counts().to_dict()}
+    with atomic_dir(out_dir) as tmp:
+        train_part.to_csv(tmp / MIXED_TRAIN_FILE, index=False)
+        holdout_part.to_csv(tmp / VALID_HOLDOUT_FILE, index=False)
+        (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
+    return out_dir / MIXED_TRAIN_FILE, out_dir / VALID_HOLDOUT_FILE
+
+
+def training_columns(split: str, train_csv: str | os.PathLike, text_col: str | None = None,
+                     label_col: str = "toxic") -> list[str]:
+    """The columns of the training rows ``split`` gives, without splitting: ``"english"``: every column of
+    ``train_csv`` (:func:`english_holdout_split` keeps them); ``"validation"``: ``id``, the text column,
+    ``lang`` and ``label_col`` (:func:`validation_split`).
+
+    Raises:
+        ValueError: ``split`` not in :data:`SPLITS`; FileNotFoundError: no ``train_csv`` (split ``"english"``).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+    if split == "validation":
+        return ["id", text_col or "comment_text", "lang", label_col]
+    return list(pd.read_csv(train_csv, dtype=str, nrows=0).columns)

@@ -1,0 +1,202 @@
+"""Submission-like CSVs, read by one reader: submissions, sample submissions, seed-pattern shards,
+blend inputs (``python -m kitlib merge``, ``blend``, and ``kaggle_kit`` submit's local check).
+
+The rules, one home:
+
+* ids are the exact strings of the file (``"007"`` stays ``"007"``, ``"NA"`` stays ``"NA"``); a
+  quoted field may hold newlines, whatever the file's size (pyarrow otherwise splits a file over
+  1 MB at raw newlines);
+* an index column is not a prediction: pandas' unnamed index (``""`` in the header, as
+  ``to_csv(path)`` writes it; ``Unnamed: N`` once pandas read it back; ``__index_level_N__`` in
+  Parquet) and a seed shard's ``row`` (:data:`INDEX_COLUMN_RE`). It is dropped, with a note naming
+  the file (:func:`read`);
+* the prediction columns are the sample submission's: its columns other than ``id`` and index
+  columns (:func:`prediction_columns`). A file's other columns are not predictions of the
+  submission (its writers ignore them with a note, or refuse them).
+
+Files saved with pandas' index (``df.to_csv(path)``) used to blend into ``id,Unnamed: 0,toxic``,
+the averaged row numbers written as a column (issue 27 item 9).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+# Columns that are a row index, not a prediction (see the module docstring).
+INDEX_COLUMN_RE = re.compile(r"^(|Unnamed: \d+|__index_level_\d+__|row)$")
+ID = "id"
+
+
+class SubmissionFileError(ValueError):
+    """A submission-like file that cannot be read as one (the message names the file)."""
+
+
+@dataclass
+class SubmissionTable:
+    """One submission-like file as read by :func:`read`.
+
+    Attributes:
+        path: the file.
+        table: ``id`` (string, exact) and every other column but the index columns, in file order;
+            numeric columns as pyarrow infers them (float64 / int64), others as strings.
+        dropped: the index columns dropped.
+        notes: one line per column dropped, naming the file.
+    """
+
+    path: Path
+    table: pa.Table
+    dropped: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns kept, other than ``id``."""
+        return tuple(c for c in self.table.column_names if c != ID)
+
+
+def is_index_column(name: str) -> bool:
+    """True for a column that is a row index, not a prediction (:data:`INDEX_COLUMN_RE`)."""
+    return bool(INDEX_COLUMN_RE.match(name))
+
+
+def index_note(column: str, path: str | os.PathLike | None = None) -> str:
+    """The note said when index column ``column`` of ``path`` is dropped."""
+    hint = "" if column == "row" else " (pandas writes one unless index=False)"
+    where = f" of {Path(path).name}" if path is not None else ""
+    return f"dropped column {column!r}{where}: a row index, not a prediction{hint}"
+
+
+def read_table(path: str | os.PathLike, string_columns: tuple[str, ...] = (ID,)) -> pa.Table:
+    """The whole CSV as a pyarrow table, ``string_columns`` as exact strings, quoted newlines allowed.
+
+    ``path`` may be a local path or what :func:`kitlib.storage.readable` takes (a URL's bytes).
+
+    Raises:
+        FileNotFoundError: no such file.
+        SubmissionFileError: not a readable CSV.
+    """
+    import pyarrow.csv as pacsv
+
+    from .. import storage
+
+    p = storage.as_path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such file")
+    try:
+        return pacsv.read_csv(
+            storage.readable(p),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in string_columns},
+                                                 strings_can_be_null=False),
+        )
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as e:
+        raise SubmissionFileError(f"{p}: unreadable CSV ({e})") from None
+
+
+def drop_index_columns(path: str | os.PathLike, table: pa.Table) -> SubmissionTable:
+    """``table`` without its index columns (:func:`is_index_column`; never ``id``), with a note for each."""
+    dropped = tuple(c for c in table.column_names if c != ID and is_index_column(c))
+    kept = table.drop_columns(list(dropped)) if dropped else table
+    return SubmissionTable(Path(str(path)), kept, dropped, [index_note(c, path) for c in dropped])
+
+
+def read(path: str | os.PathLike) -> SubmissionTable:
+    """Read one submission-like CSV by the module's rules: exact string ids, index columns dropped
+    with a note.
+
+    Raises:
+        FileNotFoundError: no such file.
+        SubmissionFileError: not a readable CSV, or no ``id`` column (the columns found named).
+    """
+    table = read_table(path)
+    if ID not in table.column_names:
+        raise SubmissionFileError(f"{path}: no 'id' column (columns: {', '.join(table.column_names)})")
+    return drop_index_columns(path, table)
+
+
+def prediction_columns(sample: SubmissionTable | tuple[str, ...] | list[str], path: str | os.PathLike = "") -> tuple[str, ...]:
+    """The prediction columns a submission must have: the sample submission's columns other than
+    ``id`` and index columns.
+
+    Args:
+        sample: the sample submission as :func:`read` gave it, or its column names.
+        path: the sample submission, for the message.
+
+    Raises:
+        SubmissionFileError: it names no prediction column.
+    """
+    names = sample.table.column_names if isinstance(sample, SubmissionTable) else list(sample)
+    cols = tuple(c for c in names if c != ID and not is_index_column(c))
+    if not cols:
+        where = path or (sample.path if isinstance(sample, SubmissionTable) else "the sample submission")
+        raise SubmissionFileError(f"{where}: the sample submission names no prediction column besides 'id'")
+    return cols
+
+
+NO_SAMPLE = "none"  # sample_submission="none": no sample submission, the test set's order (asked for by name)
+
+
+def check_sample_submission(path: str | os.PathLike, test_ids, columns: tuple[str, ...], *,
+                            test_path: str | os.PathLike = "the test set") -> SubmissionTable:
+    """Check, before any replica starts, that the merge at the run's end can use this sample submission.
+
+    It must exist and be readable (:func:`read`), hold each id once, exactly the test set's ids
+    (in any order), and name exactly ``columns`` as its prediction columns
+    (:func:`prediction_columns`; an index column is not one). Found only at the merge, after every
+    replica predicted every row, each of these used to cost the whole run (issue 27 item 7).
+
+    Args:
+        path: the sample submission.
+        test_ids: the test set's ids, exact strings (a sequence, numpy or pyarrow array).
+        columns: the columns the run predicts (``InferJob.prediction_column``).
+        test_path: the test file, for the message.
+
+    Returns:
+        The sample as read.
+
+    Raises:
+        FileNotFoundError: no such file (the message says how to run without one).
+        SubmissionFileError: unreadable, no ``id``, a repeated id, ids other than the test set's,
+            or other prediction columns; the message names the file, the ids or columns, and the fix.
+    """
+    import pyarrow.compute as pc
+
+    try:
+        sample = read(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"sample_submission={path}: no such file. Pass the competition's "
+                                f"sample_submission.csv, or sample_submission={NO_SAMPLE!r} to write the rows in the "
+                                "test set's order") from None
+    want = prediction_columns(sample, path)
+    if tuple(want) != tuple(columns):
+        extra = [c for c in want if c not in columns]
+        missing = [c for c in columns if c not in want]
+        raise SubmissionFileError(
+            f"{path}: the sample submission's prediction columns are {', '.join(want)}; this run predicts "
+            f"{', '.join(columns)}" + (f" (not predicted: {', '.join(extra)})" if extra else "")
+            + (f" (not in the sample: {', '.join(missing)})" if missing else "")
+            + ". Give the competition's own sample submission, or set prediction_column to its column")
+    ids = sample.table.column(ID).combine_chunks()
+    if pc.count_distinct(ids).as_py() != len(ids):
+        counts = pc.value_counts(ids)
+        dup = counts.field("values").filter(pc.greater(counts.field("counts"), 1)).to_pylist()
+        raise SubmissionFileError(f"{path}: id(s) {_preview(dup)} repeated in the sample submission")
+    test = pa.array(list(test_ids) if not isinstance(test_ids, (pa.Array, pa.ChunkedArray)) else test_ids, pa.string())
+    missing = test.filter(pc.invert(pc.is_in(test, value_set=ids))).to_pylist()
+    extra = ids.filter(pc.invert(pc.is_in(ids, value_set=test))).to_pylist()
+    if missing or extra:
+        raise SubmissionFileError(
+            f"{path}: the sample submission's ids are not {test_path}'s: "
+            + "; ".join(([f"{len(missing)} test id(s) not in it: {_preview(missing)}"] if missing else [])
+                        + ([f"{len(extra)} id(s) not in the test set: {_preview(extra)}"] if extra else []))
+            + f". Give the sample submission of this test set, or sample_submission={NO_SAMPLE!r} for the test set's order")
+    return sample
+
+
+def _preview(values, show: int = 5) -> str:
+    more = f" and {len(values) - show} more" if len(values) > show else ""
+    return ", ".join(repr(v) for v in values[:show]) + more

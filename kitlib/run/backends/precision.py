@@ -1,0 +1,298 @@
+"""The precision rule: what ``precision="auto"`` means on the hardware found, and how each precision runs (one home).
+
+``"auto"`` follows the hardware, read without touching any device (:mod:`kitlib.run.hardware`), one row
+of :data:`AUTO_RULES` each:
+
+=======================  ================  =============================================================
+hardware                 ``"auto"`` is     why (measured where a figure is given)
+=======================  ================  =============================================================
+TPU                      ``bf16``          the MXUs compute bf16 natively
+CUDA, compute            ``bf16``          bf16 tensor cores (A100 8.0, L4 8.9, H100 9.0, H200 9.0): no
+capability >= 8.0                          scaler needed, fp32's exponent range
+CUDA below 8.0           ``fp16`` with a   T4 (7.5) and P100 (6.0) have fp16, not bf16; training scales
+                         ``GradScaler``    the loss (torch's AMP recipe)
+CPU with AMX or          ``bf16``          Intel Xeon with AMX: e5 forward 0.31x fp32's CPU time, training
+avx512_bf16                                step 0.65x, same held-out AUC (0.8838 vs 0.8840); inference
+                                           of the 500 held-out rows 0.44x, AUC -0.0001 (2026-12-02); AMD
+                                           EPYC Zen 4 (avx512_bf16, no AMX): forward 0.50x, step 0.52x
+CPU without either, or   ``fp32``          AMD EPYC Zen 2/3 (AVX2 only): bf16 is 6.2x slower than fp32; a
+a process whose torch                      process capped to AVX2 on the AMX Xeon: bf16 4x slower
+runs below AVX-512                         (issue 33)
+=======================  ================  =============================================================
+
+On the CPU the rule reads what this process's torch will run, not only what the CPU has
+(:attr:`Hardware.aten_isa`, :attr:`Hardware.onednn_isa`): ATen's capability
+(``torch.backends.cpu.get_cpu_capability()``, capped by ``ATEN_CPU_CAPABILITY``) must be AVX-512 and
+oneDNN's (capped by ``ONEDNN_MAX_CPU_ISA``) must reach ``AVX512_CORE_BF16``; a capped process gets
+``fp32`` with the cap named. A CPU shared with other jobs is a case the rule cannot see: there bf16
+measured 1.61x fp32's wall time (BENCHMARKS.md section 4); set ``precision="fp32"`` there.
+
+(Figures: multilingual-e5-small's shape, 1 thread, batch 32 x 64 tokens forward and 16 x 64 for a
+training step; BENCHMARKS.md section 4 gives the whole-job ratios and the CPU of each row.)
+
+A rehearsal runs its target's precision: ``xla-cpu`` and ``xla-cpu-processes`` rehearse the TPU
+path on PJRT CPU, so their ``"auto"`` is the TPU's ``bf16``, which is what the TPU runs
+(:attr:`kitlib.run.backends.base.Backend.precision_of`).
+
+There is no ``"int8"``: torch.ao's dynamic int8 (deprecated) moved the held-out ROC AUC by 0.013,
+and no maintained CPU runtime measured (ONNX Runtime fp32 and int8, OpenVINO int8) was both 1.3x
+faster on AVX2 and within 0.002 of fp32's AUC with int8 arithmetic (BENCHMARKS.md section 4,
+``benchmarks/cpu_runtimes.py``). Asking for it is refused, saying so (:data:`REMOVED`).
+
+An explicit ``"fp32"``, ``"bf16"`` or ``"fp16"`` is taken as asked, with two rules:
+
+* ``fp16`` training always runs through a ``torch.amp.GradScaler`` on the replica's device (the loss
+  is scaled before ``backward`` so small fp16 gradients do not flush to zero, and a step whose
+  gradients overflowed is skipped), as torch's AMP recipe and nanoGPT's ``train.py`` do. On the
+  CPU too (``GradScaler("cpu")``), which is how the tests exercise it.
+* ``fp16`` training on an XLA device is refused: ``torch.amp.GradScaler`` does not run there; use
+  ``bf16`` (which needs no scaler) or ``fp32``.
+
+Whatever the compute precision, the classifier head and the loss run in float32
+(:func:`kitlib.models.model.keep_head_float32`), so probabilities come from float32 logits; inference
+checks that at run time (:func:`check_float32_logits`).
+
+A resolved precision is one :class:`Precision` object (as Lightning's precision plugins are): its
+autocast, its scaler, the head's dtype, and how far a correct reload of the checkpoint may
+predict from the in-memory model (:attr:`Precision.reload_tolerance`, the training notebook's
+hand-off, :mod:`kitlib.training.handoff`).
+
+torch_xla also changes precision behind the program's back when ``XLA_USE_BF16``,
+``XLA_DOWNCAST_BF16`` or ``XLA_USE_FP16`` is set (old Kaggle TPU notebooks set the first): every
+float32 tensor is then stored as bf16 (or fp16) while still calling itself float32, so the
+float32 head silently gives bf16 logits (measured: 1 distinct prediction in 200). The XLA
+backends remove these variables for the launch, with a note (:func:`precision_env_overrides`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# precisions the kit had and removed -> why, for the refusal
+REMOVED = {"int8": "int8 was removed (issue 28): torch.ao's dynamic int8 is deprecated and moved the held-out ROC AUC "
+                   "by -0.013, and no maintained runtime measured passed the rule (BENCHMARKS.md section 4); use "
+                   "'auto' (bf16 on a CPU with AMX or avx512_bf16) or 'fp32'"}
+PRECISION_ENV_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_USE_FP16")
+
+# How far a correct reload may predict from the in-memory model on the same rows, by compute
+# precision (largest |difference| of probabilities). fp32: float noise (measured below 1e-6). bf16 and
+# fp16 keep 8 and 11 significant bits, and the reload runs on other kernels than the training did
+# (eager CPU, not XLA; autocast's op lists differ per device), so rounding lands differently: measured
+# on the tests' widely spread tiny XLM-R (weights std 0.2) trained on xla-cpu at bf16, 0.024 against
+# a bf16 reload and 0.021 against an fp32 one; issue 28 measured 0.0048 on multilingual-e5-small
+# (bf16 training, fp32 reload). A folder that is not the trained model differs by tenths.
+RELOAD_TOLERANCE = {"fp32": 1e-4, "fp16": 0.02, "bf16": 0.05}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the precision rule reads of the hardware (:func:`kitlib.run.hardware.precision_hardware`).
+
+    Attributes:
+        kind: ``"tpu"``, ``"cuda"`` or ``"cpu"``.
+        cpu_bf16: the CPU feature that computes bf16 (``"AMX"`` or ``"avx512_bf16"``), or None.
+        cuda_capability: the smallest compute capability of the visible GPUs, e.g. ``(7, 5)``; None off CUDA
+            or when NVML cannot say.
+        aten_isa: the instruction set torch's ATen kernels run in this process (``"AVX512"``, ``"AVX2"``;
+            ``ATEN_CPU_CAPABILITY`` caps it); None when torch cannot say.
+        onednn_isa: the cap ``ONEDNN_MAX_CPU_ISA`` (or ``DNNL_MAX_CPU_ISA``) puts on oneDNN, e.g. ``"AVX2"``; None when unset.
+    """
+
+    kind: str
+    cpu_bf16: str | None = None
+    cuda_capability: tuple[int, int] | None = None
+    aten_isa: str | None = None
+    onednn_isa: str | None = None
+
+
+def auto_precision(hw: Hardware) -> tuple[str, str]:
+    """``(precision, why)`` that ``"auto"`` is on ``hw``: the table of the module doc, one row each."""
+    if hw.kind == "tpu":
+        return "bf16", "TPU: bf16 is native"
+    if hw.kind == "cuda":
+        cc = hw.cuda_capability
+        if cc is not None and cc >= (8, 0):
+            return "bf16", f"CUDA compute capability {cc[0]}.{cc[1]} >= 8.0: bf16 is native"
+        shown = "unknown" if cc is None else f"{cc[0]}.{cc[1]}"
+        return "fp16", f"CUDA compute capability {shown} < 8.0 (T4, P100): fp16, with a GradScaler when training"
+    if hw.cpu_bf16:
+        capped = cpu_isa_cap(hw)
+        if capped:
+            return "fp32", (f"CPU with {hw.cpu_bf16}, but {capped}: bf16 would run without it, about 4x slower "
+                            "than fp32 (BENCHMARKS.md section 4)")
+        return "bf16", f"CPU with {hw.cpu_bf16}: bf16 is faster than fp32 (BENCHMARKS.md section 4)"
+    return "fp32", "CPU without AMX or avx512_bf16: bf16 would be about 6x slower than fp32"
+
+
+# oneDNN's ISA names (its ONEDNN_MAX_CPU_ISA values) below the first with bf16 arithmetic, AVX512_CORE_BF16
+# (oneDNN's docs, "CPU Dispatcher Control"): capped to one of these, bf16 matmuls are emulated
+ONEDNN_BELOW_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
+
+
+def cpu_isa_cap(hw: Hardware) -> str | None:
+    """Why this process's torch would not compute bf16 natively on a CPU that can (its cap, named), or None.
+
+    ATen's kernels must run AVX-512 (``torch.backends.cpu.get_cpu_capability()``; ``ATEN_CPU_CAPABILITY``
+    caps it) and oneDNN's must reach ``AVX512_CORE_BF16`` (``ONEDNN_MAX_CPU_ISA``); an unknown value
+    (None) is not a cap.
+    """
+    if hw.aten_isa is not None and not hw.aten_isa.startswith("AVX512"):
+        return (f"torch's ATen kernels run {hw.aten_isa} in this process (torch.backends.cpu.get_cpu_capability(); "
+                "ATEN_CPU_CAPABILITY caps it)")
+    if hw.onednn_isa in ONEDNN_BELOW_BF16:
+        return f"oneDNN is capped to {hw.onednn_isa} in this process (ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA)"
+    return None
+
+
+def check(requested: str, what: str = "precision") -> None:
+    """Raise ValueError unless ``requested`` is one of :data:`PRECISIONS` (the message names ``what``)."""
+    if requested in REMOVED:
+        raise ValueError(f"{what}={requested!r}: {REMOVED[requested]}")
+    if requested not in PRECISIONS:
+        raise ValueError(f"{what} must be one of {', '.join(PRECISIONS)}, not {requested!r}")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One resolved compute precision on one device type (what a replica holds).
+
+    Attributes:
+        name: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+        device_type: the torch device type autocast runs on (``"cpu"``, ``"cuda"``, ``"xla"``).
+        requested: what was asked for (``"auto"`` or the name itself).
+        reason: why, for ``"auto"`` (the table row), else ``"asked for"``.
+    """
+
+    name: str
+    device_type: str
+    requested: str = ""
+    reason: str = ""
+
+    head_dtype = "float32"  # the classifier head and the loss, whatever the compute precision
+
+    def __str__(self) -> str:
+        return self.name
+
+    def autocast(self):
+        """``torch.autocast(device_type, dtype)`` for bf16/fp16; a null context for fp32."""
+        if self.name == "fp32":
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.autocast(self.device_type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[self.name])
+
+    def grad_scaler(self):
+        """A new ``torch.amp.GradScaler(device_type)`` for fp16 training; None for any other precision."""
+        if self.name != "fp16":
+            return None
+        import torch
+
+        return torch.amp.GradScaler(self.device_type)
+
+    @property
+    def reload_tolerance(self) -> float:
+        """How far a correct reload may predict from the in-memory model (:data:`RELOAD_TOLERANCE`)."""
+        return RELOAD_TOLERANCE[self.name]
+
+    def on(self, device_type: str) -> "Precision":
+        """The same precision, run on ``device_type`` (the hand-off reloads on the CPU what trained on XLA)."""
+        return Precision(self.name, device_type, self.requested, self.reason)
+
+    def describe(self) -> str:
+        """E.g. ``"bf16 (auto: CPU with AMX: ...)"`` or ``"fp32 (asked for)"``."""
+        return f"{self.name} ({'auto: ' + self.reason if self.requested == 'auto' else 'asked for'})"
+
+
+def resolve(requested: str, hw: Hardware, device_type: str) -> Precision:
+    """The :class:`Precision` for ``requested`` on ``hw``, computing on ``device_type``.
+
+    ``"auto"`` follows :func:`auto_precision` (the module's table); anything else is taken as asked.
+
+    Raises:
+        ValueError: ``requested`` is not one of :data:`PRECISIONS`.
+    """
+    check(requested)
+    if requested == "auto":
+        name, why = auto_precision(hw)
+        return Precision(name, device_type, "auto", why)
+    return Precision(requested, device_type, requested, "asked for")
+
+
+def named(name: str, device_type: str = "cpu") -> Precision:
+    """The :class:`Precision` of a concrete ``name`` (e.g. a history's ``"bf16"``) on ``device_type``.
+
+    Raises:
+        ValueError: ``name`` is ``"auto"`` or not one of :data:`PRECISIONS`.
+    """
+    check(name)
+    if name == "auto":
+        raise ValueError("named() takes a resolved precision, not 'auto' (use resolve())")
+    return Precision(name, device_type, name, "as recorded")
+
+
+def check_training(p: Precision) -> None:
+    """Refuse a training precision that cannot run (see the module doc): fp16 on an XLA device.
+
+    Raises:
+        ValueError: naming the precision and what to use instead.
+    """
+    if p.name == "fp16" and p.device_type == "xla":
+        raise ValueError(f"precision={p.requested!r} trains in fp16, which needs torch.amp.GradScaler, and that does "
+                         "not run on XLA devices; use precision='bf16' (no scaler needed) or 'fp32'")
+
+
+def check_inference(requested: str, device_type: str) -> None:
+    """Refuse an inference precision that cannot run on ``device_type`` (every one of
+    :data:`PRECISIONS` runs on every device type; a removed or unknown one is refused by :func:`check`).
+
+    Raises:
+        ValueError: naming the parameter, the value and what to use instead.
+    """
+    check(requested)
+
+
+def precision_env_overrides(environ=None) -> dict[str, None]:
+    """The precision-changing variables set in ``environ`` (default ``os.environ``), each mapped to None
+    (removed for the launch), printing one note per variable saying so and what to use instead."""
+    environ = os.environ if environ is None else environ
+    found = {v: environ[v] for v in PRECISION_ENV_VARS if environ.get(v, "") not in ("", "0")}
+    for var, value in found.items():
+        print(f"note: {var}={value} is set; it makes torch_xla store float32 tensors in lower precision behind the "
+              "kit's back (the float32 classifier head would give rounded logits). It is unset for this launch; "
+              "choose the compute precision with precision='bf16' instead (kitlib.run.backends.precision).", flush=True)
+    return dict.fromkeys(found)
+
+
+def check_float32_logits(logits, where: str) -> None:
+    """Refuse logits that are not float32 in dtype or in resolution (the float32-head promise, checked).
+
+    Args:
+        logits: float tensor ``[rows, num_labels]`` on the CPU, as the model returned them.
+        where: what produced them, for the message (e.g. ``"replica rank 1"``).
+
+    A float32 head gives logits that are almost never exactly representable in bf16 or fp16 (a
+    chance of about 2^-16 each); logits whose values mostly are were rounded somewhere (an
+    ``XLA_USE_BF16``-style variable in the replica's environment, or a head left in autocast).
+    Checked once there are at least 16 finite non-zero values.
+
+    Raises:
+        RuntimeError: naming the dtype or the share of rounded values, and the likely causes.
+    """
+    import torch
+
+    if logits.dtype != torch.float32:
+        raise RuntimeError(f"{where}: the classifier head returned {logits.dtype} logits, not float32; keep the head "
+                           "in float32 with kitlib.models.model.keep_head_float32(model)")
+    v = logits.detach().flatten()
+    v = v[torch.isfinite(v) & (v != 0)]
+    if v.numel() < 16:
+        return
+    for low in (torch.bfloat16, torch.float16):
+        same = (v.to(low).float() == v).float().mean().item()
+        if same > 0.5:
+            raise RuntimeError(
+                f"{where}: {same:.0%} of {v.numel()} float32 logits are exactly {low} values: they were computed or "
+                f"stored in {low} (is one of {', '.join(PRECISION_ENV_VARS)} set in the replicas' environment, or is "
+                "the head under autocast?). Predictions at that resolution tie; nothing was written.")

@@ -1,0 +1,102 @@
+"""The training notebook's hand-off: the saved checkpoint predicts what the trained model predicted.
+
+The replicas record the in-memory model's predictions of the held-out rows
+(:data:`kitlib.checkpoint.VALID_PREDICTIONS_FILE`) at the run's compute precision. The hand-off
+reloads the saved folder the way inference loads it (:func:`kitlib.models.model.load_classifier`), predicts
+the first rows again at the same precision (compare like with like: a bf16 run is checked under
+bf16 autocast), and allows the gap that precision implies
+(:attr:`kitlib.run.backends.precision.Precision.reload_tolerance`). A larger gap means the folder is not
+the trained model (a head not saved, weights of another run): :class:`HandoffMismatch`, naming both
+figures. Whether the predictions say anything at all is :func:`kitlib.outputs.collapse.check_ready`'s rule.
+
+A folder the hand-off refused must not be used later by accident: :func:`refusal_marked` writes
+:data:`kitlib.checkpoint.REFUSED_FILE` into it, which ``model="auto"`` skips and an inference run
+that names the folder refuses (:func:`kitlib.models.model.resolve_checkpoint`), and the error says so.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..run.backends.precision import named
+
+
+class HandoffMismatch(RuntimeError):
+    """The saved checkpoint does not predict what the in-memory model predicted."""
+
+
+def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndarray, max_len: int,
+                 precision: str, rows: int = 64, label: str = "toxic") -> dict:
+    """Reload ``checkpoint`` on the CPU and compare its predictions with the in-memory model's.
+
+    Args:
+        checkpoint: the folder the training run saved.
+        texts: the held-out texts in the order of ``saved`` (without the model's text prefix: it is
+            put before each here, :func:`kitlib.checkpoint.with_text_prefix`).
+        saved: float ``[len(texts)]``, the in-memory model's probabilities of those rows.
+        max_len: tokens per row, as trained (rows are padded to it, as the replicas padded them).
+        precision: the run's compute precision as recorded (``"fp32"``, ``"bf16"``, ``"fp16"``:
+            ``train_history.json``'s ``precision``); the reload runs under it.
+        rows: how many of the first rows to predict again.
+        label: the label trained (``TrainJob.label_col``): its head column is read as training read it
+            (:func:`kitlib.models.model.prediction_column`).
+
+    Returns:
+        ``{"rows", "gap", "tolerance", "precision"}``: the largest |difference| of the probabilities
+        and the tolerance it was held to.
+
+    Raises:
+        HandoffMismatch: the gap is above the precision's tolerance; the message gives both figures.
+        ValueError: ``precision`` is not a resolved precision name.
+    """
+    import torch
+
+    from ..checkpoint import with_text_prefix
+    from ..models.model import keep_head_float32, load_classifier, prediction_column, probabilities
+
+    p = named(precision, "cpu")
+    n = min(rows, len(texts), len(saved))
+    tok, model = load_classifier(checkpoint)
+    keep_head_float32(model)
+    enc = tok(with_text_prefix(checkpoint, list(texts[:n])), padding="max_length", truncation=True,
+              max_length=max_len, return_tensors="pt")
+    with torch.no_grad(), p.autocast():
+        again = probabilities(model(**enc).logits, prediction_column(model.config, label, checkpoint)[0]).numpy()
+    gap = float(np.abs(again - np.asarray(saved, dtype=np.float64)[:n]).max()) if n else 0.0
+    result = {"rows": n, "gap": gap, "tolerance": p.reload_tolerance, "precision": p.name}
+    if not gap <= p.reload_tolerance:
+        raise HandoffMismatch(
+            f"{checkpoint}: reloaded, it predicts the first {n} held-out rows up to {gap:.3g} away from the trained "
+            f"model (both at {p.name}; a correct reload stays within {p.reload_tolerance:g}, "
+            "kitlib.run.backends.precision.RELOAD_TOLERANCE). The folder is not the model that was trained: train again, "
+            "and check that nothing else writes this folder")
+    return result
+
+
+@contextlib.contextmanager
+def refusal_marked(out_dir: str | os.PathLike):
+    """Around the hand-off's checks: a refusal marks ``out_dir`` so that nothing picks it later.
+
+    When the block raises :class:`HandoffMismatch` or :class:`kitlib.outputs.collapse.CollapsedModelError`,
+    ``out_dir/handoff_refused.json`` (:data:`kitlib.checkpoint.REFUSED_FILE`) is written with the
+    error's type and message, atomically, and the same exception goes on (its traceback kept), its
+    message ending with what the mark does and how to undo it. Other exceptions pass untouched.
+    """
+    from ..atomic import atomic_write
+    from ..checkpoint import REFUSED_FILE
+    from ..outputs.collapse import CollapsedModelError
+
+    try:
+        yield
+    except (HandoffMismatch, CollapsedModelError) as e:
+        mark = Path(out_dir) / REFUSED_FILE
+        record = json.dumps({"error": type(e).__name__, "reason": str(e)}, indent=1)
+        atomic_write(mark, lambda tmp: Path(tmp).write_text(record, encoding="utf-8"))
+        e.args = (f"{e.args[0] if e.args else ''} The folder is marked refused ({mark}): model='auto' will not pick "
+                  f"it and the inference notebook refuses it by name; training again into {out_dir} replaces it (and the "
+                  f"mark), or delete {REFUSED_FILE} to use it anyway.", *e.args[1:])
+        raise

@@ -1,0 +1,66 @@
+"""How long this session may still run: Kaggle's session limits, the default time budget of training.
+
+A Kaggle notebook session ends after a fixed time whatever it is doing (Kaggle's docs, "Notebooks:
+technical specifications": 9 hours for a TPU VM session, 12 hours for CPU and GPU sessions; TPU
+hours are also counted weekly). Training that is still running then is lost unless it stopped
+first with its state saved (:mod:`kitlib.training.resume`). :func:`time_budget` turns the training
+notebook's ``time_budget_minutes`` into ``TrainJob.time_budget_s``: by default, on Kaggle, what is
+left of the session less :data:`MARGIN_S` (for the held-out scoring, the hand-off and saving the
+output); elsewhere no limit. A Kaggle session is recognised by ``KAGGLE_KERNEL_RUN_TYPE``, which
+Kaggle sets in every kernel (``Interactive`` or ``Batch``).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+SESSION_LIMIT_S = {"tpu": 9 * 3600, "cuda": 12 * 3600, "cpu": 12 * 3600}  # by the session's hardware
+MARGIN_S = 20 * 60
+
+
+def on_kaggle() -> bool:
+    """True in a Kaggle kernel (``KAGGLE_KERNEL_RUN_TYPE`` is set)."""
+    return bool(os.environ.get("KAGGLE_KERNEL_RUN_TYPE"))
+
+
+def process_started() -> float:
+    """When this process started (``time.time()`` seconds; the notebook kernel's, so the session's to
+    within its start-up), from ``/proc``; now where ``/proc`` cannot say."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, after the command name
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+def time_budget(minutes: float, hardware: str) -> float | None:
+    """``TrainJob.time_budget_s`` for the notebook parameter ``time_budget_minutes``.
+
+    Args:
+        minutes: ``-1`` (the default: on Kaggle, the session's limit for ``hardware`` less what has
+            run and :data:`MARGIN_S`; elsewhere no limit), ``0`` (no limit), or the minutes to allow.
+        hardware: ``"tpu"``, ``"cuda"`` or ``"cpu"`` (:data:`SESSION_LIMIT_S`).
+
+    Returns:
+        Seconds, or None for no limit.
+
+    Raises:
+        ValueError: ``minutes`` below -1, or a Kaggle session with less than a minute left.
+    """
+    if minutes == 0:
+        return None
+    if minutes > 0:
+        return 60.0 * minutes
+    if minutes != -1:
+        raise ValueError(f"time_budget_minutes must be -1 (Kaggle's session limit), 0 (none) or a number of minutes, "
+                         f"not {minutes}")
+    if not on_kaggle():
+        return None
+    left = SESSION_LIMIT_S.get(hardware, SESSION_LIMIT_S["cpu"]) - MARGIN_S - (time.time() - process_started())
+    if left < 60:
+        raise ValueError(f"this Kaggle session has {left / 60:.0f} min left before its limit less a {MARGIN_S // 60}-min "
+                         "margin: nothing to train in. Start a new session (the run continues from its saved state)")
+    return left
