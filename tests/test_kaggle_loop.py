@@ -103,7 +103,7 @@ def test_a_submission_names_its_training_run_and_submissions_looks_it_up(tmp_pat
 def test_submit_names_no_run_for_a_file_changed_after_its_writer_record(tmp_path):
     """Issue 33 item 6: a submission overwritten by hand keeps the old writer record beside it; submit
     tagged the new file with the old file's run. Now the record is checked against the file's sha256."""
-    from kitlib import provenance
+    from kitlib.outputs import provenance
 
     labels, preds, data = labels_and_predictions()
     sub = tmp_path / "submission.csv"
