@@ -184,8 +184,10 @@ def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = Fals
 
     Raises:
         ParameterError: a ``-p`` that a fan-out sets itself (``fold``, ``folds``, ``seed``).
+        MetadataError: two kernels that Kaggle would keep as one (:func:`~.project.check_distinct_kernels`).
     """
     from .fanout import Unit, resolve_sources
+    from .project import check_distinct_kernels
 
     by_stem = {py.stem: py for py in notebooks}
     defaults = {stem: notebook_defaults(read_notebook(py)) for stem, py in by_stem.items()}
@@ -218,6 +220,7 @@ def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = Fals
         print(f"{py}: staged {st.folder} as {st.kernel_id} ({st.accelerator}, "
               f"{st.metadata.get('machine_shape') or 'no accelerator'}; kitlib {n} modules vendored"
               + (f"; parameters {given}" if given else "") + ")")
+    check_distinct_kernels([(label, st.kernel_id) for label, st in zip(labels, staged)])
     if (table or a.parameter or len(units) > len(notebooks)) and staged:
         print(effective_table({label: (defaults[st.source.stem] or {}, dict(st.parameters))
                                for label, st in zip(labels, staged)}), flush=True)

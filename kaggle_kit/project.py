@@ -33,6 +33,35 @@ def kernel_id(project: dict, stem: str, owner: str) -> str:
     return entry.get("id") or f"{owner}/{slugify(entry.get('title') or stem)}"
 
 
+def check_distinct_kernels(kernels: list[tuple[str, str]]) -> None:
+    """Refuse a run (or push) in which two kernels would be one kernel on Kaggle, before anything is sent.
+
+    Kaggle keeps a kernel by ``owner/slug``, the slug holding lower-case letters, digits and hyphens
+    only (``slugify``): titles that differ in a sign or punctuation alone (``--seeds=-1,1``: ``... seed -1``
+    and ``... seed 1``) are the same kernel, and the second push would be a new version of the first.
+
+    Args:
+        kernels: ``(label, kernel id)`` of each kernel about to be pushed, as staged.
+
+    Raises:
+        MetadataError: naming both kernels, the id they share and the fix.
+    """
+    seen: dict[str, str] = {}
+    problems = []
+    for label, kid in kernels:
+        owner, _, slug = kid.partition("/")
+        key = f"{owner.lower()}/{slugify(slug)}"
+        if key in seen:
+            problems.append(f"{seen[key]!r} and {label!r} would both be pushed as the kernel {key} (Kaggle's slug "
+                            "keeps letters, digits and hyphens only), the second overwriting the first: give them "
+                            "titles (or ids) that differ in letters or digits; for --seeds, seeds that differ "
+                            "other than by their sign (e.g. --seeds 0,1)")
+        else:
+            seen[key] = label
+    if problems:
+        raise MetadataError(problems)
+
+
 def used_kernels(project: dict, stem: str, owner: str) -> list[str]:
     """``kernel_sources`` for the entry's ``uses`` (notebook names whose output this one reads),
     each ``<owner>/<slug>`` with the same owner as this kernel (so ``--owner`` is followed).

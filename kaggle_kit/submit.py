@@ -198,14 +198,15 @@ def wait_scored(api, ref: int, *, timeout: float = 1800.0, poll: float = 10.0, s
             time.sleep(poll)
 
 
-def description(message: str, path: Path) -> str:
+def description(message: str, path: Path, say=lambda line: print(f"note: {line}", flush=True)) -> str:
     """A submission's description: ``message``, then the training runs its predictions came from, as
     the file's writer record names them (``<file>.writer.json``, :func:`kitlib.outputs.provenance.recorded_runs`),
-    e.g. ``"owner/infer v3 [runs 3f2a9c01be77]"`` (:func:`kitlib.training.runs.runs_tag`); ``submissions`` reads them back."""
+    e.g. ``"owner/infer v3 [runs 3f2a9c01be77]"`` (:func:`kitlib.training.runs.runs_tag`); ``submissions`` reads them back.
+    A record that no longer describes the file (changed since) names no run; ``say`` is told why."""
     from kitlib.outputs.provenance import recorded_runs
     from kitlib.training.runs import runs_tag
 
-    tag = runs_tag(recorded_runs(path))
+    tag = runs_tag(recorded_runs(path, say=say))
     return f"{message} {tag}".strip() if tag and tag not in message else message
 
 

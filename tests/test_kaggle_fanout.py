@@ -72,6 +72,9 @@ def test_run_seeds_fans_out_over_seed(tmp_path, chain_project):
     (["--folds", "1"], "--folds 1: K folds need K >= 2"),
     (["--folds", "3", "--seeds", "0,1"], "--folds and --seeds: give one"),
     (["--seeds", "1,1"], "--seeds 1,1: give distinct integers"),
+    # issue 33 item 8: "... seed -1" and "... seed 1" are one slug; both were pushed as one kernel
+    (["--seeds=-1,1"], f"'xla_ddp_train seed -1' and 'xla_ddp_train seed 1' would both be pushed as the kernel "
+                       f"tester/{slugify(TRAIN_TITLE + ' seed 1')} (Kaggle's slug keeps letters, digits and hyphens only)"),
 ])
 def test_fan_out_refusals_send_nothing(tmp_path, chain_project, args, message):
     with FakeKaggle() as fake:

@@ -100,6 +100,24 @@ def test_a_submission_names_its_training_run_and_submissions_looks_it_up(tmp_pat
     assert str(root / "train-slug" / "v2" / "artifacts" / "runs.csv") in r.stdout
 
 
+def test_submit_names_no_run_for_a_file_changed_after_its_writer_record(tmp_path):
+    """Issue 33 item 6: a submission overwritten by hand keeps the old writer record beside it; submit
+    tagged the new file with the old file's run. Now the record is checked against the file's sha256."""
+    from kitlib.outputs import provenance
+
+    labels, preds, data = labels_and_predictions()
+    sub = tmp_path / "submission.csv"
+    sub.write_bytes(data)
+    provenance.record_writer(sub, provenance.INFER, source="model x", rows=len(labels), runs=["3f2a9c01be77"])
+    _, _, other = labels_and_predictions(seed=1)
+    sub.write_bytes(other)  # another model's predictions, copied over by hand
+    with FakeKaggle(labels=labels) as fake:
+        r = cli(["submit", str(sub), "-m", "copied by hand", "--score-poll", "0.05"], fake.client_env(tmp_path / "cfg"))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert fake.calls("CreateSubmission")[0]["body"]["submissionDescription"] == "copied by hand"
+    assert f"note: {provenance.record_path(sub)} names run(s) 3f2a9c01be77, but {sub} changed after" in r.stdout
+
+
 def test_submit_that_ends_error_exits_nonzero_with_the_reason(tmp_path):
     labels, _, data = labels_and_predictions()
     sub = tmp_path / "submission.csv"

@@ -18,12 +18,15 @@ SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "valida
 
 @pytest.fixture
 def fake_hardware(monkeypatch):
-    """Set what the CPU and GPU probes report: ``fake_hardware(cpu_bf16=..., cuda=(major, minor))``."""
+    """Set what the CPU and GPU probes report: ``fake_hardware(cpu_bf16=..., cuda=(major, minor), aten_isa=..., onednn_isa=...)``
+    (by default torch runs AVX-512 and oneDNN is not capped, as on the CPUs the flags name)."""
     from kitlib.run import hardware
 
-    def fake(cpu_bf16=None, cuda=None):
+    def fake(cpu_bf16=None, cuda=None, aten_isa="AVX512", onednn_isa=None):
         monkeypatch.setattr(hardware, "cpu_bf16_feature", lambda: cpu_bf16)
         monkeypatch.setattr(hardware, "cuda_compute_capability", lambda: cuda)
+        monkeypatch.setattr(hardware, "torch_cpu_capability", lambda: aten_isa)
+        monkeypatch.setattr(hardware, "onednn_isa_cap", lambda: onednn_isa)
 
     return fake
 
@@ -47,6 +50,58 @@ def test_auto_follows_the_hardware_found(fake_hardware, cpu_bf16, cuda, expected
     assert (p.grad_scaler() is not None) == (gpu == "fp16") and p.device_type == "cuda" and p.requested == "auto"
     assert MODES["cpu"].precision("fp16") == "fp16"  # an explicit choice is taken as asked
     assert MODES["cpu"].resolve_precision("fp32").describe() == "fp32 (asked for)"
+
+
+@pytest.mark.parametrize("aten_isa, onednn_isa, expected, why", [
+    ("AVX512", None, "bf16", "CPU with AMX: bf16 is faster"),
+    ("AVX512", "AVX512_CORE_AMX", "bf16", "CPU with AMX: bf16 is faster"),
+    ("AVX2", None, "fp32", "CPU with AMX, but torch's ATen kernels run AVX2 in this process"),
+    ("AVX512", "AVX2", "fp32", "CPU with AMX, but oneDNN is capped to AVX2 in this process"),
+    ("AVX512", "AVX512_CORE", "fp32", "CPU with AMX, but oneDNN is capped to AVX512_CORE"),
+])
+def test_auto_on_the_cpu_follows_the_isa_torch_runs_not_the_flags(fake_hardware, aten_isa, onednn_isa, expected, why):
+    """Issue 33 item 7: a process capped to AVX2 (as the kit's AVX2 benchmark caps it) on the AMX Xeon
+    got bf16 from the CPU's flags, 4x slower than fp32 there."""
+    fake_hardware(cpu_bf16="AMX", cuda=None, aten_isa=aten_isa, onednn_isa=onednn_isa)
+    p = MODES["cpu"].resolve_precision("auto")
+    assert p.name == expected and p.reason.startswith(why), p.reason
+    assert MODES["cpu"].precision("bf16") == "bf16"  # asked for: taken as asked, capped or not
+
+
+CHILD = """
+import json, sys
+from kitlib.run import hardware
+hardware.cpu_bf16_feature = lambda: "AMX"  # the flags of the AMX Xeon, on whatever CPU runs the test
+if sys.argv[1] == "aten-avx512":
+    hardware.torch_cpu_capability = lambda: "AVX512"
+from kitlib.run.runtime import MODES
+p = MODES["cpu"].resolve_precision("auto")
+print(json.dumps([p.name, p.reason, hardware.torch_cpu_capability(), hardware.onednn_isa_cap()]))
+"""
+
+
+@pytest.mark.parametrize("env, fake_aten, expected", [
+    ({"ATEN_CPU_CAPABILITY": "avx2"}, "", ["fp32", "AVX2", None]),             # torch itself says AVX2
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, "aten-avx512", ["fp32", "AVX512", "AVX2"]),
+    ({"DNNL_MAX_CPU_ISA": "avx2"}, "aten-avx512", ["fp32", "AVX512", "AVX2"]),
+    ({}, "aten-avx512", ["bf16", "AVX512", None]),                            # the same fake, uncapped
+])
+def test_auto_reads_the_isa_caps_of_the_process_it_runs_in(env, fake_aten, expected):
+    """In a child process started with the caps (ATen reads ATEN_CPU_CAPABILITY when torch loads), on a
+    CPU whose flags say AMX: a capped process gets fp32, whatever this machine's own CPU is."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    base = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")}
+    r = subprocess.run([sys.executable, "-c", CHILD, fake_aten or "real"], env={**base, **env}, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    name, reason, aten, onednn = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [name, aten, onednn] == expected, reason
+    if name == "fp32":
+        assert reason.startswith("CPU with AMX, but ") and "AVX2" in reason
 
 
 def test_the_probes_touch_no_device_and_read_this_machine():

@@ -69,6 +69,25 @@ def test_a_file_no_writer_recorded_or_changed_since_is_named(tmp_path):
         _torch_side(tmp_path, out)
 
 
+def test_a_record_names_its_runs_only_while_its_sha256_is_the_files(tmp_path):
+    """Issue 33 item 6: the record's sha256 was compared with the file by the replace note only; the runs
+    were read from a stale record, so a file overwritten by hand was tagged with the old file's run."""
+    out = tmp_path / "submission.csv"
+    out.write_text("id,toxic\n007,0.5\n")
+    provenance.record_writer(out, provenance.INFER, source="model x", rows=1, runs=["3f2a9c01be77"])
+    assert provenance.read_record(out) == (json.loads(provenance.record_path(out).read_text()), True)
+    assert provenance.recorded_runs(out) == ["3f2a9c01be77"]
+    out.write_text("id,toxic\n007,0.25\n")  # overwritten by hand; the record beside it is the old file's
+    said = []
+    record, current = provenance.read_record(out)
+    assert record["runs"] == ["3f2a9c01be77"] and current is False
+    assert provenance.recorded_runs(out, say=said.append) == []
+    assert said == [f"{provenance.record_path(out)} names run(s) 3f2a9c01be77, but {out} changed after that record was "
+                    "written (its sha256 differs: replaced by hand or another tool), so no run is named for it"]
+    out.unlink()
+    assert provenance.read_record(out) == (record, False) and provenance.recorded_runs(out) == []
+
+
 def test_merge_cli_prints_what_it_replaced(tmp_path, capsys):
     out = tmp_path / "submission.csv"
     _torch_side(tmp_path, out, model="/kaggle/input/xlmr/artifacts/xlmr-toxic")

@@ -283,7 +283,8 @@ def test_a_time_budget_stops_with_a_state_and_the_same_call_finishes_the_run(sha
     done = train(TrainJob(**{**asdict(job), "time_budget_s": None}), detect_runtime(1, "cpu"))
     assert done["finished"] and [e["epoch"] for e in done["epochs"]] == [1, 2]
     assert done["resumed"][0]["how"] == "exact" and done["run_id"] == history["run_id"]
-    assert [r["status"] for r in read_runs(runs_table(out))] == ["stopped: time budget", "finished"]
+    # one run, one row: the continued run's latest state (issue 33), not a row per call
+    assert [(r["run_id"], r["status"], r["epochs"]) for r in read_runs(runs_table(out))] == [(history["run_id"], "finished", "2")]
 
 
 def test_the_time_budget_on_kaggle_is_the_sessions_limit_less_a_margin(monkeypatch):

@@ -270,5 +270,5 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
     out = pd.DataFrame({"id": ref_ids.to_numpy(), **total})
     replaced = provenance.write_recorded(output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"),
                                          writer=provenance.BLEND, source=f"blend of {', '.join(map(str, paths))}",
-                                         rows=len(out), runs=[r for p in paths for r in provenance.recorded_runs(p)])
+                                         rows=len(out), runs=[r for p in paths for r in provenance.recorded_runs(p, say=notes.append)])
     return BlendResult(output, len(out), columns, w, rank, replaced, tuple(notes))

@@ -9,6 +9,12 @@ replaced, written by whom, with what and when. It warns (:class:`SubmissionRepla
 ``UserWarning``, shown in a notebook's output) and adds the same line to the merge's notes (the
 CLI prints them). A writer replacing its own last output says nothing: that is a rerun.
 
+A writer record describes its file only while the record's sha256 is the file's (a file replaced by
+hand or by another tool keeps the old record beside it): every reader goes through
+:func:`read_record`, which says whether it still does (:func:`replaced_note`; :func:`recorded_runs`,
+which ``python -m kaggle_kit submit`` and the blend take a submission's runs from, names none for a
+stale record; issue 33, item 6).
+
 Writers (each passes its name to :func:`kitlib.outputs.merge.merge_shards`, which writes through
 :func:`write_recorded`): :data:`INFER`, :data:`KERAS`, :data:`CLI`; :mod:`kitlib.outputs.blend` (:data:`BLEND`) and any other
 writer call :func:`write_recorded` with their own name.
@@ -56,6 +62,24 @@ def _describe(record: dict) -> str:
     return f"written by {record.get('writer', '?')}{what} at {record.get('written_at', '?')}, {record.get('rows', '?')} rows"
 
 
+def _record_of(output, data: bytes | None) -> tuple[dict | None, bool]:
+    raw = _read_bytes(record_path(output))
+    try:
+        record = json.loads(raw) if raw is not None else None
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        return None, False
+    return record, data is not None and record.get("sha256") == hashlib.sha256(data).hexdigest()
+
+
+def read_record(output) -> tuple[dict | None, bool]:
+    """``(record, current)``: ``output``'s writer record (None without one, or unreadable), and whether
+    it describes the file there now (its ``sha256`` is the file's). Every reader of a record asks here
+    (the module's rule): a stale record names the file's previous writer, not its content's."""
+    return _record_of(output, _read_bytes(output))
+
+
 def replaced_note(output, writer: str) -> str | None:
     """What writing ``output`` as ``writer`` would replace, as one line; None when nothing to say.
 
@@ -67,17 +91,12 @@ def replaced_note(output, writer: str) -> str | None:
     old = _read_bytes(output)
     if old is None:
         return None
-    raw = _read_bytes(record_path(output))
-    try:
-        record = json.loads(raw) if raw is not None else None
-    except ValueError:
-        record = None
-    digest = hashlib.sha256(old).hexdigest()
-    if isinstance(record, dict) and record.get("sha256") == digest:
+    record, current = _record_of(output, old)
+    if current:
         if record.get("writer") == writer:
             return None
         return f"replaced {output} ({_describe(record)}) with the output of {writer}"
-    if isinstance(record, dict):
+    if record is not None:
         return (f"replaced {output}, which changed after it was {_describe(record)} (by hand or another tool), "
                 f"with the output of {writer}")
     return (f"replaced {output}, which no kit writer recorded ({len(old):,} bytes: a copy, a hand edit or another "
@@ -116,14 +135,19 @@ def record_writer(output, writer: str, *, source: str = "", rows: int | None = N
         warnings.warn(f"wrote {output}, but could not record its writer in {record_path(output)}: {e}", stacklevel=3)
 
 
-def recorded_runs(output) -> list[str]:
-    """The run ids in ``output``'s writer record (:func:`record_writer`); [] without a record or runs."""
-    try:
-        record = json.loads(_read_bytes(record_path(output)) or b"{}")
-    except ValueError:
+def recorded_runs(output, say=None) -> list[str]:
+    """The run ids in ``output``'s writer record (:func:`record_writer`) while the record describes the
+    file (:func:`read_record`); [] without a record or runs, and for a stale record (the file changed
+    since: its runs are not the file's), which ``say`` (e.g. ``print``), when given, is told."""
+    record, current = read_record(output)
+    runs = record.get("runs") if record is not None else None
+    runs = [r for r in runs if isinstance(r, str)] if isinstance(runs, list) else []
+    if runs and not current:
+        if say is not None:
+            say(f"{record_path(output)} names run(s) {', '.join(runs)}, but {output} changed after that record "
+                f"was written (its sha256 differs: replaced by hand or another tool), so no run is named for it")
         return []
-    runs = record.get("runs") if isinstance(record, dict) else None
-    return [r for r in runs if isinstance(r, str)] if isinstance(runs, list) else []
+    return runs
 
 
 def say_replaced(note: str | None, stacklevel: int = 3) -> None:

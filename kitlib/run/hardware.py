@@ -153,7 +153,9 @@ def cpu_bf16_feature() -> str | None:
     Read from torch's CPU probe (``torch._C._cpu._is_amx_tile_supported()`` and
     ``_is_avx512_bf16_supported()``, cpuinfo underneath: no device is touched), else from the
     ``flags`` line of ``/proc/cpuinfo`` (``amx_bf16``, ``avx512_bf16``). What the precision rule
-    follows on the CPU (:mod:`kitlib.run.backends.precision`).
+    follows on the CPU (:mod:`kitlib.run.backends.precision`), with the instruction sets this process's
+    torch will use (:func:`torch_cpu_capability`, :func:`onednn_isa_cap`): the flags say what the CPU
+    has, not what a capped process runs.
     """
     try:
         import torch
@@ -172,6 +174,32 @@ def cpu_bf16_feature() -> str | None:
     except OSError:
         return None
     return "AMX" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else None
+
+
+def torch_cpu_capability() -> str | None:
+    """The instruction set torch's ATen kernels run in this process: ``torch.backends.cpu.get_cpu_capability()``
+    (``"AVX512"``, ``"AVX2"``, ``"DEFAULT"``, ...), which ``ATEN_CPU_CAPABILITY`` caps below what the
+    CPU has (read once, when torch loads); None without torch or that call (torch < 2.1)."""
+    try:
+        import torch
+
+        return str(torch.backends.cpu.get_cpu_capability()).upper()
+    except (ImportError, AttributeError):
+        return None
+
+
+ONEDNN_ISA_VARS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")  # oneDNN's cap on its kernels' ISA (the second: its old name)
+
+
+def onednn_isa_cap(environ=None) -> str | None:
+    """The cap this process's environment puts on oneDNN's instruction set (``ONEDNN_MAX_CPU_ISA``, else
+    ``DNNL_MAX_CPU_ISA``; oneDNN reads it once, at its first kernel), e.g. ``"AVX2"``; None when unset.
+    oneDNN runs torch's bf16 matmuls on the CPU (``brg_matmul:avx512_core_bf16``, ``..._amx``)."""
+    environ = os.environ if environ is None else environ
+    for var in ONEDNN_ISA_VARS:
+        if environ.get(var, "").strip():
+            return environ[var].strip().upper()
+    return None
 
 
 def cuda_compute_capability() -> tuple[int, int] | None:
@@ -214,7 +242,7 @@ def precision_hardware(kind: str):
     from .backends.precision import Hardware
 
     if kind == "cpu":
-        return Hardware("cpu", cpu_bf16=cpu_bf16_feature())
+        return Hardware("cpu", cpu_bf16=cpu_bf16_feature(), aten_isa=torch_cpu_capability(), onednn_isa=onednn_isa_cap())
     if kind == "cuda":
         return Hardware("cuda", cuda_capability=cuda_compute_capability())
     return Hardware(kind)

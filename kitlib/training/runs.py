@@ -9,6 +9,18 @@ parameters, the epoch kept and its figures, and the seconds trained. Figures mea
 added to the run's row by id (:func:`update_run`: the training notebook's held-out AUC through the
 inference path, a cross-validation's out-of-fold AUC). Read it with ``pandas.read_csv``.
 
+Two rules for a shared record (issue 33, item 6):
+
+* **Writes are locked** (:func:`locked`): every change reads the table, changes it and replaces it
+  while holding ``.runs.csv.lock`` beside it (``filelock.FileLock``: ``flock`` on POSIX, released
+  when the holder dies). The atomic replace alone keeps a file whole, not every writer's row: six
+  processes appending 25 rows each to one table kept 42 of 150 rows without the lock, 150 with it.
+* **A run id names one record, its latest state**: a run continued after a cut-off (same run id)
+  replaces its earlier row (keeping when the run first started, :func:`append_run`); a table that
+  holds an id twice (written before this rule) is read as its last row (:func:`read_runs`), and
+  among several tables the row that ended last wins, tables taken in version order (``v10`` after
+  ``v2``, :func:`find_runs`).
+
 Curves go through a well-kept tracker format when one is asked for (``TrainJob.tracker``), never a
 home-made one: ``"tensorboard"`` writes TensorBoard event files under ``<out_dir>.tensorboard/<run_id>/``
 (open them with ``tensorboard --logdir``) through ``tensorboardX.SummaryWriter`` (the ``tensorboardX``
@@ -18,15 +30,18 @@ loaded before torch_xla aborts the process (``kitlib.run.backends.accelerators``
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 RUNS_FILE = "runs.csv"
+LOCK_TIMEOUT_S = 300.0  # how long a writer waits for the table's lock (another process's read-change-replace takes ms)
 TRACKERS = ("none", "tensorboard")
 COLUMNS = ("run_id", "started", "ended", "status", "git_commit", "kitlib", "data", "train_csv", "valid_csv",
            "checkpoint", "out_dir", "recipe", "lr", "epochs", "batch_size", "world_size", "precision", "seed",
@@ -86,31 +101,86 @@ def _write(table: Path, rows: list[dict]) -> None:
     atomic_write(table, lambda tmp: Path(tmp).write_text(buf.getvalue()))
 
 
+@contextlib.contextmanager
+def locked(table: str | os.PathLike):
+    """Hold the lock of a shared record while reading, changing and replacing it (the module's rule).
+
+    The lock is the file ``.<name>.lock`` beside ``table`` (``filelock.FileLock``: ``flock`` on POSIX,
+    so a holder that dies releases it; a soft lock where the filesystem has no ``flock``).
+
+    Raises:
+        TimeoutError: another process held the lock for :data:`LOCK_TIMEOUT_S` seconds (named, with the fix).
+    """
+    from filelock import FileLock, Timeout
+
+    table = Path(table)
+    lock = FileLock(str(table.parent / f".{table.name}.lock"), timeout=LOCK_TIMEOUT_S)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise TimeoutError(f"{table}: another process has held its lock {lock.lock_file} for {LOCK_TIMEOUT_S:g} s; "
+                           "wait for the other run to finish writing, or remove the lock file if no process "
+                           "of the kit is running") from None
+    try:
+        yield table
+    finally:
+        lock.release()
+
+
+def _cell(v):
+    return json.dumps(v) if isinstance(v, (dict, list, tuple)) else v
+
+
+def _latest(rows: list[dict]) -> list[dict]:
+    """One row per run id, its last (the latest state), in the order the runs last ended; rows without an id as they are."""
+    out: dict = {}
+    for i, r in enumerate(rows):
+        key = r.get("run_id") or ("", i)
+        out.pop(key, None)
+        out[key] = r
+    return list(out.values())
+
+
 def append_run(table: str | os.PathLike, row: dict) -> Path:
-    """Add ``row`` (column -> value; dicts and lists as JSON) to the runs table, atomically (the whole
-    file is rewritten under a temporary name, so a reader never sees half a row). Returns the table."""
+    """Record ``row`` (column -> value; dicts and lists as JSON) in the runs table, under its lock
+    (:func:`locked`), the whole file replaced atomically (a reader never sees half a row).
+
+    A row whose ``run_id`` the table holds already (a run continued after a cut-off) replaces that
+    row, keeping its ``started``: a run id names one record, its latest state (the module's rule).
+    Returns the table.
+    """
     table = Path(table)
     table.parent.mkdir(parents=True, exist_ok=True)
-    row = {k: json.dumps(v) if isinstance(v, (dict, list, tuple)) else v for k, v in row.items()}
-    _write(table, _read(table) + [row])
+    row = {k: _cell(v) for k, v in row.items()}
+    with locked(table):
+        rows = _latest(_read(table))
+        earlier = [r for r in rows if row.get("run_id") and r.get("run_id") == row.get("run_id")]
+        if earlier and earlier[0].get("started"):
+            row["started"] = earlier[0]["started"]
+        _write(table, [r for r in rows if not any(r is e for e in earlier)] + [row])
     return table
 
 
 def update_run(table: str | os.PathLike, run_id: str, **values) -> bool:
-    """Set ``values`` in the row of ``run_id`` (e.g. ``heldout_auc=0.9017``); False when no row has that id."""
+    """Set ``values`` in the row of ``run_id`` (e.g. ``heldout_auc=0.9017``), under the table's lock;
+    False when no row has that id."""
     table = Path(table)
-    rows = _read(table)
-    hit = [r for r in rows if r.get("run_id") == run_id]
-    for r in hit:
-        r.update({k: json.dumps(v) if isinstance(v, (dict, list, tuple)) else v for k, v in values.items()})
-    if hit:
-        _write(table, rows)
+    if not table.is_file():
+        return False
+    with locked(table):
+        rows = _latest(_read(table))
+        hit = [r for r in rows if r.get("run_id") == run_id]
+        for r in hit:
+            r.update({k: _cell(v) for k, v in values.items()})
+        if hit:
+            _write(table, rows)
     return bool(hit)
 
 
 def read_runs(table: str | os.PathLike) -> list[dict]:
-    """The rows of a runs table (strings, as written), oldest first; [] when there is none."""
-    return _read(Path(table))
+    """The rows of a runs table (strings, as written), one per run id (its latest row), oldest first;
+    [] when there is none."""
+    return _latest(_read(Path(table)))
 
 
 # --- which run a submission came from ---
@@ -145,19 +215,30 @@ def runs_in_description(description: str | None) -> list[str]:
     return m.group(1).split(",") if m else []
 
 
+def _version_order(path: Path) -> list:
+    """``path`` as a sort key in which numbers count as numbers (``v2`` before ``v10``)."""
+    return [int(t) if i % 2 else t for i, t in enumerate(re.split(r"(\d+)", str(path)))]
+
+
 def find_runs(run_ids, roots) -> dict[str, tuple[Path, dict]]:
     """``run_id -> (table, row)`` for each id found in a runs table (``runs.csv``) under ``roots``
-    (searched recursively: ``artifacts/``, the kernels' downloaded outputs ``outputs/kernels/<slug>/v<N>/``)."""
+    (searched recursively: ``artifacts/``, the kernels' downloaded outputs ``outputs/kernels/<slug>/v<N>/``).
+
+    An id in several tables is its latest row: the one that ended last (``ended``), then the one in
+    the later table in version order (``v10`` after ``v2``): the module's rule."""
     wanted, found = set(run_ids), {}
     for root in roots:
         root = Path(root)
         if not wanted or not root.is_dir():
             continue
-        for table in sorted(root.rglob(RUNS_FILE)):
-            for row in _read(table):
-                if row.get("run_id") in wanted and row["run_id"] not in found:
-                    found[row["run_id"]] = (table, row)
-    return found
+        for table in root.rglob(RUNS_FILE):
+            for row in read_runs(table):
+                rid = row.get("run_id")
+                if rid in wanted:
+                    key = (row.get("ended") or "", _version_order(table))
+                    if rid not in found or key >= found[rid][0]:
+                        found[rid] = (key, table, row)
+    return {rid: (table, row) for rid, (_, table, row) in found.items()}
 
 
 def describe_run(row: dict) -> str:

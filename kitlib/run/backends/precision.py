@@ -15,8 +15,17 @@ CPU with AMX or          ``bf16``          Intel Xeon with AMX: e5 forward 0.31x
 avx512_bf16                                step 0.65x, same held-out AUC (0.8838 vs 0.8840); inference
                                            of the 500 held-out rows 0.44x, AUC -0.0001 (2026-12-02); AMD
                                            EPYC Zen 4 (avx512_bf16, no AMX): forward 0.50x, step 0.52x
-CPU without either       ``fp32``          AMD EPYC Zen 2/3 (AVX2 only): bf16 is 6.2x slower than fp32
+CPU without either, or   ``fp32``          AMD EPYC Zen 2/3 (AVX2 only): bf16 is 6.2x slower than fp32; a
+a process whose torch                      process capped to AVX2 on the AMX Xeon: bf16 4x slower
+runs below AVX-512                         (issue 33)
 =======================  ================  =============================================================
+
+On the CPU the rule reads what this process's torch will run, not only what the CPU has
+(:attr:`Hardware.aten_isa`, :attr:`Hardware.onednn_isa`): ATen's capability
+(``torch.backends.cpu.get_cpu_capability()``, capped by ``ATEN_CPU_CAPABILITY``) must be AVX-512 and
+oneDNN's (capped by ``ONEDNN_MAX_CPU_ISA``) must reach ``AVX512_CORE_BF16``; a capped process gets
+``fp32`` with the cap named. A CPU shared with other jobs is a case the rule cannot see: there bf16
+measured 1.61x fp32's wall time (BENCHMARKS.md section 4); set ``precision="fp32"`` there.
 
 (Figures: multilingual-e5-small's shape, 1 thread, batch 32 x 64 tokens forward and 16 x 64 for a
 training step; BENCHMARKS.md section 4 gives the whole-job ratios and the CPU of each row.)
@@ -86,11 +95,16 @@ class Hardware:
         cpu_bf16: the CPU feature that computes bf16 (``"AMX"`` or ``"avx512_bf16"``), or None.
         cuda_capability: the smallest compute capability of the visible GPUs, e.g. ``(7, 5)``; None off CUDA
             or when NVML cannot say.
+        aten_isa: the instruction set torch's ATen kernels run in this process (``"AVX512"``, ``"AVX2"``;
+            ``ATEN_CPU_CAPABILITY`` caps it); None when torch cannot say.
+        onednn_isa: the cap ``ONEDNN_MAX_CPU_ISA`` (or ``DNNL_MAX_CPU_ISA``) puts on oneDNN, e.g. ``"AVX2"``; None when unset.
     """
 
     kind: str
     cpu_bf16: str | None = None
     cuda_capability: tuple[int, int] | None = None
+    aten_isa: str | None = None
+    onednn_isa: str | None = None
 
 
 def auto_precision(hw: Hardware) -> tuple[str, str]:
@@ -104,8 +118,32 @@ def auto_precision(hw: Hardware) -> tuple[str, str]:
         shown = "unknown" if cc is None else f"{cc[0]}.{cc[1]}"
         return "fp16", f"CUDA compute capability {shown} < 8.0 (T4, P100): fp16, with a GradScaler when training"
     if hw.cpu_bf16:
+        capped = cpu_isa_cap(hw)
+        if capped:
+            return "fp32", (f"CPU with {hw.cpu_bf16}, but {capped}: bf16 would run without it, about 4x slower "
+                            "than fp32 (BENCHMARKS.md section 4)")
         return "bf16", f"CPU with {hw.cpu_bf16}: bf16 is faster than fp32 (BENCHMARKS.md section 4)"
     return "fp32", "CPU without AMX or avx512_bf16: bf16 would be about 6x slower than fp32"
+
+
+# oneDNN's ISA names (its ONEDNN_MAX_CPU_ISA values) below the first with bf16 arithmetic, AVX512_CORE_BF16
+# (oneDNN's docs, "CPU Dispatcher Control"): capped to one of these, bf16 matmuls are emulated
+ONEDNN_BELOW_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
+
+
+def cpu_isa_cap(hw: Hardware) -> str | None:
+    """Why this process's torch would not compute bf16 natively on a CPU that can (its cap, named), or None.
+
+    ATen's kernels must run AVX-512 (``torch.backends.cpu.get_cpu_capability()``; ``ATEN_CPU_CAPABILITY``
+    caps it) and oneDNN's must reach ``AVX512_CORE_BF16`` (``ONEDNN_MAX_CPU_ISA``); an unknown value
+    (None) is not a cap.
+    """
+    if hw.aten_isa is not None and not hw.aten_isa.startswith("AVX512"):
+        return (f"torch's ATen kernels run {hw.aten_isa} in this process (torch.backends.cpu.get_cpu_capability(); "
+                "ATEN_CPU_CAPABILITY caps it)")
+    if hw.onednn_isa in ONEDNN_BELOW_BF16:
+        return f"oneDNN is capped to {hw.onednn_isa} in this process (ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA)"
+    return None
 
 
 def check(requested: str, what: str = "precision") -> None:
