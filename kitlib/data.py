@@ -169,7 +169,9 @@ def iter_csv_checked(
             raise ValueError(f"{path}: no text column (looked for {', '.join(TEXT_COLUMNS)}; found {', '.join(columns)})")
     for col in (id_col, text_col, *label_cols):
         if col not in columns:
-            raise ValueError(f"{path}: missing column {col!r} (found {', '.join(columns)})")
+            what = {id_col: "id_col", text_col: "text_col"}.get(col, "label_col")  # the notebooks' parameter naming it
+            raise ValueError(f"{path}: missing column {col!r} (found {', '.join(columns)}); name the file's column "
+                             f"with the {what} parameter (docs/own-data.md)")
     seen, total = [], 0
     for df in read_csv_strings(path, usecols=list(dict.fromkeys([id_col, text_col, *label_cols])), nrows=limit,
                                chunk_rows=chunk_rows):

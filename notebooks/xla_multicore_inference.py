@@ -146,7 +146,7 @@ if not max_len:
     print(f"max_len {max_len}" + (" (as trained)" if trained else " (default)"))
 label = label_col or trained_label(checkpoint)  # the head's label (kitlib/models/model.py)
 column = choose_prediction_column(prediction_column, None if sample_submission.lower() == "none" else sample_path, label,
-                                  label_parameter="label_col (nor the checkpoint's head)")
+                                  label_parameter="label_col is empty and the checkpoint's head")
 print(f"predicting P({label or column}) into column {column!r}")
 
 # %% [markdown]

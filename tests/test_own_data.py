@@ -40,7 +40,7 @@ def test_the_prediction_column_is_the_samples_else_the_trained_label_else_refuse
     assert choose_prediction_column("", sample, "toxic") == "label"
     assert choose_prediction_column("", None, "label") == "label"
     assert choose_prediction_column("target", sample, "label") == "target"
-    with pytest.raises(ValueError, match=r"sample_submission='none' and label_col names no label: pass -p prediction_column"):
+    with pytest.raises(ValueError, match=r"sample_submission='none': nothing names the prediction column \(label_col names no label\): pass -p prediction_column"):
         choose_prediction_column("", None, None, label_parameter="label_col")
     sample.write_text("id,a,b\nx,0.5,0.5\n")
     with pytest.raises(SubmissionFileError, match=r"has 2 prediction columns \(a, b\); the kit predicts one: pass -p prediction_column"):

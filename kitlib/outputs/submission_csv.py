@@ -184,8 +184,8 @@ def choose_prediction_column(prediction_column: str, sample_submission: str | os
                                       f"({', '.join(cols)}); the kit predicts one: pass -p prediction_column <one of them>")
         return cols[0]
     if label is None:
-        raise ValueError(f"sample_submission={NO_SAMPLE!r} and {label_parameter} names no label: pass -p "
-                         "prediction_column <the competition's prediction column> (e.g. label)")
+        raise ValueError(f"sample_submission={NO_SAMPLE!r}: nothing names the prediction column ({label_parameter} "
+                         "names no label): pass -p prediction_column <the competition's prediction column> (e.g. label)")
     return label
 
 
