@@ -25,15 +25,9 @@ from support.rank_states import max_diff, rank_states
 from kitlib.checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE
 from kitlib.metrics import roc_auc
 from kitlib.run.runtime import ReplicaError, Runtime, detect_runtime
-from kitlib.training.train import (
-    PATTERNS,
-    TrainJob,
-    classification_loss,
-    merge_gathered,
-    read_history,
-    train,
-    validation_rows,
-)
+from kitlib.training.job import PATTERNS, TrainJob
+from kitlib.training.loop import classification_loss, merge_gathered, validation_rows
+from kitlib.training.train import read_history, train
 
 # Small, deterministic (no dropout) runs on the real sample: 128 rows = 16 steps of 8 rows per epoch.
 SMALL = dict(
