@@ -208,7 +208,7 @@ def xla_device_loader(loader, device):
     return pl.MpDeviceLoader(loader, device)
 
 
-# --- training: gradient sync, collectives, compilation cache (used by kitlib.run.replica and kitlib.training.train) ---
+# --- training: gradient sync, collectives, compilation cache (used by kitlib.run.replica and kitlib.training.loop) ---
 
 
 def xla_initialize_cache(path: str) -> None:
