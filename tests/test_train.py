@@ -82,11 +82,11 @@ def test_roc_auc_and_job_checks():
         TrainJob(checkpoint="c", train_csv="t", valid_csv="v", out_dir="o", precision="fp8")
 
 
-def test_training_needs_collectives_and_a_max_len_the_model_can_read(tiny_checkpoint):
-    job = TrainJob(checkpoint=str(tiny_checkpoint), train_csv="t", valid_csv="v", out_dir="o")
+def test_training_needs_collectives_and_a_max_len_the_model_can_read(tiny_checkpoint, tmp_path):
+    job = TrainJob(checkpoint=str(tiny_checkpoint), train_csv="t", valid_csv="v", out_dir=str(tmp_path / "o"))
     with pytest.raises(ValueError, match="has no collectives"):
         train(job, Runtime("xla-cpu-processes", 2, "test"))
-    long = TrainJob(checkpoint=str(tiny_checkpoint), train_csv="t", valid_csv="v", out_dir="o", max_len=600)
+    long = TrainJob(checkpoint=str(tiny_checkpoint), train_csv="t", valid_csv="v", out_dir=str(tmp_path / "o"), max_len=600)
     with pytest.raises(ValueError, match=r"max_len=600 .* Set max_len <= 512"):
         train(long, Runtime("cpu", 1, "test"))
 
@@ -154,12 +154,15 @@ def test_two_processes_stay_identical_and_match_one_process(pattern, one_process
 
 @pytest.mark.slow
 def test_a_failed_save_on_the_master_ends_every_rank_with_one_error(tiny_checkpoint, tmp_path):
-    """Rank 0 cannot write the checkpoint (its folder's parent is a file): rank 1, which would wait
-    at the next collective, learns of it; the parent raises once, naming rank 0 and the cause."""
+    """Rank 0 cannot write the checkpoint (it links into a folder whose parent is a file, which nothing
+    checks before the save: the lock beside the link and the ownership check of a folder that does not
+    exist yet both pass): rank 1, which would wait at the next collective, learns of it; the parent
+    raises once, naming rank 0 and the cause."""
     import signal
 
     (tmp_path / "not-a-folder").write_text("a file")
-    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "not-a-folder" / "ckpt"),
+    (tmp_path / "ckpt").symlink_to(tmp_path / "not-a-folder" / "ckpt")
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"),
                    batch_size=4, **{**SMALL, "epochs": 1, "train_limit": 32})
 
     def too_long(*_):
