@@ -32,7 +32,7 @@
 # * Every batch has one shape (`drop_last=True`, padding to `max_len`), so XLA compiles the
 #   training step once; the validation AUC is computed on the predictions of all replicas.
 #
-# The replica program (`_mp_fn`) lives in `kitlib.training.train`, not in this notebook, so the
+# The replica program (`_mp_fn`) lives in `kitlib.training.loop`, not in this notebook, so the
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
@@ -96,7 +96,6 @@ import time
 import pandas as pd
 
 from kitlib import compat, paths, storage
-from kitlib.training import recipe as recipes
 from kitlib.outputs.collapse import check_ready
 from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
@@ -109,7 +108,8 @@ from kitlib.training.session import time_budget
 from kitlib.cv.splits import SPLITS, english_holdout_split, holdout_split, resolve_split, validation_split
 from kitlib.metrics import auc_text
 from kitlib.checkpoint import VALID_PREDICTIONS_FILE
-from kitlib.training.train import TrainJob, save_scores, train
+from kitlib.training.job import TrainJob
+from kitlib.training.train import save_scores, train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -224,10 +224,9 @@ job = TrainJob(
     tracker=tracker,
     tags=fold_tags(folds_csv, fold, pseudo_csv or None) if folds else {},
 )
-job = recipes.resolve(job)  # "auto" and lr = 0 made concrete (train() would do the same)
-print(f"recipe {job.recipe!r}: {recipes.describe(recipes.RECIPES[job.recipe], job.lr)}")
 t0 = time.perf_counter()
-history = train(job, rt, start_method)
+history = train(job, rt, start_method)  # prints the recipe ("auto" and lr = 0 made concrete) and how the run starts
+trained = history["recipe"]  # the recipe and learning rate the run trained with
 print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern']}) finished in {time.perf_counter() - t0:.1f} s")
 
 # %% [markdown]
@@ -317,11 +316,11 @@ if folds:
 
 # %%
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
-refuse = job.recipe != "tiny"  # the random tiny model (tests, rehearsals) gets a warning, not a refusal
+refuse = trained["name"] != "tiny"  # the random tiny model (tests, rehearsals) gets a warning, not a refusal
 with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never picks it later
-    held = check_ready(kept_auc, saved[label_col].to_numpy(), lr=job.lr, recipe=job.recipe, what=scored, refuse=refuse)
+    held = check_ready(kept_auc, saved[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scored, refuse=refuse)
     if scores is not None:
-        check_ready(scores["roc_auc"], ml_pred[label_col].to_numpy(), lr=job.lr, recipe=job.recipe, what=scores["rows"], refuse=refuse)
+        check_ready(scores["roc_auc"], ml_pred[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scores["rows"], refuse=refuse)
     print(held["problem"] or f"{scored} predictions: std {held['std']:.3f}, interquartile range {held['iqr']:.3f}")
     reload = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved[label_col].to_numpy(), max_len, history["precision"],
                           label=label_col)

@@ -40,7 +40,8 @@ from kitlib.run.hardware import cuda_device_count
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.models.model import resolve_checkpoint
 from kitlib.run.runtime import detect_runtime
-from kitlib.training.train import TrainJob, train
+from kitlib.training.job import TrainJob
+from kitlib.training.train import train
 
 out, smoke = Path(sys.argv[1]), "--smoke" in sys.argv[2:]
 SAMPLE = Path("data/jigsaw-sample")

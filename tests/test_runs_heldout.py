@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from kitlib.training.runs import append_run, read_runs, runs_table
-from kitlib.training.train import HISTORY_FILE, SCORES_FILE, save_scores
+from kitlib.checkpoint import HISTORY_FILE, SCORES_FILE
+from kitlib.training.train import save_scores
 
 
 def test_saving_the_heldout_scores_fills_the_runs_row(tmp_path):

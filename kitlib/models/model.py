@@ -431,7 +431,7 @@ def prediction_column(config, target: str, where: str | os.PathLike = "the model
     "non-toxic"}`` gives column 0. Only a head whose labels are all transformers' unnamed defaults
     (``LABEL_0``, ``LABEL_1``) falls back to a convention: its one logit (sigmoid), or column 1 of
     two (softmax), with a note saying so. Inference (:mod:`kitlib.infer`, ``InferJob.prediction_column``),
-    training (:mod:`kitlib.training.train`, ``TrainJob.label_col``: the loss's positive column) and the
+    training (:mod:`kitlib.training.loop`, ``TrainJob.label_col``: the loss's positive column) and the
     hand-off (:mod:`kitlib.training.handoff`) all ask this function; the kit's own heads are named by
     :func:`load_model` (``id2label={0: label}``).
 
