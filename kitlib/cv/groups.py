@@ -442,8 +442,8 @@ def report(group: str | os.PathLike, *, single: str | os.PathLike | None = None,
             (:func:`check_oof`), a member without held-out predictions.
         kitlib.outputs.blend.BlendError: the members' held-out predictions differ in their ids.
     """
+    from ..atomic import atomic_write
     from ..outputs import blend as blending
-    from ..training.runs import RUNS_FILE, update_run
 
     group = Path(group)
     members = check_group(members_of(group))
@@ -452,47 +452,74 @@ def report(group: str | os.PathLike, *, single: str | os.PathLike | None = None,
     labels = member_labels(members)
     rows = _heldout_rows(members, heldout_csv, label_col)
     expected = {"expected": rows.assign(**{label_col: 0.0})[["id", label_col]], "expected_name": "the held-out rows"}
+    preds = _member_predictions(members)
+    _, _, aligned = blending.read_aligned(preds, **expected)  # every member predicted exactly the held-out rows
+    out = {"group": str(group), "members": [], "blend_method": blend}
+    for m, label, values in zip(members, labels, aligned):
+        out["members"].append(_member_entry(m, label, rows.assign(pred=values[label_col])))
+    blended = aligned[0][label_col]
+    if len(preds) > 1:
+        b = blending.blend(preds, group / HELDOUT_BLEND_FILE, rank=blend == "rank")
+        blended = blending.read_aligned([b.output], **expected)[2][0][label_col]
+    out["blend"] = auc_by_language(rows.assign(pred=blended))
+    out["oof"] = _oof_figures(group, members)
+    out["single"], out["single_note"] = single_on_rows(single, rows, label_col) if single is not None else (None, None)
+    out["compare"] = _earlier_round(compare)
+    out["seconds"] = time.time() - started if started else None
+    _record_runs(group, members, out)
+    atomic_write(group / REPORT_FILE, lambda tmp: Path(tmp).write_text(json.dumps(out, indent=1)))
+    return out
+
+
+def _member_predictions(members: list[Path]) -> list[Path]:
+    """Each member's held-out predictions file; refuses a member without one."""
     preds = []
     for m in members:
         p = m / HELDOUT_PREDICTIONS_FILE
         if not p.is_file():
             raise GroupError(f"{m}: no {HELDOUT_PREDICTIONS_FILE} (the training notebook writes it when it has held-out rows)")
         preds.append(p)
-    _, _, aligned = blending.read_aligned(preds, **expected)  # every member predicted exactly the held-out rows
-    out = {"group": str(group), "members": [], "blend_method": blend}
-    for m, label, values in zip(members, labels, aligned):
-        h = json.loads((m / HISTORY_FILE).read_text())
-        out["members"].append({"label": label, "folder": str(m), "tags": h.get("tags") or {},
-                               "kept_epoch": (h.get("best") or {}).get("epoch"), "train_seconds": h.get("train_seconds"),
-                               "heldout": auc_by_language(rows.assign(pred=values[label_col]))})
-    blended = aligned[0][label_col]
-    if len(preds) > 1:
-        b = blending.blend(preds, group / HELDOUT_BLEND_FILE, rank=blend == "rank")
-        blended = blending.read_aligned([b.output], **expected)[2][0][label_col]
-    out["blend"] = auc_by_language(rows.assign(pred=blended))
-    oof = collect_oof(group, members)
-    out["oof"] = None
-    if oof is not None:
-        from ..atomic import atomic_write
+    return preds
 
-        atomic_write(group / OOF_FILE, lambda tmp: oof.to_csv(tmp, index=False, float_format="%.9g"))
-        out["oof"] = {"rows": len(oof), **auc_by_language(oof)}
-    out["single"], out["single_note"] = single_on_rows(single, rows, label_col) if single is not None else (None, None)
-    out["compare"] = None
-    if compare is not None and (Path(compare) / REPORT_FILE).is_file():
-        c = json.loads((Path(compare) / REPORT_FILE).read_text())
-        out["compare"] = {"group": str(compare), "blend": c["blend"], "oof": c.get("oof")}
-    out["seconds"] = time.time() - started if started else None
+
+def _member_entry(m: Path, label: str, scored: pd.DataFrame) -> dict:
+    """One member's line of the report: label, folder, tags, kept epoch, train seconds, and the
+    held-out AUC per language of its predictions (``scored``: the held-out rows with ``pred``)."""
+    h = json.loads((m / HISTORY_FILE).read_text())
+    return {"label": label, "folder": str(m), "tags": h.get("tags") or {},
+            "kept_epoch": (h.get("best") or {}).get("epoch"), "train_seconds": h.get("train_seconds"),
+            "heldout": auc_by_language(scored)}
+
+
+def _oof_figures(group: Path, members: list[Path]) -> dict | None:
+    """The out-of-fold AUC per language (its predictions written to ``<group>/oof.csv``); None for a seed group."""
+    oof = collect_oof(group, members)
+    if oof is None:
+        return None
+    from ..atomic import atomic_write
+
+    atomic_write(group / OOF_FILE, lambda tmp: oof.to_csv(tmp, index=False, float_format="%.9g"))
+    return {"rows": len(oof), **auc_by_language(oof)}
+
+
+def _earlier_round(compare: str | os.PathLike | None) -> dict | None:
+    """An earlier group's blend and out-of-fold figures, from its report; None without one."""
+    if compare is None or not (Path(compare) / REPORT_FILE).is_file():
+        return None
+    c = json.loads((Path(compare) / REPORT_FILE).read_text())
+    return {"group": str(compare), "blend": c["blend"], "oof": c.get("oof")}
+
+
+def _record_runs(group: Path, members: list[Path], out: dict) -> None:
+    """Fill each member's row of the group's runs table with its held-out (and the out-of-fold) AUC."""
+    from ..training.runs import RUNS_FILE, update_run
+
     table = group / RUNS_FILE
     for m, rec in zip(members, out["members"]):
         run_id = json.loads((m / HISTORY_FILE).read_text()).get("run_id")
         if run_id and table.is_file():
             update_run(table, run_id, heldout_auc=rec["heldout"]["all"],
                        oof_auc=out["oof"]["all"] if out["oof"] else None)
-    from ..atomic import atomic_write
-
-    atomic_write(group / REPORT_FILE, lambda tmp: Path(tmp).write_text(json.dumps(out, indent=1)))
-    return out
 
 
 def format_report(r: dict) -> str:

@@ -165,64 +165,90 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
             refused (:func:`kitlib.checkpoint.refusal`; ``"auto"`` skips such folders).
     """
     if model == "auto":
-        looked = []
-        if purpose == "inference" and trained_dir is not None:
-            refused = refusal(trained_dir) if _is_checkpoint(Path(trained_dir)) else None
-            looked.append(str(trained_dir) + (f" (skipped: the hand-off refused it; {refused})" if refused else ""))
-            if _is_checkpoint(Path(trained_dir)) and refused is None:
-                return Path(trained_dir)
-            if refused:
-                print(f"note: model='auto' skips {trained_dir}: the training notebook's hand-off refused it "
-                      f"({Path(trained_dir) / 'handoff_refused.json'} says why)", flush=True)
-        if search_dir is not None:
-            looked.append(f"{search_dir} (every folder, {'kit-trained checkpoints' if purpose == 'inference' else 'any checkpoint'})")
-            found = find_checkpoints(search_dir, trained=purpose == "inference")
-            if purpose == "training":
-                found.sort(key=lambda p: "xlm-roberta" not in str(p).lower())  # prefer XLM-R, else newest
-            if found:
-                return found[0]
-        other = sample.not_sample(sample.data_files(data_dir) if data_files is None else data_files)
-        if real_data or other:
-            data = ("on the competition data" if real_data else
-                    f"on data that is not the bundled sample ({other[0]} is not one of its files)")
-            if real_data:
-                what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
-                        "a checkpoint written by the training notebook" if purpose == "inference" else
-                        "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
-            else:
-                what = ("pass model=<the folder the training notebook wrote (its output_dir)>" if purpose == "inference"
-                        else "pass model=<a pretrained checkpoint folder>")
-            packaged = "".join(f"'{n}', " for n in PRETRAINED)
-            raise FileNotFoundError(
-                f"model='auto' found no checkpoint for {purpose} {data}; looked in "
-                f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, "
-                f"{packaged}a hub name (internet on), or model='{TINY}' to "
-                f"{'predict' if purpose == 'inference' else 'train'} with a small random model on purpose."
-            )
+        found = _auto_checkpoint(purpose, trained_dir, search_dir, data_dir, data_files, real_data)
+        if found is not None:
+            return found
         model = TINY
     if model == TINY:
-        cfg = TinyConfig()
-        data_dir = Path(data_dir)
-        h = hashlib.sha256(json.dumps(asdict(cfg)).encode())
-        for name in ("train.csv", "validation.csv", "test.csv"):
-            if (data_dir / name).is_file():
-                h.update((data_dir / name).read_bytes())
-        out = Path(cache_dir) / f"tiny-xlmr-{h.hexdigest()[:12]}"
-        return out if _is_checkpoint(out) else build_tiny_checkpoint(out, data_dir, cfg)
+        return _tiny_checkpoint(data_dir, cache_dir)
     if model in PRETRAINED:
         attached = attached_packaged(model, search_dir) if search_dir is not None else None
         return attached or PRETRAINED[model](cache_dir)
     p = Path(model)
     if p.exists():
-        if not _is_checkpoint(p):
-            raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json)")
-        refused = refusal(p)
-        if refused is not None and purpose == "inference":
-            raise ValueError(f"model={model!r}: the training notebook's hand-off refused this checkpoint ({refused}). "
-                             f"Train again into it (that replaces the folder and the mark), or delete "
-                             f"{p / 'handoff_refused.json'} to predict with it anyway")
-        return p
+        return _folder_checkpoint(p, model, purpose)
     return _hub_checkpoint(model)
+
+
+def _auto_checkpoint(purpose: str, trained_dir, search_dir, data_dir, data_files, real_data: bool) -> Path | None:
+    """``model="auto"``: the training notebook's output (for inference, unless its hand-off refused
+    it), else the newest checkpoint under ``search_dir``; None (``tiny-random``) only on the bundled
+    sample, else :func:`_refuse_auto` says where it looked."""
+    looked = []
+    if purpose == "inference" and trained_dir is not None:
+        refused = refusal(trained_dir) if _is_checkpoint(Path(trained_dir)) else None
+        looked.append(str(trained_dir) + (f" (skipped: the hand-off refused it; {refused})" if refused else ""))
+        if _is_checkpoint(Path(trained_dir)) and refused is None:
+            return Path(trained_dir)
+        if refused:
+            print(f"note: model='auto' skips {trained_dir}: the training notebook's hand-off refused it "
+                  f"({Path(trained_dir) / 'handoff_refused.json'} says why)", flush=True)
+    if search_dir is not None:
+        looked.append(f"{search_dir} (every folder, {'kit-trained checkpoints' if purpose == 'inference' else 'any checkpoint'})")
+        found = find_checkpoints(search_dir, trained=purpose == "inference")
+        if purpose == "training":
+            found.sort(key=lambda p: "xlm-roberta" not in str(p).lower())  # prefer XLM-R, else newest
+        if found:
+            return found[0]
+    other = sample.not_sample(sample.data_files(data_dir) if data_files is None else data_files)
+    if real_data or other:
+        _refuse_auto(purpose, looked, real_data, other)
+    return None
+
+
+def _refuse_auto(purpose: str, looked: list[str], real_data: bool, other: list) -> None:
+    """Raise ``model="auto"``'s FileNotFoundError: where it looked, and what to attach or pass."""
+    data = ("on the competition data" if real_data else
+            f"on data that is not the bundled sample ({other[0]} is not one of its files)")
+    if real_data:
+        what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
+                "a checkpoint written by the training notebook" if purpose == "inference" else
+                "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
+    else:
+        what = ("pass model=<the folder the training notebook wrote (its output_dir)>" if purpose == "inference"
+                else "pass model=<a pretrained checkpoint folder>")
+    packaged = "".join(f"'{n}', " for n in PRETRAINED)
+    raise FileNotFoundError(
+        f"model='auto' found no checkpoint for {purpose} {data}; looked in "
+        f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, "
+        f"{packaged}a hub name (internet on), or model='{TINY}' to "
+        f"{'predict' if purpose == 'inference' else 'train'} with a small random model on purpose."
+    )
+
+
+def _tiny_checkpoint(data_dir, cache_dir) -> Path:
+    """``tiny-random``: built once per configuration and data (cached under a hash of both)."""
+    cfg = TinyConfig()
+    data_dir = Path(data_dir)
+    h = hashlib.sha256(json.dumps(asdict(cfg)).encode())
+    for name in ("train.csv", "validation.csv", "test.csv"):
+        if (data_dir / name).is_file():
+            h.update((data_dir / name).read_bytes())
+    out = Path(cache_dir) / f"tiny-xlmr-{h.hexdigest()[:12]}"
+    return out if _is_checkpoint(out) else build_tiny_checkpoint(out, data_dir, cfg)
+
+
+def _folder_checkpoint(p: Path, model: str, purpose: str) -> Path:
+    """A folder named as ``model``: it must hold ``config.json``, and for inference not carry the
+    training notebook's hand-off refusal."""
+    if not _is_checkpoint(p):
+        raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json)")
+    refused = refusal(p)
+    if refused is not None and purpose == "inference":
+        raise ValueError(f"model={model!r}: the training notebook's hand-off refused this checkpoint ({refused}). "
+                         f"Train again into it (that replaces the folder and the mark), or delete "
+                         f"{p / 'handoff_refused.json'} to predict with it anyway")
+    return p
 
 
 PACKAGED_SOURCE_FILE = "kitlib-source.json"  # written last into a packaged checkpoint's folder (kitlib.models.packaged, e5_convert)

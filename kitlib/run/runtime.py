@@ -176,17 +176,7 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runt
 
     tpu = hardware.tpu_evidence() if prefer in ("auto", "tpu") else None
     if tpu:
-        if not compat.has_torch_xla():
-            raise RuntimeError(f"a TPU is present ({tpu}) but torch_xla is not installed: pip install torch_xla[tpu]")
-        chips = hardware.tpu_chip_count()
-        if num_devices is not None and num_devices != chips:
-            raise ValueError(
-                f"num_devices={num_devices}, but torch_xla.launch runs one replica on every TPU chip of this "
-                f"host ({chips or 'count unknown'}); it cannot run a subset. Set num_devices=0 (every chip)."
-            )
-        hosts, host = hardware.tpu_hosts()
-        return Runtime("tpu-pod" if hosts > 1 else "tpu", chips or 0, f"{tpu}; {chips or 'unknown number of'} TPU chip(s)",
-                       num_hosts=hosts, host=host)
+        return _tpu_runtime(tpu, num_devices)
     if prefer == "tpu":
         raise RuntimeError("accelerator='tpu' but no TPU was found (no PJRT_DEVICE=TPU, TPU_* variable or /dev/accel*)")
 
@@ -211,6 +201,22 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runt
         raise RuntimeError(f"accelerator={prefer!r} runs torch_xla on PJRT CPU: pip install torch_xla")
     n = num_devices or max(1, min(cores, 8))
     return Runtime(prefer, n, f"{n} PJRT CPU device(s) on {cores} core(s), by request", threads=max(1, cores // n))
+
+
+def _tpu_runtime(tpu: str, num_devices: int | None) -> Runtime:
+    """The TPU's runtime (``tpu``: the evidence one is there): every chip of this host, and the
+    pod's host count and this host's index."""
+    if not compat.has_torch_xla():
+        raise RuntimeError(f"a TPU is present ({tpu}) but torch_xla is not installed: pip install torch_xla[tpu]")
+    chips = hardware.tpu_chip_count()
+    if num_devices is not None and num_devices != chips:
+        raise ValueError(
+            f"num_devices={num_devices}, but torch_xla.launch runs one replica on every TPU chip of this "
+            f"host ({chips or 'count unknown'}); it cannot run a subset. Set num_devices=0 (every chip)."
+        )
+    hosts, host = hardware.tpu_hosts()
+    return Runtime("tpu-pod" if hosts > 1 else "tpu", chips or 0, f"{tpu}; {chips or 'unknown number of'} TPU chip(s)",
+                   num_hosts=hosts, host=host)
 
 
 def _from_torchrun(mode: str, tr: dict[str, int], num_devices: int | None, threads: int, found: str) -> Runtime:
