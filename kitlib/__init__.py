@@ -53,7 +53,8 @@ The map: each sub-package and module, one job each.
   :mod:`~kitlib.keras.model`, :mod:`~kitlib.keras.pretrained`.
 * Shared leaves:
 
-  * :mod:`kitlib.checkpoint`: what a kit-trained folder holds (history, training state, the kit's config keys).
+  * :mod:`kitlib.checkpoint`: everything about a trained folder: its file names (history, scores, ``kitlib-source.json``),
+    the kit's config keys, writing and reading it, the report, the refusal marker.
   * :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.
   * :mod:`kitlib.atomic`: write a file or a folder so that readers see the old one or the complete new one.
   * :mod:`kitlib.storage`: where shards and submissions live: a local path or a URL.

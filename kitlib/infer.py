@@ -49,13 +49,12 @@ from .run import heap
 from .run.backends.precision import check as check_precision
 from .run.backends.precision import check_float32_logits, check_inference
 from .outputs.collapse import POLICIES
-from .checkpoint import text_prefix
+from .checkpoint import run_ids_of, text_prefix
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .outputs.merge import MergeResult, merge_shards
 from .models.limits import preflight
 from .models.model import keep_head_float32, load_model, prediction_column, probabilities
 from .run.replica import PeerFailed
-from .training.runs import run_ids_of
 from .run.runtime import Runtime, holds_global_rank0, launch
 from .outputs.shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
 from .outputs.submission_csv import NO_SAMPLE

@@ -107,7 +107,8 @@ from kitlib.training.session import time_budget
 from kitlib.cv.splits import SPLITS, english_holdout_split, validation_split
 from kitlib.metrics import auc_text
 from kitlib.checkpoint import VALID_PREDICTIONS_FILE
-from kitlib.training.train import TrainJob, save_scores, train
+from kitlib.training.runs import save_scores
+from kitlib.training.train import TrainJob, train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()

@@ -75,7 +75,6 @@ from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.cv.groups import predict_members, resolve_members
 from kitlib.models.model import TINY
 from kitlib.run.runtime import detect_runtime
-from kitlib.training.train import checkpoint_report
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()

@@ -47,7 +47,7 @@ def constant_checkpoint(tiny_checkpoint, tmp_path_factory):
 
 def test_hand_off_refuses_a_checkpoint_whose_held_out_predictions_are_constant(constant_checkpoint, tmp_path):
     from kitlib.models.model import load_classifier
-    from kitlib.training.train import save_checkpoint
+    from kitlib.checkpoint import save_checkpoint
 
     tok, model = load_classifier(constant_checkpoint)
     history = {"epochs": [{"epoch": 1, "valid_auc": 0.5}], "config": {"lr": 1e-3, "recipe": "standard"}}

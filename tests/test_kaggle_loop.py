@@ -75,7 +75,7 @@ def test_submit_a_file_ends_complete_with_its_score_read_back(tmp_path):
 
 def test_a_submission_names_its_training_run_and_submissions_looks_it_up(tmp_path):
     """Issue 26 (a record of runs): the writer record of an inference's submission names the training
-    run (kitlib.training.runs.run_ids_of); submit puts it in the description; submissions finds the run's row
+    run (kitlib.checkpoint.run_ids_of); submit puts it in the description; submissions finds the run's row
     in a downloaded kernel output's runs.csv and shows what it was."""
     from kitlib.outputs import provenance
     from kitlib.training import runs

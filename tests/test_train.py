@@ -22,7 +22,7 @@ import torch
 
 from conftest import ROOT, SAMPLE
 from support.rank_states import max_diff, rank_states
-from kitlib.checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE
+from kitlib.checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE, read_history
 from kitlib.metrics import roc_auc
 from kitlib.run.runtime import ReplicaError, Runtime, detect_runtime
 from kitlib.training.train import (
@@ -30,7 +30,6 @@ from kitlib.training.train import (
     TrainJob,
     classification_loss,
     merge_gathered,
-    read_history,
     train,
     validation_rows,
 )

@@ -35,7 +35,8 @@ from kitlib.run.backends import xla_threads
 from kitlib.run.backends.xla_threads import _Turnstile
 from kitlib.run.replica import PeerFailed
 from kitlib.run.runtime import detect_runtime
-from kitlib.training.train import PATTERNS, TrainJob, read_history, train
+from kitlib.checkpoint import read_history
+from kitlib.training.train import PATTERNS, TrainJob, train
 
 WORKER = ROOT / "tests" / "support" / "xla_worker.py"
 # 64 rows, 2 epochs of 8 steps with a global batch of 8, no dropout: deterministic and quick.

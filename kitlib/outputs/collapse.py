@@ -104,7 +104,7 @@ def check_checkpoint_ready(out_dir: str | os.PathLike, *, id_col: str = "id") ->
 
     Reads ``train_history.json`` (the last epoch's ``valid_auc``, the run's ``lr`` and recipe) and
     ``valid_predictions.csv`` (the in-memory model's last-epoch predictions), as
-    :func:`kitlib.training.train.save_checkpoint` wrote them.
+    :func:`kitlib.checkpoint.save_checkpoint` wrote them.
 
     Args:
         out_dir: the checkpoint folder.
@@ -116,9 +116,10 @@ def check_checkpoint_ready(out_dir: str | os.PathLike, *, id_col: str = "id") ->
     """
     import pandas as pd
 
+    from ..checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE
+
     out_dir = Path(out_dir)
-    history = json.loads((out_dir / "train_history.json").read_text())
-    from ..checkpoint import VALID_PREDICTIONS_FILE
+    history = json.loads((out_dir / HISTORY_FILE).read_text())
 
     preds = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={id_col: str}, keep_default_na=False)
     column = next(c for c in preds.columns if c != id_col)
