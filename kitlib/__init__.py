@@ -2,7 +2,8 @@
 
 The map: each sub-package and module, one job each.
 
-* :mod:`kitlib.infer`: ``predict(job, rt)`` and its replica program ``_mp_fn``.
+* :mod:`kitlib.infer`: ``predict(job, rt)`` and its replica program ``_mp_fn``; the members of a group (folds, seeds)
+  resolved, predicted and blended (``resolve_members``, ``predict_members``).
 * :mod:`kitlib.run`: how replicas run.
 
   * :mod:`kitlib.run.runtime`: the runtime detector, the table of launch modes, and ``launch``.
@@ -46,7 +47,7 @@ The map: each sub-package and module, one job each.
 
   * :mod:`kitlib.cv.splits`: which rows train and which are held out.
   * :mod:`kitlib.cv.folds`: K stratified folds of the training rows, written down (``folds=K``, ``fold=i``).
-  * :mod:`kitlib.cv.groups`: a group of fold or seed models: out-of-fold scores, held-out and test blends, the report.
+  * :mod:`kitlib.cv.groups`: a group of fold or seed models: written down, out-of-fold scores, held-out blends, the report.
   * :mod:`kitlib.cv.pseudo`: one round of pseudo-labels (the test rows every fold model agrees on).
 * :mod:`kitlib.keras`: the Keras side (TF or JAX backend): :mod:`~kitlib.keras.runtime`,
   :mod:`~kitlib.keras.strategy`, :mod:`~kitlib.keras.precision`, :mod:`~kitlib.keras.data`,
