@@ -95,7 +95,7 @@ import pandas as pd
 
 from kitlib import compat, paths, storage
 from kitlib.training import recipe as recipes
-from kitlib.outputs.collapse import check_ready
+from kitlib.outputs.collapse import check_ready, refuses_collapse
 from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
 from kitlib.data import read_csv_checked
@@ -307,7 +307,7 @@ if folds:
 
 # %%
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
-refuse = job.recipe != "tiny"  # the random tiny model (tests, rehearsals) gets a warning, not a refusal
+refuse = refuses_collapse(job.recipe)  # the hand-off rule: the random tiny model (tests, rehearsals) gets a warning
 with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never picks it later
     held = check_ready(kept_auc, saved["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scored, refuse=refuse)
     if scores is not None:
