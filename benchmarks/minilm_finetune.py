@@ -62,7 +62,8 @@ def main() -> None:
     from kitlib.models.packaged import minilm_checkpoint
     from kitlib.run.runtime import detect_runtime
     from kitlib.cv.splits import english_holdout_split
-    from kitlib.training.train import TrainJob, train
+    from kitlib.training.job import TrainJob
+    from kitlib.training.train import train
 
     work = Path(a.work)
     ckpt = minilm_checkpoint(work / "cache")

@@ -11,6 +11,7 @@ The map: each sub-package and module, one job each.
     (rank and world, device, its collectives, the resolved precision; ``together`` for failures on one rank).
   * :mod:`kitlib.run.hardware`: what accelerators the host has, read without initialising any.
   * :mod:`kitlib.run.heap`: memory a long loop has freed, given back to the system (``malloc_trim``).
+  * :mod:`kitlib.run.balance`: rows split over replicas by tokens, and batched to a token budget.
   * :mod:`kitlib.run.backends`: one backend per launch mode (start and stop, rank, device, collectives,
     optimizer step, precision rule, environment), built from :mod:`~kitlib.run.backends.launchers`,
     :mod:`~kitlib.run.backends.accelerators` and :mod:`~kitlib.run.backends.collectives`
@@ -22,12 +23,16 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.outputs.shards`: the atomic per-rank shard writer.
   * :mod:`kitlib.outputs.merge`: the shard merger (also ``python -m kitlib merge``).
   * :mod:`kitlib.outputs.blend`: blend submissions, by value or rank (``python -m kitlib blend``).
+  * :mod:`kitlib.outputs.cascade`: a confidence cascade: B re-scores A's least certain rows (``python -m kitlib cascade``).
   * :mod:`kitlib.outputs.submission_csv`: the one reader of submission-like CSVs.
   * :mod:`kitlib.outputs.collapse`: predictions that barely vary, refused at the hand-off and never submitted silently.
   * :mod:`kitlib.outputs.provenance`: who wrote a submission, and saying so when another writer replaces it.
 * :mod:`kitlib.training`: ``train(job, rt)`` and what a run needs beside it.
 
-  * :mod:`kitlib.training.train`: ``train(job, rt)`` and its replica program ``_mp_fn`` (``xm.optimizer_step`` or DDP).
+  * :mod:`kitlib.training.train`: ``train(job, rt)``: check, make the plan, launch, record the run; the trained folder's readers.
+  * :mod:`kitlib.training.job`: ``TrainJob`` (what to train) and its checks (the labels, before any replica starts).
+  * :mod:`kitlib.training.plan`: the run's ``Plan``, made once in the calling process (recipe, precision, batch, resume).
+  * :mod:`kitlib.training.loop`: the replica program ``_mp_fn(replica, plan)`` (``xm.optimizer_step`` or DDP), reading the plan.
   * :mod:`kitlib.training.resume`: the state a run saves as it goes, and resuming from it.
   * :mod:`kitlib.training.runs`: one row per training run in a runs table, and the curves through a tracker.
   * :mod:`kitlib.training.recipe`: how a checkpoint is fine-tuned (one table: learning rates, schedule, frozen parts, loss).
@@ -64,7 +69,7 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.metrics`: ROC AUC, and why it is undefined (the one rule for labels of one class).
   * :mod:`kitlib.sample`: the bundled sample, recognised by its content wherever it lies.
   * :mod:`kitlib.compat`: torch_xla / transformers / Keras version drift, in one place.
-  * ``python -m kitlib`` (:mod:`kitlib.__main__`): ``merge`` and ``blend`` on the command line.
+  * ``python -m kitlib`` (:mod:`kitlib.__main__`): ``merge``, ``blend`` and ``cascade`` on the command line.
 
 Importing ``kitlib`` imports no framework; each module imports torch / torch_xla lazily.
 """

@@ -1,5 +1,7 @@
 """Command line: ``python -m kitlib merge SHARDS... -o submission.csv [--sample-submission FILE]``,
-``python -m kitlib blend A.csv B.csv ... -o submission.csv [--weights W ...] [--rank] [--sample-submission FILE]``.
+``python -m kitlib blend A.csv B.csv ... -o submission.csv [--weights W ...] [--rank] [--sample-submission FILE]``,
+``python -m kitlib cascade A.csv B.csv -o submission.csv --fraction F [--rule replace|mean|reorder] [--weight W]
+[--by probability|rank] [--center C] [--sample-submission FILE]`` (:mod:`kitlib.outputs.cascade`).
 
 Exit status (every command):
 
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--sample-submission", help="row order and id set; its columns are the prediction columns")
     b.add_argument("--collapsed", choices=POLICIES, help=COLLAPSED_HELP)
     b.set_defaults(run=_blend)
+    _add_cascade(sub)
     args = parser.parse_args(argv)
     return run_command(args.run, args)
 
@@ -101,6 +104,44 @@ def _blend(args) -> int:
     how = "ranks" if r.rank else "predictions"
     print(f"wrote {r.output}: {r.num_rows} rows, the weighted mean of {len(args.inputs)} files' {how} "
           f"(weights {', '.join(f'{w:.3g}' for w in r.weights)}), columns id,{','.join(r.columns)}")
+    return EXIT_OK
+
+
+def _add_cascade(sub) -> None:
+    """The ``cascade`` subcommand's arguments (kitlib.outputs.cascade)."""
+    from .outputs.cascade import RULES, SCORES
+
+    c = sub.add_parser("cascade", help="confidence cascade: B's predictions for A's least certain rows (kitlib.outputs.cascade)")
+    c.add_argument("a", help="model A's submission CSV (every row)")
+    c.add_argument("b", help="model B's CSV: the picked rows (or every row)")
+    c.add_argument("-o", "--output", required=True, help="submission CSV to write")
+    c.add_argument("--fraction", required=True, type=float, help="share of rows B re-scores, in (0, 1]")
+    c.add_argument("--rule", choices=RULES, default="replace", help="how B's value enters (default: replace)")
+    c.add_argument("--weight", type=float, default=0.5, help="B's share under --rule mean (default 0.5)")
+    c.add_argument("--by", choices=tuple(SCORES), default="probability", help="uncertainty of A's probability or rank")
+    c.add_argument("--center", type=float, default=0.5, help="the least certain score (default 0.5)")
+    c.add_argument("--sample-submission", help="row order and id set; its columns are the prediction columns")
+    c.add_argument("--collapsed", choices=POLICIES, help=COLLAPSED_HELP)
+    c.set_defaults(run=_cascade)
+
+
+def _cascade(args) -> int:
+    from .outputs.cascade import cascade  # CascadeError is a ValueError: refused input, exit 2 (run_command)
+
+    try:
+        with warnings.catch_warnings():  # printed below, as notes
+            warnings.simplefilter("ignore", provenance.SubmissionReplaced)
+            warnings.simplefilter("ignore", CollapsedPredictionWarning)
+            r = cascade(args.a, args.b, args.output, fraction=args.fraction, rule=args.rule, weight=args.weight,
+                        by=args.by, center=args.center, sample_submission=args.sample_submission,
+                        collapsed=args.collapsed)
+    except OSError as e:  # the inputs were read by then: writing failed (the old output is kept)
+        print(f"error: {e if isinstance(e, CannotWrite) else CannotWrite(args.output, e)}", file=sys.stderr)
+        return EXIT_IO
+    for note in (*r.notes, *([r.replaced] if r.replaced else [])):
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {r.output}: {r.num_rows} rows, {r.rescored} re-scored by {args.b} (fraction {r.fraction:g}, "
+          f"rule {r.rule}), columns id,{','.join(r.columns)}")
     return EXIT_OK
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import threading
 from typing import Callable
 
@@ -25,6 +26,24 @@ from typing import Callable
 def has_torch_xla() -> bool:
     """True when the ``torch_xla`` package is installed (it is not imported)."""
     return importlib.util.find_spec("torch_xla") is not None
+
+
+def keep_accelerate_off_xla() -> None:
+    """Stop accelerate from importing torch_xla behind the kit's back: ``USE_TORCH_XLA=0`` unless set.
+
+    accelerate 1.x (installed with peft, for LoRA, and for reading GGUF files) imports
+    ``torch_xla.core.xla_model`` and ``torch_xla.runtime`` when it is itself imported, whenever
+    torch_xla is installed (``accelerate/utils/imports.py`` reads ``USE_TORCH_XLA``, default on), and
+    transformers imports accelerate with every model. An eager CPU or CUDA run would then load
+    torch_xla in the parent before its replicas fork, log "Defaulting to PJRT_DEVICE=CPU" and warn
+    that tensorflow can conflict; an XLA run would load it before the kit has set ``PJRT_DEVICE``.
+    The kit drives torch_xla itself (:func:`import_torch_xla`, the XLA accelerators' ``env``), and
+    transformers reads the flag only in ``id_tensor_storage`` for XLA tensors, which the kit never
+    saves (checkpoints are saved from CPU copies). Called by
+    :func:`kitlib.run.runtime.detect_runtime`, before any model is loaded. A value the user set is kept.
+    Delete when accelerate imports torch_xla only when it is asked for an XLA device.
+    """
+    os.environ.setdefault("USE_TORCH_XLA", "0")
 
 
 def import_torch_xla():

@@ -18,7 +18,8 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-TEXT_COLUMNS = ("content", "comment_text")  # test.csv / train.csv + validation.csv
+TEXT_COLUMNS = ("content", "comment_text", "text")  # Jigsaw's test.csv / train.csv + validation.csv; then a plain "text"
+KIT_ID = "id"  # the id column of every file the kit writes (splits, predictions, submissions)
 # Rows read and tokenized at a time: transformers keeps a Python list per row of a call (measured on
 # 63,812 long comments at max_len 512: 9.9 GB in one call, 1.1 GB in chunks of 2,048, same tokens).
 CHUNK_ROWS = 2048
@@ -74,6 +75,33 @@ def _csv_chunks(path, kw: dict, chunk_rows: int) -> Iterator[pd.DataFrame]:
             yield from reader
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a readable UTF-8 CSV ({e})") from None
+
+
+def kit_id_copy(path: str | os.PathLike, id_col: str, folder: str | os.PathLike) -> Path:
+    """``path`` itself when its id column is the kit's (``id_col == "id"``); else a copy of it in
+    ``folder`` whose column ``id_col`` is named ``id``, every other column and string as written.
+
+    The notebooks' ``id_col`` parameter goes through here once, so every reader after (splits,
+    folds, the replicas, the merge) reads the kit's ``id``.
+
+    Raises:
+        FileNotFoundError: no ``path``.
+        ValueError: no column ``id_col`` (the columns found named), or the file also has an ``id``
+            column (which of the two is the id would be ambiguous).
+    """
+    path = Path(path)
+    if id_col == KIT_ID:
+        return path
+    columns = csv_columns(path)
+    if id_col not in columns:
+        raise ValueError(f"{path}: no id column {id_col!r} (id_col; found {', '.join(columns)})")
+    if KIT_ID in columns:
+        raise ValueError(f"{path}: has both {id_col!r} (id_col) and {KIT_ID!r} columns; pass id_col={KIT_ID!r}, "
+                         f"or drop one of them")
+    out = Path(folder) / path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    read_csv_strings(path).rename(columns={id_col: KIT_ID}).to_csv(out, index=False)
+    return out
 
 
 def read_ids(path: str | os.PathLike, id_col: str = "id") -> np.ndarray:
@@ -141,7 +169,9 @@ def iter_csv_checked(
             raise ValueError(f"{path}: no text column (looked for {', '.join(TEXT_COLUMNS)}; found {', '.join(columns)})")
     for col in (id_col, text_col, *label_cols):
         if col not in columns:
-            raise ValueError(f"{path}: missing column {col!r} (found {', '.join(columns)})")
+            what = {id_col: "id_col", text_col: "text_col"}.get(col, "label_col")  # the notebooks' parameter naming it
+            raise ValueError(f"{path}: missing column {col!r} (found {', '.join(columns)}); name the file's column "
+                             f"with the {what} parameter (docs/own-data.md)")
     seen, total = [], 0
     for df in read_csv_strings(path, usecols=list(dict.fromkeys([id_col, text_col, *label_cols])), nrows=limit,
                                chunk_rows=chunk_rows):
@@ -183,7 +213,7 @@ def read_csv_checked(
     Args:
         path: the CSV (UTF-8; quoted fields may span lines).
         id_col: the id column, kept as exact strings.
-        text_col: the text column; None picks the first of ``content``, ``comment_text``.
+        text_col: the text column; None picks the first of ``content``, ``comment_text``, ``text``.
         label_cols: label columns that must be present, numeric and in [0, 1].
         limit: keep only the first ``limit`` rows (for quick runs).
 

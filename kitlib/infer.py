@@ -93,7 +93,10 @@ class InferJob:
         precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"``: the rule, and what ``"auto"`` is on each device, is
             :mod:`kitlib.run.backends.precision`'s; logits are float32 whatever the compute precision
             (checked in every replica).
-        prediction_column: name of the prediction column (Kaggle's ``toxic``).
+        prediction_column: name of the prediction column written (Kaggle's ``toxic``; the notebook's
+            parameter: :func:`kitlib.outputs.submission_csv.choose_prediction_column`).
+        label: the head's label read as the positive class (:func:`kitlib.models.model.prediction_column`),
+            when it is not ``prediction_column`` (a head trained on ``label``, a submission column ``target``); None: the same.
         text_col: text column; None picks ``content`` or ``comment_text``.
         collapsed: a submission whose predictions barely vary (:mod:`kitlib.outputs.collapse`): ``"warn"``
             (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written); the notebook asks
@@ -113,6 +116,12 @@ class InferJob:
     prediction_column: str = "toxic"
     text_col: str | None = None
     collapsed: str | None = None
+    label: str | None = None
+
+    @property
+    def head_label(self) -> str:
+        """The head's label read as P(positive): ``label``, else ``prediction_column``."""
+        return self.label or self.prediction_column
 
     def __post_init__(self):
         if isinstance(self.sample_submission, str) and self.sample_submission.lower() == NO_SAMPLE:
@@ -167,7 +176,7 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
             replica starts), or the submission cannot be written at the end (full disk).
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
-    checked = preflight(job.checkpoint, max_len=job.max_len, device=rt.backend.device, target=job.prediction_column)
+    checked = preflight(job.checkpoint, max_len=job.max_len, device=rt.backend.device, target=job.head_label)
     check_inference(job.precision, rt.backend.device)
     check_outputs(job, rt)  # what the merge at the end needs, before any work
     with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
@@ -305,7 +314,7 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
                 heap.give_back_freed()
     logits = logits if logits is not None else torch.zeros(0, 1)
     check_float32_logits(logits, f"replica rank {replica.rank}")  # the float32 head, checked, not assumed
-    probs = probabilities(logits, prediction_column(model.config, job.prediction_column)[0]).numpy()
+    probs = probabilities(logits, prediction_column(model.config, job.head_label)[0]).numpy()
     order = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)
     keep = order >= 0
     return order[keep], probs[keep].astype(np.float32)

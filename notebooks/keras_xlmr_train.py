@@ -26,7 +26,12 @@
 # %% tags=["parameters"]
 backend = "auto"          # "auto", "tensorflow" or "jax" ("auto": KERAS_BACKEND, else detection)
 preset = "tiny"           # "tiny" (offline, random init); "multilingual-e5-small" or "all-minilm-l6-v2" (packaged, offline); a transformers folder; or a keras-hub preset, e.g. "xlm_roberta_base_multi"
-split = "none"            # "none": train on the training file, score all of validation.csv; "validation": also train on validation.csv's first half, score its second half (kitlib.cv.splits)
+split = "auto"            # "auto": "none" when validation.csv exists, else "holdout"; "none": train on the training file, score all of validation.csv; "validation": also train on validation.csv's first half, score its second half; "holdout": hold out holdout_frac of the training file (stratified by label and lang), no validation file (kitlib.cv.splits)
+holdout_frac = 0.2        # split "holdout": share of the training rows held out and scored
+id_col = "id"             # the id column of every CSV: "id" only, today (the submission writers' column)
+text_col = ""             # "": the text column is content, comment_text or text; else its name in every CSV
+label_col = "toxic"       # the 0/1 (or [0, 1]) label column of the training and validation files
+prediction_column = ""    # "": the sample submission's prediction column; without sample_submission.csv: label_col
 epochs = 2
 batch_per_replica = 16    # examples per replica (device) per step; the global batch is this x replicas
 max_len = 128             # tokens per row, <s> and </s> included
@@ -78,6 +83,7 @@ import pandas as pd
 
 from kitlib import paths, storage
 from kitlib.data import read_csv_checked
+from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
 from kitlib.compat import keras_guarded
 from kitlib.metrics import auc_text, check_two_classes, one_class_reason, slice_name
 from kitlib.training.plots import plot_roc, save_figure
@@ -111,20 +117,25 @@ print(f"keras {keras.__version__} on {keras.backend.backend()}; data {data}; out
 # (the torch notebook's rule): the scored rows are never trained on.
 
 # %%
-train_file, valid_file = paths.train_file(data), data / "validation.csv"
-if split == "validation":
-    from kitlib.cv.splits import validation_split
+from kitlib.cv.splits import holdout_split, resolve_split, validation_split
 
-    train_file, valid_file = validation_split(train_file, valid_file, model_path.parent / "split")
-elif split != "none":
-    raise ValueError(f"split must be 'none' or 'validation', not {split!r}")
-train = read_csv_checked(train_file, label_cols=("toxic",), limit=train_limit or None)
-valid = read_csv_checked(valid_file, label_cols=("toxic",), limit=valid_limit or None)
-test = read_csv_checked(data / "test.csv")
-check_two_classes(train.toxic, slice_name(train_file, train_limit or None))  # one class trains a constant: refused
-if one_class := one_class_reason(valid.toxic, slice_name(valid_file, valid_limit or None)):
+check_id_col(id_col)  # kitlib/outputs/submission_csv.py
+train_file, valid_file = paths.train_file(data), data / "validation.csv"
+split = resolve_split(split, valid_file, present="none", choices=("none", "validation", "holdout"))
+columns = dict(text_col=text_col or None, label_col=label_col)
+if split == "validation":
+    train_file, valid_file = validation_split(train_file, valid_file, model_path.parent / "split", **columns)
+elif split == "holdout":
+    train_file, valid_file = holdout_split(train_file, model_path.parent / "split-holdout", frac=holdout_frac, seed=seed, **columns)
+train = read_csv_checked(train_file, text_col=text_col or None, label_cols=(label_col,), limit=train_limit or None)
+valid = read_csv_checked(valid_file, text_col=text_col or None, label_cols=(label_col,), limit=valid_limit or None)
+test = read_csv_checked(data / "test.csv", text_col=text_col or None)
+y_train, y_valid = train[label_col], valid[label_col]
+check_two_classes(y_train, slice_name(train_file, train_limit or None))  # one class trains a constant: refused
+if one_class := one_class_reason(y_valid, slice_name(valid_file, valid_limit or None)):
     print(f"note: {one_class}: its ROC AUC is undefined (the val_auc Keras logs for it means nothing)")
-print(f"train {len(train)} rows ({train.toxic.mean():.1%} toxic), validation {len(valid)} ({valid.toxic.mean():.1%}), test {len(test)}")
+print(f"split {split!r}: train {len(train)} rows ({y_train.mean():.1%} {label_col}), validation {len(valid)} "
+      f"({y_valid.mean():.1%}), test {len(test)}")
 
 # %% [markdown]
 # ## Model
@@ -147,7 +158,7 @@ if is_pretrained_folder(cfg.preset):
     compile_pretrained(model, recipe, lr, max(steps, 1), jit_compile=rt.jit_compile, scope=rt.scope)
 else:
     compile_classifier(model, lr, jit_compile=rt.jit_compile, scope=rt.scope)
-pos_weight = positive_weight(train.toxic, recipe)
+pos_weight = positive_weight(y_train, recipe)
 trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
 print(f"{preset}: {model.count_params():,} parameters ({trainable:,} trainable); recipe {recipe.name}, "
       f"learning rate {lr:g} (head {recipe.head_lr or lr:g}), {steps} steps, pos_weight {pos_weight}")
@@ -158,9 +169,9 @@ print(f"{preset}: {model.count_params():,} parameters ({trainable:,} trainable);
 # is dropped). Under JAX a failed `fit` restores the model's state (`kitlib.compat.keras_guarded`).
 
 # %%
-weights = None if pos_weight is None else row_weights(train.toxic, pos_weight)
-train_ds = make_dataset(train.text, train.toxic, preprocessor, rt.global_batch, shuffle=True, seed=seed, sample_weight=weights)
-valid_fit = make_dataset(valid.text, valid.toxic, preprocessor, rt.global_batch) if len(valid) >= rt.global_batch else None
+weights = None if pos_weight is None else row_weights(y_train, pos_weight)
+train_ds = make_dataset(train.text, y_train, preprocessor, rt.global_batch, shuffle=True, seed=seed, sample_weight=weights)
+valid_fit = make_dataset(valid.text, y_valid, preprocessor, rt.global_batch) if len(valid) >= rt.global_batch else None
 timer = epoch_timer()
 with count_compiles(model) as fit_compiles:
     history = keras_guarded(model, "fit", train_ds, validation_data=valid_fit, epochs=epochs, callbacks=[timer], verbose=2)
@@ -178,10 +189,10 @@ print(f"epoch times (s): {[round(t, 1) for t in timer.times]}; fit compilations:
 with count_compiles(model) as valid_compiles:
     valid_prob = predict_probabilities(model, valid.text, preprocessor, rt.global_batch, checkpoint=model_path)
 assert len(valid_prob) == len(valid)
-auc, auc_shown = auc_text(valid.toxic, valid_prob, slice_name(valid_file, valid_limit or None))
+auc, auc_shown = auc_text(y_valid, valid_prob, slice_name(valid_file, valid_limit or None))
 langs = pd.read_csv(valid_file, dtype=str, keep_default_na=False, nrows=len(valid)).get("lang")
 per_language = {} if langs is None else {
-    lang: auc_text(valid.toxic[langs == lang], valid_prob[(langs == lang).to_numpy()], f"{valid_file} ({lang})")[0]
+    lang: auc_text(y_valid[langs == lang], valid_prob[(langs == lang).to_numpy()], f"{valid_file} ({lang})")[0]
     for lang in sorted(langs.unique())}
 print(f"validation ROC AUC {auc_shown} on {len(valid)} rows ({valid_file.name}); per language "
       + ", ".join(f"{k} {v:.4f}" for k, v in per_language.items()) + f"; predictions std {valid_prob.std():.4f}")
@@ -197,7 +208,7 @@ for ax, key in zip(axes, ("loss", "auc")):
     ax.set_xlabel("epoch")
     ax.set_title(key)
     ax.legend()
-plot_roc(axes[2], valid.toxic, valid_prob, name=valid_file.name)
+plot_roc(axes[2], y_valid, valid_prob, name=valid_file.name)
 fig.tight_layout()
 print(f"curves saved: {save_figure(fig, model_path.parent)}")
 plt.show()
@@ -219,9 +230,10 @@ print(f"{len(test_prob)} test predictions; predict compilations: validation {val
 # ids as exact strings, every id predicted once; on any mismatch nothing is written.
 
 # %%
-sample = data / "sample_submission.csv"
+sample = data / "sample_submission.csv" if (data / "sample_submission.csv").is_file() else None
+column = choose_prediction_column(prediction_column, sample, label_col, label_parameter="label_col")
 result = write_submission(
-    test.id, test_prob, work / submission, sample_submission=sample if sample.is_file() else None, test=data / "test.csv",
+    test.id, test_prob, work / submission, sample_submission=sample, test=data / "test.csv", column=column,
     source=f"model {model_path}",
 )
 metrics = {

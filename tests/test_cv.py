@@ -209,7 +209,8 @@ def test_two_folds_of_the_tiny_model_end_to_end(sharp_checkpoint, split, tmp_pat
     through the inference path equal to the mean of the two members' predictions."""
     from kitlib.infer import InferJob, predict
     from kitlib.run.runtime import detect_runtime
-    from kitlib.training.train import TrainJob, train
+    from kitlib.training.job import TrainJob
+    from kitlib.training.train import train
 
     train_csv, holdout_csv = split
     rows = read(train_csv)

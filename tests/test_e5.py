@@ -181,7 +181,8 @@ def test_e5_fine_tune_lowers_the_loss_and_predictions_spread(e5_folder, tmp_path
     from kitlib.run.runtime import detect_runtime
     from kitlib.cv.splits import validation_split
     from kitlib.metrics import roc_auc
-    from kitlib.training.train import TrainJob, train
+    from kitlib.training.job import TrainJob
+    from kitlib.training.train import train
 
     train_csv, holdout_csv = validation_split(SAMPLE / "train.csv", SAMPLE / "validation.csv", tmp_path / "split")
     small = pd.read_csv(train_csv, dtype=str, keep_default_na=False).sample(480, random_state=0)

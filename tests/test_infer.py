@@ -265,7 +265,7 @@ def test_a_home_path_reaches_every_reader_and_writer(tiny_checkpoint, tmp_path, 
 
 
 def test_train_job_paths_are_normalised_once(tmp_path, monkeypatch):
-    from kitlib.training.train import TrainJob
+    from kitlib.training.job import TrainJob
 
     monkeypatch.setenv("HOME", str(tmp_path))
     job = TrainJob(checkpoint="~/ckpt", train_csv="~/train.csv", valid_csv="file://" + str(tmp_path / "v%20a.csv"),

@@ -26,7 +26,8 @@ from kitlib.training import train as training
 from kitlib.infer import InferJob, predict
 from kitlib.models.model import prediction_column, probabilities
 from kitlib.run.runtime import detect_runtime
-from kitlib.training.train import TrainJob, classification_loss
+from kitlib.training.job import TrainJob
+from kitlib.training.loop import classification_loss
 
 SMALL = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=120)
 

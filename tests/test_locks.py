@@ -49,7 +49,8 @@ def test_a_lock_left_by_a_dead_run_is_taken_over_with_a_note(tmp_path, capsys):
 
 def test_training_into_a_held_folder_is_refused_before_any_work(tmp_path):
     from kitlib.run.runtime import detect_runtime
-    from kitlib.training.train import TrainJob, train
+    from kitlib.training.job import TrainJob
+    from kitlib.training.train import train
 
     out = tmp_path / "ckpt"
     job = TrainJob(checkpoint=str(tmp_path / "no-model"), train_csv=str(SAMPLE / "train.csv"),

@@ -10,7 +10,8 @@ import torch
 from conftest import SAMPLE, write_slice
 from kitlib.run.backends import precision
 from kitlib.run.runtime import MODES, detect_runtime
-from kitlib.training.train import TrainJob, train
+from kitlib.training.job import TrainJob
+from kitlib.training.train import train
 
 SMALL = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2, max_len=32,
              lr=1e-3, train_limit=128, valid_limit=50, dropout=0.0, log_every=4, batch_size=8)

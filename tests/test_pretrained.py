@@ -78,7 +78,8 @@ MIN_HOLDOUT_AUC = 0.90
 def finetuned(minilm, tmp_path_factory):
     from kitlib.run.runtime import detect_runtime
     from kitlib.cv.splits import english_holdout_split
-    from kitlib.training.train import TrainJob, train
+    from kitlib.training.job import TrainJob
+    from kitlib.training.train import train
 
     tmp = tmp_path_factory.mktemp("finetune")
     train_csv, holdout_csv = english_holdout_split(SAMPLE / "train.csv", tmp / "split", frac=0.2, seed=0)

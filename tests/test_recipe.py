@@ -26,7 +26,7 @@ def test_each_checkpoint_gets_its_recipe(tmp_path, tiny_checkpoint):
 
 
 def test_lr_zero_means_the_recipes_and_a_given_lr_is_kept(tmp_path):
-    from kitlib.training.train import TrainJob
+    from kitlib.training.job import TrainJob
 
     e5 = _folder(tmp_path, "e5", kitlib_recipe="e5")
     job = TrainJob(checkpoint=str(e5), train_csv="t", valid_csv="v", out_dir="o", lr=0.0)
@@ -144,7 +144,7 @@ def test_freeze_layers_keeps_the_embeddings_and_the_bottom_layers_and_trains_the
 def test_positive_weight_and_the_weighted_loss():
     import torch
 
-    from kitlib.training.train import classification_loss
+    from kitlib.training.loop import classification_loss
 
     labels = np.array([1, 0, 0, 0, 1, 0, 0, 0, 0, 0], np.float32)
     assert positive_weight(labels, RECIPES["e5"]) == 4.0 and positive_weight(labels, RECIPES["standard"]) is None
@@ -167,7 +167,7 @@ def test_e5_recipe_on_xla_compiles_no_graph_per_step_and_keeps_the_embeddings(ti
 
     from conftest import ROOT, SAMPLE
     from kitlib.checkpoint import read_history
-    from kitlib.training.train import TrainJob
+    from kitlib.training.job import TrainJob
 
     job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), recipe="e5", lr=0.0,
                    train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2,

@@ -20,7 +20,8 @@ from kitlib.atomic import MANIFEST
 from kitlib.training import resume
 from kitlib.run.runtime import ReplicaError, detect_runtime
 from kitlib.checkpoint import read_history
-from kitlib.training.train import TrainJob, train
+from kitlib.training.job import TrainJob
+from kitlib.training.train import train
 
 JOB = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), max_len=32, lr=1e-3,
            train_limit=48, valid_limit=24, log_every=2, batch_size=8, precision="fp32")

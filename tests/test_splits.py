@@ -111,3 +111,38 @@ def test_validation_split_refuses_shared_ids_and_bad_fractions(tmp_path):
     with pytest.raises(ValueError, match="share id"):
         validation_split(SAMPLE / "validation.csv", SAMPLE / "validation.csv", tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+# --- issue 34 item 1: split "holdout", a share of the training file of any competition ---
+
+
+def test_holdout_split_of_an_own_competition_is_stratified_by_label_and_language(tmp_path):
+    """Before: no split took its held-out rows from the training file alone (training needed validation.csv)."""
+    from support.own_data import write_own_competition
+
+    from kitlib.cv.splits import holdout_split
+
+    data = write_own_competition(tmp_path / "own")
+    train, hold = holdout_split(data / "train.csv", tmp_path / "split", frac=0.25, seed=0, label_col="label",
+                                text_col="text")
+    src, tr, ho = _read(data / "train.csv"), _read(train), _read(hold)
+    assert len(ho) == 60 and len(tr) == 180 and set(tr["id"]).isdisjoint(ho["id"])
+    assert list(tr.columns) == list(src.columns)
+    for (lang, label), n in src.groupby(["lang", "label"]).size().items():  # every stratum keeps its share
+        held = ((ho["lang"] == lang) & (ho["label"] == label)).sum()
+        assert abs(held - n / 4) <= 1, (lang, label, held, n)
+    meta = json.loads((tmp_path / "split" / "split.json").read_text())
+    assert meta["split"] == "holdout" and meta["holdout"]["rows"] == 60 and meta["lang_col"] == "lang"
+    again = holdout_split(data / "train.csv", tmp_path / "again", frac=0.25, seed=0, label_col="label", text_col="text")
+    assert _read(again[1])["id"].tolist() == ho["id"].tolist()  # seeded
+
+
+def test_auto_split_is_holdout_without_a_validation_file(tmp_path):
+    from kitlib.cv.splits import resolve_split
+
+    assert resolve_split("auto", tmp_path / "validation.csv") == "holdout"
+    assert resolve_split("auto", SAMPLE / "validation.csv") == "english"
+    with pytest.raises(FileNotFoundError, match=r"split='english' needs the validation file .*split='holdout'"):
+        resolve_split("english", tmp_path / "validation.csv")
+    with pytest.raises(ValueError, match=r"split='holdup': pass one of 'auto', 'english', 'validation', 'holdout'"):
+        resolve_split("holdup", SAMPLE / "validation.csv")

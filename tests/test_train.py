@@ -25,14 +25,9 @@ from support.rank_states import max_diff, rank_states
 from kitlib.checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE, read_history
 from kitlib.metrics import roc_auc
 from kitlib.run.runtime import ReplicaError, Runtime, detect_runtime
-from kitlib.training.train import (
-    PATTERNS,
-    TrainJob,
-    classification_loss,
-    merge_gathered,
-    train,
-    validation_rows,
-)
+from kitlib.training.job import PATTERNS, TrainJob
+from kitlib.training.loop import classification_loss, merge_gathered, validation_rows
+from kitlib.training.train import train
 
 # Small, deterministic (no dropout) runs on the real sample: 128 rows = 16 steps of 8 rows per epoch.
 SMALL = dict(
@@ -87,11 +82,11 @@ def test_roc_auc_and_job_checks():
         TrainJob(checkpoint="c", train_csv="t", valid_csv="v", out_dir="o", precision="fp8")
 
 
-def test_training_needs_collectives_and_a_max_len_the_model_can_read(tiny_checkpoint):
-    job = TrainJob(checkpoint=str(tiny_checkpoint), train_csv="t", valid_csv="v", out_dir="o")
+def test_training_needs_collectives_and_a_max_len_the_model_can_read(tiny_checkpoint, tmp_path):
+    job = TrainJob(checkpoint=str(tiny_checkpoint), train_csv="t", valid_csv="v", out_dir=str(tmp_path / "o"))
     with pytest.raises(ValueError, match="has no collectives"):
         train(job, Runtime("xla-cpu-processes", 2, "test"))
-    long = TrainJob(checkpoint=str(tiny_checkpoint), train_csv="t", valid_csv="v", out_dir="o", max_len=600)
+    long = TrainJob(checkpoint=str(tiny_checkpoint), train_csv="t", valid_csv="v", out_dir=str(tmp_path / "o"), max_len=600)
     with pytest.raises(ValueError, match=r"max_len=600 .* Set max_len <= 512"):
         train(long, Runtime("cpu", 1, "test"))
 
@@ -159,12 +154,15 @@ def test_two_processes_stay_identical_and_match_one_process(pattern, one_process
 
 @pytest.mark.slow
 def test_a_failed_save_on_the_master_ends_every_rank_with_one_error(tiny_checkpoint, tmp_path):
-    """Rank 0 cannot write the checkpoint (its folder's parent is a file): rank 1, which would wait
-    at the next collective, learns of it; the parent raises once, naming rank 0 and the cause."""
+    """Rank 0 cannot write the checkpoint (it links into a folder whose parent is a file, which nothing
+    checks before the save: the lock beside the link and the ownership check of a folder that does not
+    exist yet both pass): rank 1, which would wait at the next collective, learns of it; the parent
+    raises once, naming rank 0 and the cause."""
     import signal
 
     (tmp_path / "not-a-folder").write_text("a file")
-    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "not-a-folder" / "ckpt"),
+    (tmp_path / "ckpt").symlink_to(tmp_path / "not-a-folder" / "ckpt")
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"),
                    batch_size=4, **{**SMALL, "epochs": 1, "train_limit": 32})
 
     def too_long(*_):
@@ -425,3 +423,92 @@ def test_training_into_a_folder_holding_a_users_files_refuses_before_any_work(tm
     with pytest.raises(NotOwnedError, match=r"the training output folder \(out_dir\) .*notes.txt, other-model"):
         train(job, detect_runtime(1, "cpu"))
     assert (users / "notes.txt").read_text() == "keep me" and (users / "other-model").is_dir()
+
+
+# --- issue 31: the run's plan, made once in the calling process ---
+
+
+def test_the_plan_is_made_for_the_world_size_and_travels_to_spawned_replicas(tiny_checkpoint, tmp_path):
+    """make_plan's facts on 2 gloo replicas (no launch): 128 rows // (8 x 2) = 8 steps an epoch; the plan
+    pickles whole (the spawn start method), and a TPU host's replicas fill the world size with the same formula."""
+    import pickle
+
+    from kitlib.training.plan import make_plan, steps_per_epoch
+    from kitlib.training.resume import rows_fingerprint
+
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), batch_size=8, **SMALL)
+    plan = make_plan(job, Runtime("cpu", 2, "test"))
+    assert (plan.job.recipe, plan.job.lr, plan.recipe.name, plan.precision.name) == ("tiny", 1e-3, "tiny", "fp32")
+    assert (plan.world_size, plan.global_batch, plan.train_rows, plan.steps_per_epoch) == (2, 16, 128, 8)
+    assert plan.data_fingerprint == rows_fingerprint(SMALL["train_csv"], 128) and plan.found is None and plan.resume is None
+    assert plan.notes == ("recipe 'tiny': {'name': 'tiny', 'lr': 0.001, 'head_lr': 0.001, 'warmup_steps': 0, 'decay': "
+                          "'constant', 'freeze_word_embeddings': False, 'freeze_layers': 0, 'pos_weight': False}",)
+    assert pickle.loads(pickle.dumps(plan)) == plan
+    assert plan.for_world(2) is plan and plan.for_world(None) is plan
+    assert (plan.for_world(4).global_batch, plan.for_world(4).steps_per_epoch) == (32, 4)
+    assert (steps_per_epoch(100, 8, 3), steps_per_epoch(None, 8, 3), steps_per_epoch(100, 8, None)) == (4, None, None)
+
+
+def test_train_resolves_each_fact_once_in_the_calling_process(tiny_checkpoint, tmp_path, monkeypatch):
+    """One eager replica in this process: every lookup the run makes is recorded in order, split at the
+    launch. The calling process looks up the saved run, the recipe, the training labels, the precision's
+    hardware and the data fingerprint exactly once each (issue 31 counted, before the plan, the precision
+    resolved three times, the saved-run lookup twice and the training CSV opened up to five times); the
+    replica works none of them out again and reads only its own rows; recording the run reads nothing."""
+    from collections import Counter
+
+    import kitlib.training.train as train_module
+    from kitlib.run import hardware
+    from kitlib.training import loop, recipe, resume
+    from kitlib.training.runs import runs_table
+
+    rt = detect_runtime(1, "cpu")
+    job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), batch_size=8,
+                   **{**SMALL, "epochs": 1, "train_limit": 32, "valid_limit": 16})
+    events = []
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            events.append(name)
+            return fn(*args, **kwargs)
+        return wrapper
+
+    for module, attr, name in ((hardware, "precision_hardware", "hardware probe"), (recipe, "resolve", "recipe resolved"),
+                               (recipe, "recipe_for", "recipe lookup"), (resume, "find", "saved-run lookup"),
+                               (resume, "rows_fingerprint", "data fingerprint")):
+        monkeypatch.setattr(module, attr, counted(name, getattr(module, attr)))
+    read_csv, read_checked, launch = pd.read_csv, loop.read_csv_checked, train_module.launch
+
+    def reading(path, *args, **kwargs):
+        if str(path) == job.train_csv:
+            events.append("training CSV read")
+        return read_csv(path, *args, **kwargs)
+
+    def reading_rows(path, *args, **kwargs):
+        if str(path) == job.train_csv:
+            events.append("replica's rows")
+        return read_checked(path, *args, **kwargs)
+
+    def launching(*args, **kwargs):
+        events.append("launch")
+        launch(*args, **kwargs)
+        events.append("launched")
+
+    monkeypatch.setattr(pd, "read_csv", reading)
+    monkeypatch.setattr(loop, "read_csv_checked", reading_rows)
+    monkeypatch.setattr(train_module, "launch", launching)
+    history = train(job, rt)
+    start, end = events.index("launch"), events.index("launched")
+    assert events[:start] == ["saved-run lookup", "recipe resolved", "recipe lookup", "training CSV read",
+                              "hardware probe", "data fingerprint"]
+    assert Counter(events[:start]) == Counter({name: 1 for name in events[:start]})  # each exactly once
+    in_replica = events[start + 1:end]  # the replica's own rows only (kitlib.data.read_csv_checked: pandas reads in it)
+    assert in_replica[0] == "replica's rows" and set(in_replica) == {"replica's rows", "training CSV read"}
+    assert in_replica.count("replica's rows") == 1
+    assert events[end + 1:] == []
+    monkeypatch.undo()
+    rows_print = resume.rows_fingerprint(job.train_csv, 32)  # the values the plan handed on
+    assert (history["precision"], history["recipe"]["name"], history["recipe"]["lr"]) == ("fp32", "tiny", 1e-3)
+    assert (history["world_size"], history["global_batch"], history["steps_per_epoch"]) == (1, 8, 4)
+    assert resume.read_run(resume.state_dir(job.out_dir))["settings"]["train_rows"] == rows_print
+    assert pd.read_csv(runs_table(job.out_dir), dtype=str)["data"].tolist() == [rows_print]

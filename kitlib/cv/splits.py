@@ -12,6 +12,12 @@ is English and has no language column; the 2020 validation file is Turkish, Span
   trained on. Multilingual rows in training are what top competition solutions did; the held-out
   multilingual AUC is what ``make submission`` reports.
 
+* ``"holdout"`` (:func:`holdout_split`): any competition's training file, with no validation file: a
+  stratified share of its rows (by label, and by language where it has a ``lang`` column) is held
+  out (seeded) and scored after every epoch and at the end.
+
+``"auto"`` (:func:`resolve_split`) is ``"english"`` when the validation file exists, else ``"holdout"``.
+
 Each writes its two CSVs and ``split.json`` (sources, rule, row and positive counts) into a folder of
 its own, atomically.
 """
@@ -33,10 +39,42 @@ HOLDOUT_FILE = "holdout-en.csv"
 SPLIT_FILE = "split.json"
 MIXED_TRAIN_FILE = "train-en-valid.csv"
 VALID_HOLDOUT_FILE = "holdout-valid.csv"
+TRAIN_PART_FILE = "train-part.csv"
+HOLDOUT_PART_FILE = "holdout-part.csv"
 SPLITS = {
     "english": "hold out a stratified share of the English training rows; validation.csv scored at the end",
     "validation": "train on the English rows + the first half of validation.csv; hold out its second half",
+    "holdout": "hold out a stratified share (by label, and language where there is one) of the training file's rows; "
+               "no validation file",
 }
+AUTO = "auto"  # the notebooks' default split: resolve_split
+
+
+def resolve_split(split: str, valid_csv: str | os.PathLike, *, present: str = "english",
+                  choices: tuple[str, ...] = tuple(SPLITS)) -> str:
+    """The split a notebook runs: ``split`` itself, or for ``"auto"`` ``present`` (the notebook's
+    Jigsaw split) when ``valid_csv`` exists, else ``"holdout"`` (:func:`holdout_split`).
+
+    Raises:
+        ValueError: ``split`` is neither ``"auto"`` nor one of ``choices`` (named, with the parameter).
+    """
+    if split == AUTO:
+        return present if Path(valid_csv).is_file() else "holdout"
+    if split not in choices:
+        raise ValueError(f"split={split!r}: pass one of {', '.join(map(repr, (AUTO, *choices)))} "
+                         f"(kitlib/cv/splits.py)")
+    if split != "holdout" and not Path(valid_csv).is_file():
+        raise FileNotFoundError(f"split={split!r} needs the validation file {valid_csv}, which does not exist: pass "
+                                "split='holdout' (holdout_frac of the training file's rows held out) or valid_csv")
+    return split
+
+
+def _check_own_folder(out_dir: Path, names: tuple[str, ...]) -> None:
+    """Refuse an ``out_dir`` that holds files other than the split's ``names`` (and the atomic manifest)."""
+    if out_dir.exists():
+        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (*names, SPLIT_FILE, MANIFEST))
+        if extra:
+            raise ValueError(f"{out_dir}: holds other files ({', '.join(extra[:5])}); give the split a folder of its own")
 
 
 def english_holdout_split(
@@ -128,10 +166,7 @@ def english_holdout_split(
     tr, ho = train_test_split(idx, test_size=n_hold, stratify=y, random_state=seed)
     tr, ho = np.sort(tr), np.sort(ho)
 
-    if out_dir.exists():
-        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (TRAIN_FILE, HOLDOUT_FILE, SPLIT_FILE, MANIFEST))
-        if extra:
-            raise ValueError(f"{out_dir}: holds other files ({', '.join(extra[:5])}); give the split a folder of its own")
+    _check_own_folder(out_dir, (TRAIN_FILE, HOLDOUT_FILE))
     labels = hard_labels(checked[label_col].to_numpy())
     meta = {"source": str(train_csv), "frac": frac, "seed": seed, "language_rule": rule, "label_col": label_col,
             "train_rows": len(tr), "train_positives": int(labels[tr].sum()),
@@ -141,6 +176,80 @@ def english_holdout_split(
         raw.iloc[ho].to_csv(tmp / HOLDOUT_FILE, index=False)
         (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
     return out_dir / TRAIN_FILE, out_dir / HOLDOUT_FILE
+
+
+def holdout_split(
+    train_csv: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    frac: float = 0.2,
+    seed: int = 0,
+    *,
+    label_col: str = "toxic",
+    text_col: str | None = None,
+    id_col: str = "id",
+    lang_col: str = "lang",
+) -> tuple[Path, Path]:
+    """Hold out a stratified share of every row of ``train_csv`` (split ``"holdout"``: no validation file).
+
+    The held-out part is ``round(frac * n)`` rows drawn by ``sklearn.model_selection.train_test_split(
+    stratify=..., random_state=seed)``, stratified by the hard label and, where the file has a
+    ``lang_col`` column, by label x language (a label x language stratum of one row joins its
+    label's: :func:`kitlib.cv.folds.strata`), so both parts keep the file's share of positive rows
+    in every language. Rows keep their file order and every column, with the original strings.
+    ``out_dir`` (built atomically) then holds ``train-part.csv``, ``holdout-part.csv`` and
+    ``split.json`` (source, fraction, seed, columns, row and positive counts per part).
+
+    Args:
+        train_csv: the labelled training CSV (``id_col``, a text column, ``label_col``).
+        out_dir: folder for the two CSVs (owned by the split).
+        frac: share of the rows held out, in (0, 1).
+        seed: ``random_state`` of the split.
+        label_col, text_col, id_col: the columns (:func:`kitlib.data.read_csv_checked`).
+        lang_col: the language column stratified on when the file has it.
+
+    Returns:
+        ``(train_path, holdout_path)``.
+
+    Raises:
+        FileNotFoundError: no ``train_csv``.
+        ValueError: ``frac`` not in (0, 1) (``holdout_frac`` named); a bad column, id or label; a class
+            too small for both parts; ``out_dir`` holds other files.
+    """
+    from sklearn.model_selection import train_test_split
+
+    from .folds import strata
+
+    train_csv, out_dir = Path(train_csv), Path(out_dir)
+    if not 0 < frac < 1:
+        raise ValueError(f"holdout_frac={frac}: split 'holdout' holds out a share of {train_csv.name}'s rows, "
+                         "between 0 and 1 (exclusive), e.g. 0.2")
+    checked = read_csv_checked(train_csv, id_col=id_col, text_col=text_col, label_cols=(label_col,))
+    raw = pd.read_csv(train_csv, dtype=str, keep_default_na=False)
+    y = hard_labels(checked[label_col].to_numpy())
+    for cls in (0, 1):
+        count = int((y == cls).sum())
+        if count < 2 or round(frac * count) < 1 or count - round(frac * count) < 1:
+            raise ValueError(f"{train_csv}: {count} row(s) with {label_col} = {cls} among {len(y)}; too few to hold "
+                             f"out {frac:.0%} of them with some left for training (holdout_frac, or more rows)")
+    langs = raw[lang_col].to_numpy() if lang_col in raw.columns else None
+    idx = np.arange(len(raw))
+    tr, ho = train_test_split(idx, test_size=int(round(frac * len(idx))), stratify=strata(y, langs, 2), random_state=seed)
+    tr, ho = np.sort(tr), np.sort(ho)
+    _check_own_folder(out_dir, (TRAIN_PART_FILE, HOLDOUT_PART_FILE))
+
+    def counts(rows: np.ndarray) -> dict:
+        per = {} if langs is None else {str(k): int(v) for k, v in pd.Series(langs[rows]).value_counts().sort_index().items()}
+        return {"rows": len(rows), "positives": int(y[rows].sum()), "per_language": per}
+
+    meta = {"split": "holdout", "rule": f"{frac:.0%} of {train_csv.name}'s rows held out, stratified by {label_col}"
+            + (f" x {lang_col}" if langs is not None else "") + f", seed {seed}", "source": str(train_csv), "frac": frac,
+            "seed": seed, "id_col": id_col, "label_col": label_col, "lang_col": lang_col if langs is not None else None,
+            "train": counts(tr), "holdout": counts(ho)}
+    with atomic_dir(out_dir) as tmp:
+        raw.iloc[tr].to_csv(tmp / TRAIN_PART_FILE, index=False)
+        raw.iloc[ho].to_csv(tmp / HOLDOUT_PART_FILE, index=False)
+        (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
+    return out_dir / TRAIN_PART_FILE, out_dir / HOLDOUT_PART_FILE
 
 
 def validation_split(
@@ -203,10 +312,7 @@ def validation_split(
     valid_part = columns(raw_va, va, lang_va)
     train_part = pd.concat([columns(raw_en, en, "en"), valid_part.iloc[:n_train]], ignore_index=True)
     holdout_part = valid_part.iloc[n_train:]
-    if out_dir.exists():
-        extra = sorted(p.name for p in out_dir.iterdir() if p.name not in (MIXED_TRAIN_FILE, VALID_HOLDOUT_FILE, SPLIT_FILE, MANIFEST))
-        if extra:
-            raise ValueError(f"{out_dir}: holds other files ({', '.join(extra[:5])}); give the split a folder of its own")
+    _check_own_folder(out_dir, (MIXED_TRAIN_FILE, VALID_HOLDOUT_FILE))
     y_tr, y_ho = train_part[label_col].astype(float) >= 0.5, holdout_part[label_col].astype(float) >= 0.5
     meta = {"split": "validation", "rule": f"every row of {train_csv.name} + rows 0-{n_train - 1} of {valid_csv.name} "
             f"train; rows {n_train}-{len(va) - 1} of {valid_csv.name} are held out", "train_csv": str(train_csv),
@@ -233,5 +339,5 @@ def training_columns(split: str, train_csv: str | os.PathLike, text_col: str | N
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     if split == "validation":
-        return ["id", text_col or "comment_text", "lang", label_col]
+        return ["id", text_col or "comment_text", "lang", label_col]  # "english", "holdout": every column
     return list(pd.read_csv(train_csv, dtype=str, nrows=0).columns)

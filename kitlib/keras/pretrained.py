@@ -249,7 +249,7 @@ def compile_pretrained(model, recipe, lr: float, total_steps: int, *, weight_dec
         lr: the body's peak learning rate (the recipe's, or one given by hand); the head's is
             ``recipe.head_lr`` (or ``lr`` when the recipe has none).
         total_steps: optimizer steps of the whole run (the schedule's length).
-        weight_decay: AdamW's decoupled weight decay (the torch side's default, :class:`kitlib.training.train.TrainJob`).
+        weight_decay: AdamW's decoupled weight decay (the torch side's default, :class:`kitlib.training.job.TrainJob`).
         jit_compile: the runtime's value.
         scope: the runtime's scope factory (None: no scope).
 

@@ -55,6 +55,31 @@ DEVICES = {
 """Known devices by name; others: ``Device(name, kind, gb)`` (e.g. the CPU's free memory)."""
 
 
+USABLE = 0.94  # share of a device's total memory one replica may plan for (the rest: driver, fragmentation)
+
+
+def device_for(kind: str, name: str = "", total_gb: float | None = None) -> Device:
+    """The :class:`Device` a replica runs on: from its total memory when known, else :data:`DEVICES` by name.
+
+    Args:
+        kind: ``"cuda"``, ``"tpu"`` or ``"cpu"``.
+        name: the device's name (NVML's ``"Tesla T4"``, ``"NVIDIA H200"``): a :data:`DEVICES` key in it
+            (its part before ``-``) picks that row.
+        total_gb: the device's total memory (NVML, or the CPU's available memory per replica): usable
+            is :data:`USABLE` of it, with CUDA's 0.5 GB overhead.
+
+    Raises:
+        ValueError: neither ``total_gb`` nor a known name (naming the name and the fix).
+    """
+    if total_gb is not None:
+        return Device(name or f"this {kind.upper()} device", kind, round(total_gb * USABLE, 1), 0.5 if kind == "cuda" else 0.0)
+    for key in sorted(DEVICES, key=len, reverse=True):
+        if DEVICES[key].kind == kind and key.split("-")[0] in name:
+            return DEVICES[key]
+    raise ValueError(f"device {name!r} ({kind}) is not in kitlib.models.memory.DEVICES ({', '.join(DEVICES)}); "
+                     "pass its total memory: device_for(kind, name, total_gb=...)")
+
+
 @dataclass(frozen=True)
 class Shape:
     """What the plan needs of the model: parameter counts and sizes (from :func:`model_shape`)."""

@@ -93,7 +93,7 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, data_dir: str | os.PathLik
             model = XLMRobertaForSequenceClassification(config)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        (tmp / "kitlib-tiny.json").write_text(json.dumps(asdict(cfg)))
+        (tmp / TINY_MARKER).write_text(json.dumps(asdict(cfg)))
     return out_dir
 
 
@@ -102,6 +102,7 @@ def _is_checkpoint(p: Path) -> bool:
 
 
 TINY = "tiny-random"
+TINY_MARKER = "kitlib-tiny.json"  # in the random tiny model's folder (its settings): a head never trained
 
 
 def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int = 6) -> list[Path]:
@@ -292,7 +293,8 @@ def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_trai
 
 def _classifier(path, head_for_training: bool, label: str = "toxic"):
     """``(class, kwargs)`` that load the classifier of the folder ``path`` (see :func:`load_model`);
-    a new training head's one logit is named ``label`` (its ``id2label``).
+    a new training head's one logit is named ``label`` (its ``id2label``), as is the random tiny
+    model's (:data:`TINY_MARKER`: a head trained on nothing, so a rehearsal trains any label).
 
     Raises:
         ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
@@ -303,7 +305,8 @@ def _classifier(path, head_for_training: bool, label: str = "toxic"):
     kwargs = {}
     if head_for_training:
         archs = getattr(config, "architectures", None) or []
-        if not any(a.endswith(("ForSequenceClassification", "MeanPooledClassifier")) for a in archs):
+        untrained = (Path(path) / TINY_MARKER).is_file()  # the random tiny model: its head was never trained on any label
+        if untrained or not any(a.endswith(("ForSequenceClassification", "MeanPooledClassifier")) for a in archs):
             kwargs.update(num_labels=1, problem_type="multi_label_classification",
                           id2label={0: label}, label2id={label: 0})
     pooling = getattr(config, POOLING_KEY, None)
@@ -399,7 +402,7 @@ def prediction_column(config, target: str, where: str | os.PathLike = "the model
     "non-toxic"}`` gives column 0. Only a head whose labels are all transformers' unnamed defaults
     (``LABEL_0``, ``LABEL_1``) falls back to a convention: its one logit (sigmoid), or column 1 of
     two (softmax), with a note saying so. Inference (:mod:`kitlib.infer`, ``InferJob.prediction_column``),
-    training (:mod:`kitlib.training.train`, ``TrainJob.label_col``: the loss's positive column) and the
+    training (:mod:`kitlib.training.loop`, ``TrainJob.label_col``: the loss's positive column) and the
     hand-off (:mod:`kitlib.training.handoff`) all ask this function; the kit's own heads are named by
     :func:`load_model` (``id2label={0: label}``).
 
@@ -435,6 +438,24 @@ def prediction_column(config, target: str, where: str | os.PathLike = "the model
         f"{'once' if hits else 'at all'}, so which column is P({target}) is unknown and a guess could invert the "
         f"submission. Set id2label (and label2id) in config.json so that exactly one label is {target!r}, "
         f"e.g. {{\"0\": \"not_{target}\", \"1\": \"{target}\"}} if column 1 is {target}")
+
+
+def trained_label(checkpoint: str | os.PathLike) -> str | None:
+    """The one label a checkpoint's head names (``config.json`` ``id2label``), or None.
+
+    A kit-trained head has one logit named after the label it was trained on (``TrainJob.label_col``,
+    :func:`load_model`'s ``id2label={0: label}``): ``"label"`` for a competition's ``label`` column. A
+    head of transformers' unnamed labels (``LABEL_0``), of two logits, or a folder without
+    ``config.json`` gives None: the caller must be told the column.
+    """
+    cfg = Path(checkpoint) / "config.json"
+    if not cfg.is_file():
+        return None
+    id2label = json.loads(cfg.read_text()).get("id2label") or {}
+    names = [str(v) for v in id2label.values()]
+    if len(names) != 1 or re.fullmatch(r"LABEL_\d+", names[0]):
+        return None
+    return names[0]
 
 
 def probabilities(logits, column: int | None = None):

@@ -16,7 +16,8 @@ which ``python -m kaggle_kit submit`` and the blend take a submission's runs fro
 stale record; issue 33, item 6).
 
 Writers (each passes its name to :func:`kitlib.outputs.merge.merge_shards`, which writes through
-:func:`write_recorded`): :data:`INFER`, :data:`KERAS`, :data:`CLI`; :mod:`kitlib.outputs.blend` (:data:`BLEND`) and any other
+:func:`write_recorded`): :data:`INFER`, :data:`KERAS`, :data:`CLI`; :mod:`kitlib.outputs.blend` (:data:`BLEND`), :mod:`kitlib.outputs.cascade`
+(:data:`CASCADE`) and any other
 writer call :func:`write_recorded` with their own name.
 Works for local paths and fsspec URLs (:mod:`kitlib.storage`).
 """
@@ -35,6 +36,7 @@ INFER = "kitlib.infer.predict (the torch inference notebook, xla_multicore_infer
 KERAS = "kitlib.keras write_submission (the Keras notebook, keras_xlmr_train)"
 CLI = "python -m kitlib merge"
 BLEND = "kitlib.outputs.blend (python -m kitlib blend)"
+CASCADE = "kitlib.outputs.cascade (python -m kitlib cascade)"
 
 
 class SubmissionReplaced(UserWarning):

@@ -140,6 +140,55 @@ def prediction_columns(sample: SubmissionTable | tuple[str, ...] | list[str], pa
 NO_SAMPLE = "none"  # sample_submission="none": no sample submission, the test set's order (asked for by name)
 
 
+def check_id_col(id_col: str) -> None:
+    """Refuse an ``id_col`` parameter other than ``id`` where a submission is written: the merge writes
+    (and reads the sample submission's) ``id`` column, and a submission whose id column is not the
+    competition's would be rejected by Kaggle.
+
+    Raises:
+        ValueError: naming ``id_col`` and what works today.
+    """
+    if id_col != ID:
+        raise ValueError(f"id_col={id_col!r}: submissions are written with an {ID!r} column (kitlib.outputs.merge); "
+                         f"a competition whose id column is {id_col!r} is not supported yet by the submission writers. "
+                         "The training notebook takes any id_col")
+
+
+def choose_prediction_column(prediction_column: str, sample_submission: str | os.PathLike | None,
+                             label: str | None, *, label_parameter: str = "the checkpoint's head") -> str:
+    """The column a notebook writes its predictions to: the one rule (the ``prediction_column`` parameter).
+
+    ``prediction_column`` when given; else the sample submission's one prediction column
+    (:func:`prediction_columns`); else, with no sample submission, ``label``: the label the model was
+    trained on (the training notebook's ``label_col``, or what the checkpoint's head names:
+    :func:`kitlib.models.model.trained_label`). Never a fixed name: a ``label`` task is not written as
+    ``toxic``.
+
+    Args:
+        prediction_column: the notebook parameter (``""``: choose by the rule above).
+        sample_submission: the sample submission, or None (``sample_submission="none"``).
+        label: the trained label, or None when nothing names it.
+        label_parameter: where ``label`` came from, for the message.
+
+    Raises:
+        FileNotFoundError, SubmissionFileError: an unreadable sample submission (:func:`read`).
+        ValueError: nothing names the column (no sample submission, no label), or the sample names
+            several: the message names ``prediction_column``.
+    """
+    if prediction_column:
+        return prediction_column
+    if sample_submission is not None:
+        cols = prediction_columns(read(sample_submission), sample_submission)
+        if len(cols) != 1:
+            raise SubmissionFileError(f"{sample_submission}: the sample submission has {len(cols)} prediction columns "
+                                      f"({', '.join(cols)}); the kit predicts one: pass -p prediction_column <one of them>")
+        return cols[0]
+    if label is None:
+        raise ValueError(f"sample_submission={NO_SAMPLE!r}: nothing names the prediction column ({label_parameter} "
+                         "names no label): pass -p prediction_column <the competition's prediction column> (e.g. label)")
+    return label
+
+
 def check_sample_submission(path: str | os.PathLike, test_ids, columns: tuple[str, ...], *,
                             test_path: str | os.PathLike = "the test set") -> SubmissionTable:
     """Check, before any replica starts, that the merge at the run's end can use this sample submission.
@@ -179,7 +228,7 @@ def check_sample_submission(path: str | os.PathLike, test_ids, columns: tuple[st
             f"{path}: the sample submission's prediction columns are {', '.join(want)}; this run predicts "
             f"{', '.join(columns)}" + (f" (not predicted: {', '.join(extra)})" if extra else "")
             + (f" (not in the sample: {', '.join(missing)})" if missing else "")
-            + ". Give the competition's own sample submission, or set prediction_column to its column")
+            + f". Give the competition's own sample submission, or pass -p prediction_column {want[0]}")
     ids = sample.table.column(ID).combine_chunks()
     if pc.count_distinct(ids).as_py() != len(ids):
         counts = pc.value_counts(ids)

@@ -189,7 +189,7 @@ class Replica:
 
     def wrap_model(self, model, pattern: str):
         """The module to train: ``model``, or ``DistributedDataParallel(model)`` for ``pattern="ddp"``
-        where the collectives have something to average (:mod:`kitlib.training.train`)."""
+        where the collectives have something to average (:mod:`kitlib.training.loop`)."""
         return self.collectives.wrap_model(self, model, pattern)
 
     def optimizer_step(self, optimizer, model, net) -> OptimizerStep:

@@ -49,6 +49,7 @@ from .. import compat
 from . import hardware
 from .backends import accelerators, collectives, launchers
 from .backends.base import Backend, ReplicaError, owning_replicas, patch_environment
+from .backends.precision import Precision
 from .backends.xla_threads import ThreadedXla
 
 __all__ = ["MODES", "ACCELERATORS", "Runtime", "ReplicaError", "detect_runtime", "launch", "holds_global_rank0"]
@@ -158,6 +159,7 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runt
         RuntimeError: ``prefer`` names an accelerator that is not there, torch_xla is missing
             where it is needed, or more GPUs are asked for than exist.
     """
+    compat.keep_accelerate_off_xla()
     if prefer not in ACCELERATORS:
         raise ValueError(f"accelerator/prefer must be one of {', '.join(ACCELERATORS)}, not {prefer!r}")
     if num_devices is not None and num_devices < 1:
@@ -223,19 +225,21 @@ def holds_global_rank0(rt: Runtime) -> bool:
     return rt.backend.holds_global_rank0(rt)
 
 
-def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork", precision: str = "auto") -> None:
+def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork", precision: str | Precision = "auto") -> None:
     """Run ``fn(replica, job)`` once per replica of ``rt`` and wait for all of them.
 
     Args:
         fn: the replica program (an ``_mp_fn``), called with a :class:`kitlib.run.replica.Replica` and
             ``job``. With ``spawn`` it must be importable from a module (a function defined in a
             notebook cell fails: "Can't get attribute '_mp_fn' on <module '__main__'>").
-        job: the job config (picklable).
+        job: the job config, or the plan made from it (picklable: training hands every replica its
+            :class:`kitlib.training.plan.Plan`).
         rt: from :func:`detect_runtime`.
         start_method: ``"fork"`` or ``"spawn"`` (Python ``multiprocessing`` start methods).
         precision: the compute precision asked for (:data:`kitlib.run.backends.precision.PRECISIONS`),
-            resolved here, once, for this mode's hardware; every replica holds the result as
-            ``replica.precision``.
+            resolved here, once, for this mode's hardware; or a
+            :class:`kitlib.run.backends.precision.Precision` the caller resolved already (training's plan:
+            :mod:`kitlib.training.plan`), taken as it is. Every replica holds the result as ``replica.precision``.
 
     The backend's variables (:meth:`kitlib.run.backends.base.Backend.env`) are set for the launch and
     restored when it returns or raises. On any exception here, KeyboardInterrupt included, every
@@ -259,7 +263,7 @@ def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork", precision
             "(a notebook cell). Use a kitlib replica program or start_method='fork'."
         )
     backend = rt.backend
-    resolved = backend.resolve_precision(precision)
+    resolved = precision if isinstance(precision, Precision) else backend.resolve_precision(precision)
     backend.check_parent(rt)
     with patch_environment(backend.env(rt)), owning_replicas():
         backend.launch(fn, job, rt, start_method, resolved)

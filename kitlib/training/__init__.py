@@ -1,6 +1,9 @@
 """Training: ``train(job, rt)`` and what a training run needs beside it.
 
-* :mod:`kitlib.training.train`: ``train(job, rt)`` and its replica program ``_mp_fn`` (``xm.optimizer_step`` or DDP).
+* :mod:`kitlib.training.train`: ``train(job, rt)``: check, make the plan, launch, record the run; the trained folder's readers.
+* :mod:`kitlib.training.job`: ``TrainJob`` (what to train) and its checks (the labels, before any replica starts).
+* :mod:`kitlib.training.plan`: the run's ``Plan``, made once in the calling process (recipe, precision, batch, resume).
+* :mod:`kitlib.training.loop`: the replica program ``_mp_fn(replica, plan)`` (``xm.optimizer_step`` or DDP), reading the plan.
 * :mod:`kitlib.training.resume`: the state a run saves as it goes, and resuming from it.
 * :mod:`kitlib.training.runs`: one row per training run in a runs table, and the curves through a tracker.
 * :mod:`kitlib.training.recipe`: how a checkpoint is fine-tuned (one table: learning rates, schedule, frozen parts, loss).

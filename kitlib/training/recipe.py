@@ -98,7 +98,7 @@ def recipe_for(checkpoint: str | os.PathLike) -> str:
 
 
 def resolve(job):
-    """``job`` (a :class:`kitlib.training.train.TrainJob`) with ``recipe="auto"`` and ``lr=0`` made concrete.
+    """``job`` (a :class:`kitlib.training.job.TrainJob`) with ``recipe="auto"`` and ``lr=0`` made concrete.
 
     Raises:
         ValueError: a recipe name not in :data:`RECIPES`, or a negative learning rate.

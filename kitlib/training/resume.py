@@ -4,7 +4,7 @@
 state in ``<out_dir>.state/`` (:func:`state_dir`), rewritten atomically (:func:`kitlib.atomic.atomic_dir`)
 by the master at every save point: every ``save_every_steps`` steps, every ``save_every_minutes``
 minutes, at the end of every epoch, and when the run stops for its ``time_budget``
-(:class:`kitlib.training.train.TrainJob`). It holds:
+(:class:`kitlib.training.job.TrainJob`). It holds:
 
 * :data:`RUN_FILE` (``run.json``, read in the calling process without torch): the run's
   :class:`Settings`, its position (epoch, batch within it, global step), the history so far, the
@@ -41,7 +41,7 @@ Before any replica starts, :func:`plan` checks the saved :class:`Settings` again
   "loaded state dict has a different number of parameter groups"), or nothing left to train.
 
 An epoch in which no trained parameter changed (a learning rate of 0 throughout, every fp16 step
-skipped) is an error, never recorded as trained (:func:`kitlib.training.train._validate`).
+skipped) is an error, never recorded as trained (:func:`kitlib.training.loop._validate`).
 """
 from __future__ import annotations
 

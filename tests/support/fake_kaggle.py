@@ -25,7 +25,7 @@ fake can listen on any free port and receives absolute-URI requests. Served:
   create a submission, refused with HTTP 400 past ``daily_limit`` submissions; ``GetSubmission``
   answers PENDING for ``pending_polls`` calls, then COMPLETE with the scores, or ERROR with the
   reason; ``ListSubmissions``; ``GetSubmissionLimits``. A submission is scored against ``labels``
-  (id -> 0/1, known only to the fake): ROC AUC of the ``toxic`` column on the public ids (every
+  (id -> 0/1, known only to the fake): ROC AUC of the sample submission's column (``toxic``) on the public ids (every
   other id in sorted order) and on the private ones; an id set that differs, a missing column
   or a value that is not a finite number ends in ERROR, as Kaggle's scorer does.
 * ``competitions.CompetitionApiService/DownloadDataFile``: a redirect to the competition file
@@ -347,6 +347,12 @@ class FakeKaggle:
     _COMPETITION_METHODS = ("StartSubmissionUpload", "CreateSubmission", "CreateCodeSubmission", "GetSubmission",
                             "ListSubmissions", "GetSubmissionLimits", "DownloadDataFile")
 
+    def scored_column(self) -> str:
+        """The column submissions are scored on: the sample submission's other than ``id`` (``toxic`` by default)."""
+        header = self.data_files["sample_submission.csv"].decode("utf-8").splitlines()[0].split(",") \
+            if "sample_submission.csv" in self.data_files else ["id", "toxic"]
+        return next((c for c in header if c != "id"), "toxic")
+
     def score(self, data: bytes) -> tuple[str, str | None, str | None]:
         """(status, public score, private score) of submission bytes, or ("ERROR", reason, None)."""
         import csv
@@ -357,16 +363,17 @@ class FakeKaggle:
             rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
         except (UnicodeDecodeError, csv.Error) as e:
             return "ERROR", f"unreadable CSV: {e}", None
-        if not rows or "id" not in rows[0] or "toxic" not in rows[0]:
-            return "ERROR", "the submission must have the columns id, toxic", None
+        col = self.scored_column()
+        if not rows or "id" not in rows[0] or col not in rows[0]:
+            return "ERROR", f"the submission must have the columns id, {col}", None
         pred = {}
         for r in rows:
             try:
-                v = float(r["toxic"])
+                v = float(r[col])
             except (TypeError, ValueError):
                 v = math.nan
             if not math.isfinite(v):
-                return "ERROR", f"id {r['id']}: toxic {r['toxic']!r} is not a finite number", None
+                return "ERROR", f"id {r['id']}: {col} {r[col]!r} is not a finite number", None
             pred[r["id"]] = v
         if len(pred) != len(rows) or set(pred) != set(self.labels):
             return "ERROR", (f"expected {len(self.labels)} distinct ids of the test set, got {len(pred)} "

@@ -3,7 +3,7 @@
 Usage: ``python tests/support/kill_worker.py JOB_JSON ACCELERATOR NUM_REPLICAS START_METHOD KILL_AT``
 
 Trains ``TrainJob(**JOB_JSON)`` on ``detect_runtime(NUM_REPLICAS, ACCELERATOR)``. With ``KILL_AT`` > 0,
-every replica counts its training steps (calls of ``kitlib.training.train.classification_loss``) and the first
+every replica counts its training steps (calls of ``kitlib.training.loop.classification_loss``) and the first
 to reach step ``KILL_AT`` sends SIGKILL to the whole process group (this worker, its replicas): what a
 preemption, an out-of-memory kill or a Kaggle session's end does. Replica processes are forked, so
 they inherit the counting wrapper; thread replicas share it (a count per thread).
@@ -21,13 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 if __name__ == "__main__":
-    from kitlib.training import train as training
+    from kitlib.training import loop, train as training
+    from kitlib.training.job import TrainJob
     from kitlib.run.runtime import Runtime, detect_runtime
 
     job_json, accelerator, replicas, start_method, kill_at = sys.argv[1:6]
     kill_at = int(kill_at)
     if kill_at:
-        loss, counts = training.classification_loss, threading.local()
+        loss, counts = loop.classification_loss, threading.local()
 
         def counting_loss(*args, **kwargs):
             counts.n = getattr(counts, "n", 0) + 1
@@ -35,8 +36,8 @@ if __name__ == "__main__":
                 os.killpg(os.getpgid(0), signal.SIGKILL)
             return loss(*args, **kwargs)
 
-        training.classification_loss = counting_loss
+        loop.classification_loss = counting_loss
     rt = detect_runtime(int(replicas), accelerator)
     if accelerator == "cpu" and rt.num_replicas > 1:  # one thread each: fork is kept, and the wrapper with it
         rt = Runtime("cpu", rt.num_replicas, rt.reason, threads=1)
-    training.train(training.TrainJob(**json.loads(job_json)), rt, start_method)
+    training.train(TrainJob(**json.loads(job_json)), rt, start_method)

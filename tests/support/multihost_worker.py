@@ -2,7 +2,7 @@
 
 Usage: ``torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d ... tests/support/multihost_worker.py
 JOB REPORT_DIR ARGS.json``, where JOB is ``infer``, ``train`` or ``infer-host-dies`` and ARGS.json
-holds the keyword arguments of :class:`kitlib.infer.InferJob` or :class:`kitlib.training.train.TrainJob`.
+holds the keyword arguments of :class:`kitlib.infer.InferJob` or :class:`kitlib.training.job.TrainJob`.
 Each process writes ``REPORT_DIR/rank-<RANK>.json`` with the runtime line and what
 ``predict``/``train`` returned. ``infer-host-dies``: the replica of global rank 1 writes
 ``REPORT_DIR/rank-1.ready`` (JSON: its torchrun agent's pid and its own process group; torchrun
@@ -22,7 +22,8 @@ from pathlib import Path
 def main(job_kind: str, report_dir: str, args_file: str) -> None:
     import kitlib.infer as infer
     from kitlib.run.runtime import detect_runtime
-    from kitlib.training.train import TrainJob, train
+    from kitlib.training.job import TrainJob
+    from kitlib.training.train import train
 
     # both "hosts" share this machine's cores: one thread each, and the same numerics as a one-host run
     rt = dataclasses.replace(detect_runtime(prefer="cpu"), threads=1)

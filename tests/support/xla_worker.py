@@ -41,7 +41,8 @@ if __name__ == "__main__":
     from kitlib.run.runtime import ReplicaError, detect_runtime, launch
 
     if sys.argv[1] == "train":
-        from kitlib.training.train import TrainJob, train
+        from kitlib.training.job import TrainJob
+        from kitlib.training.train import train
 
         train(TrainJob(**json.loads(sys.argv[2])), detect_runtime(int(sys.argv[3]), "xla-cpu"))
     else:

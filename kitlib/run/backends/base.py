@@ -274,12 +274,13 @@ class Backend:
         """The compute precision's name for ``requested`` (:meth:`resolve_precision`)."""
         return self.resolve_precision(requested).name
 
-    def check_training(self, rt: "Runtime", precision: str) -> None:
-        """Raise ValueError if this mode cannot train (no collectives for several replicas; an fp16 it cannot scale)."""
+    def check_training(self, rt: "Runtime", precision: prec.Precision) -> None:
+        """Raise ValueError if this mode cannot train (no collectives for several replicas; an fp16 it cannot
+        scale). ``precision``: the run's, already resolved (:meth:`resolve_precision`, once per run)."""
         if self.collectives is None and (rt.world_size or 2) > 1:
             raise ValueError(f"launch mode {self.name!r} has no collectives ({self.summary}); "
                              "train with accelerator='cpu' (gloo) or 'xla-cpu'")
-        prec.check_training(self.resolve_precision(precision))
+        prec.check_training(precision)
 
     def launch(self, fn: Callable, job, rt: "Runtime", start_method: str, precision: prec.Precision) -> None:
         """Start every replica of this host, run :func:`run_replica` in each, and wait for all."""

@@ -1,0 +1,167 @@
+"""What to train: :class:`TrainJob` (a frozen job config, nothing about the devices) and its checks.
+
+``train(job, rt)`` (:mod:`kitlib.training.train`) takes a :class:`TrainJob`; :func:`check_labels` reads
+the labels the replicas will train on, in the calling process, before any of them starts (the one read
+of the training CSV there: :mod:`kitlib.training.plan` counts its rows from it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import recipe as recipes
+from .resume import RESUME_MODES
+from .runs import TRACKERS
+from ..metrics import check_two_classes, one_class_reason, slice_name
+from ..run.backends.precision import check as check_precision
+from ..storage import normalise
+
+PATTERNS = ("optimizer_step", "ddp")
+# monitor -> whether higher is better (TrainJob.monitor: the epoch kept)
+MONITORS = {"valid_auc": True, "valid_loss": False}
+
+
+PATH_FIELDS = ("checkpoint", "train_csv", "valid_csv", "out_dir", "compile_cache_dir", "rank_states_dir")  # TrainJob's paths
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """What to train (nothing about the devices: that is the runtime's); picklable for ``spawn``.
+
+    Attributes:
+        checkpoint: local transformers folder to start from (model + tokenizer), e.g. from
+            :func:`kitlib.models.model.resolve_checkpoint`. A folder an earlier run of this module wrote
+            resumes that run (:mod:`kitlib.checkpoint` states the rule).
+        train_csv: training CSV (``id``, a text column, the label column).
+        valid_csv: validation CSV, same columns; ROC AUC is reported on it after every epoch.
+        out_dir: folder the master writes the trained checkpoint to (replaced atomically).
+        pattern: ``"optimizer_step"`` or ``"ddp"``.
+        epochs: passes over the training rows.
+        batch_size: rows per step on each replica (global batch = batch_size x world size).
+        max_len: tokens per row (longer texts truncated, shorter padded): the fixed sequence length.
+        lr: AdamW learning rate of the body; 0: the recipe's (:data:`kitlib.training.recipe.RECIPES`).
+        recipe: ``"auto"`` (the one the checkpoint calls for, :func:`kitlib.training.recipe.recipe_for`) or a
+            name in :data:`kitlib.training.recipe.RECIPES`: head learning rate, schedule, frozen parameters,
+            loss weighting. :func:`kitlib.training.plan.make_plan` makes ``recipe`` and ``lr`` concrete.
+        weight_decay: AdamW weight decay.
+        label_col: the 0/1 (or [0, 1]) label column.
+        text_col: text column; None picks ``content`` or ``comment_text``.
+        train_limit, valid_limit: use only the first rows of each CSV (quick runs).
+        seed: seeds the model head initialisation and the per-epoch shuffle (same on every replica).
+        dropout: if set, the ``p`` of every dropout layer while training (0.0 makes a run
+            deterministic, for comparisons); None keeps the checkpoint's.
+        log_every: master logs the step loss every this many steps.
+        compile_cache_dir: XLA only: root of the persistent compilation cache; process ``i``
+            uses ``<root>/proc-<i>`` (not with ``xla-cpu`` thread replicas, which share a process).
+            None: no persistent cache.
+        rank_states_dir: if set, every replica saves its final ``state_dict`` (CPU tensors) to
+            ``<dir>/rank-<r>.pt`` (to check that replicas hold identical parameters).
+        precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"`` (with a ``GradScaler``): the rule,
+            and what ``"auto"`` is on each device, is :mod:`kitlib.run.backends.precision`'s.
+        tags: what this run is part of, recorded in the history (``tags``) as given: e.g.
+            ``{"cv": "<id>", "fold": 2, "folds": 5}`` for one fold of a cross-validation run
+            (:mod:`kitlib.cv.folds`), or ``{"seed_group": "<id>"}``. JSON-serialisable values only.
+        monitor: what picks the epoch kept in ``out_dir`` (:data:`MONITORS`): ``"valid_auc"`` (the
+            highest validation ROC AUC) or ``"valid_loss"`` (the lowest validation loss), as Keras's
+            ``ModelCheckpoint(save_best_only=True, monitor=...)`` and Lightning's ``ModelCheckpoint``.
+        patience: stop after this many epochs without a better ``monitor`` (Keras' and Lightning's
+            ``EarlyStopping(patience=...)``); 0: train every epoch.
+        save_every_steps, save_every_minutes: also save the run's state (:mod:`kitlib.training.resume`) every
+            this many optimizer steps / minutes (0: only at each epoch's end).
+        time_budget_s: seconds this call may train; before it runs out the run saves its state and
+            stops cleanly, to be continued by the same call again (:mod:`kitlib.training.resume`). None: no limit.
+        resume: ``"auto"`` (continue a run that was cut off, or the run the starting folder holds:
+            :mod:`kitlib.training.resume` states the rule) or ``"never"`` (always start afresh).
+        tracker: ``"none"``, or ``"tensorboard"``: the curves as TensorBoard event files
+            (``tensorboardX``) under ``<out_dir>.tensorboard/<run_id>/`` (:mod:`kitlib.training.runs`).
+    """
+
+    checkpoint: str
+    train_csv: str
+    valid_csv: str
+    out_dir: str
+    pattern: str = "optimizer_step"
+    epochs: int = 1
+    batch_size: int = 16
+    max_len: int = 128
+    lr: float = 2e-5
+    weight_decay: float = 0.0
+    recipe: str = recipes.AUTO
+    label_col: str = "toxic"
+    text_col: str | None = None
+    train_limit: int | None = None
+    valid_limit: int | None = None
+    seed: int = 0
+    dropout: float | None = None
+    log_every: int = 10
+    compile_cache_dir: str | None = None
+    rank_states_dir: str | None = None
+    precision: str = "auto"
+    tags: dict = field(default_factory=dict)
+    monitor: str = "valid_auc"
+    patience: int = 0
+    save_every_steps: int = 0
+    save_every_minutes: float = 30.0
+    time_budget_s: float | None = None
+    resume: str = "auto"
+    tracker: str = "none"
+
+    def __post_init__(self):
+        for name in PATH_FIELDS:  # once, up front: every reader and writer gets the same path (storage.normalise)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, normalise(getattr(self, name)))
+        if self.pattern not in PATTERNS:
+            raise ValueError(f"pattern must be one of {PATTERNS}, not {self.pattern!r}")
+        if self.recipe != recipes.AUTO and self.recipe not in recipes.RECIPES:
+            raise ValueError(f"recipe must be {recipes.AUTO!r} or one of {', '.join(recipes.RECIPES)}, not {self.recipe!r}")
+        check_precision(self.precision, "TrainJob.precision")
+        for name in ("epochs", "batch_size", "max_len", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
+        for name, allowed in (("monitor", MONITORS), ("resume", RESUME_MODES), ("tracker", TRACKERS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"TrainJob.{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        for name in ("patience", "save_every_steps", "save_every_minutes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TrainJob.{name} must be >= 0 (0: off), not {getattr(self, name)}")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise ValueError(f"TrainJob.time_budget_s must be > 0 seconds (None: no limit), not {self.time_budget_s}")
+
+
+def label_values(path: str, label_col: str, limit: int | None) -> np.ndarray | None:
+    """The ``label_col`` values of the first ``limit`` rows of ``path``, or None when they cannot be
+    read as numbers (a missing file or column, a bad value: the replicas' read names it)."""
+    import pandas as pd
+
+    try:
+        raw = pd.read_csv(path, usecols=[label_col], dtype=str, keep_default_na=False, nrows=limit)[label_col]
+    except (OSError, ValueError):
+        return None
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
+    return None if np.isnan(values).any() else values
+
+
+def check_labels(job: TrainJob) -> np.ndarray | None:
+    """Before any replica starts: refuse training labels of one class; say so of validation labels.
+
+    The rows read are those the replicas will read (``train_limit``, ``valid_limit``); the rule
+    and its wording are :mod:`kitlib.metrics`'. A validation set of one class is allowed (the
+    loss is still measured) and printed as a note: its ROC AUC will be undefined, and why.
+
+    Returns:
+        The training labels read, float64 ``[rows]`` (:func:`label_values`: the one read of the training
+        CSV in the calling process), or None when they cannot be read here (the replicas' read names why).
+
+    Raises:
+        ValueError: every training label is one class; names the file (and slice) and the class missing.
+    """
+    train_labels = label_values(job.train_csv, job.label_col, job.train_limit)
+    if train_labels is not None:
+        check_two_classes(train_labels, slice_name(job.train_csv, job.train_limit), job.label_col)
+    valid_labels = label_values(job.valid_csv, job.label_col, job.valid_limit)
+    if valid_labels is not None:
+        reason = one_class_reason(valid_labels, slice_name(job.valid_csv, job.valid_limit), job.label_col)
+        if reason:
+            print(f"note: {reason}: its ROC AUC will be undefined (the validation loss is still reported)")
+    return train_labels

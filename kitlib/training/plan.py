@@ -1,0 +1,159 @@
+"""What a training run works out once, in the calling process, for every replica: the :class:`Plan`.
+
+::
+
+    plan = make_plan(job, rt)        # the saved-run lookup, the recipe, the labels, the precision, ...
+    launch(_mp_fn, plan, rt, ...)    # every replica reads the plan (kitlib.training.loop), never re-derives it
+
+Each fact has one home here and is resolved once per run (``tests/test_train.py`` counts the calls):
+
+* the saved state the run would continue (:func:`kitlib.training.resume.find`, read once);
+* the recipe and learning rate (:func:`kitlib.training.recipe.resolve`; ``"auto"`` takes the recipe of the
+  run it continues, else the checkpoint's: :func:`_recipe_of_run`);
+* the training labels (:func:`kitlib.training.job.check_labels`: the one read of the training CSV here),
+  their row count and the data fingerprint (:func:`kitlib.training.resume.rows_fingerprint`, hashed once);
+* the compute precision (:meth:`kitlib.run.backends.base.Backend.resolve_precision`: the hardware probed
+  once; the launch hands the same object to every replica as ``replica.precision``);
+* the world size, the global batch and the steps per epoch (:func:`steps_per_epoch`, the one formula);
+* the resume decision (:func:`kitlib.training.resume.plan`: a ``Resume`` or None) and the notes to print.
+
+On a TPU host whose chips torch_xla counts only at launch (``rt.world_size`` None) the world-dependent
+facts are left None here and every replica fills them with :meth:`Plan.for_world` (the same functions).
+The plan is a frozen, picklable dataclass: the ``spawn`` start method (Colab) sends it to each replica.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from . import recipe as recipes
+from . import resume
+from .job import TrainJob, check_labels
+from ..checkpoint import HISTORY_FILE, replacing_message
+from ..run.backends.precision import Precision
+
+
+def steps_per_epoch(rows: int | None, batch_size: int, world_size: int | None) -> int | None:
+    """Optimizer steps in one epoch: ``rows // (batch_size * world_size)`` (None when either is unknown).
+
+    The one formula: ``DistributedSampler(drop_last=True)`` gives each of the ``W`` replicas ``rows // W``
+    rows and ``DataLoader(drop_last=True)`` makes ``(rows // W) // B`` batches of them, which is
+    ``rows // (W * B)`` (nested floor division); a replica checks its loader against it.
+    """
+    if rows is None or world_size is None:
+        return None
+    return rows // (batch_size * world_size)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`make_plan` works out once, in the calling process, for every replica.
+
+    Attributes:
+        job: the :class:`kitlib.training.job.TrainJob`, its ``recipe`` and ``lr`` made concrete.
+        recipe: ``kitlib.training.recipe.RECIPES[job.recipe]``.
+        precision: the compute precision, resolved once (``replica.precision`` is this object).
+        train_rows: the training rows the replicas will read (``train_limit`` applied); None when the
+            CSV cannot be read here (the replicas' read then names the problem).
+        data_fingerprint: :func:`kitlib.training.resume.rows_fingerprint` of those rows (None with them).
+        found: the saved state the run would continue, ``(folder, run)`` (:func:`kitlib.training.resume.find`),
+            or None (``resume="never"``, or nothing saved).
+        world_size: replicas in all; None until a TPU host's launch counts its chips (:meth:`for_world`).
+        global_batch: ``job.batch_size * world_size`` rows per optimizer step (None with ``world_size``).
+        steps_per_epoch: :func:`steps_per_epoch` (None with ``world_size`` or ``train_rows``).
+        resume: the resume decision, a :class:`kitlib.training.resume.Resume` (its ``note`` says how) or
+            None: start afresh.
+        notes: the lines :func:`kitlib.training.train.train` prints before launching (the recipe; how the
+            run resumes, or that it replaces an earlier run's folder).
+    """
+
+    job: TrainJob
+    recipe: recipes.Recipe
+    precision: Precision
+    train_rows: int | None
+    data_fingerprint: str | None
+    found: tuple[Path, dict] | None
+    world_size: int | None = None
+    global_batch: int | None = None
+    steps_per_epoch: int | None = None
+    resume: resume.Resume | None = None
+    notes: tuple[str, ...] = ()
+
+    def for_world(self, world_size: int | None, param_groups: tuple | None = None) -> "Plan":
+        """This plan for ``world_size`` replicas: itself when it was made for them, else with the global
+        batch, the steps per epoch and the resume decision worked out for that world size.
+
+        ``param_groups``: the ``(tensors, elements)`` of each optimizer group (a replica passes its own);
+        None: counted on a skeleton of the checkpoint (:func:`kitlib.models.model.skeleton`), only when
+        there is a saved state to plan against.
+
+        Raises:
+            ValueError: the saved state cannot be continued by this run (:func:`kitlib.training.resume.plan`).
+        """
+        if world_size is None or world_size == self.world_size:
+            return self
+        planned = replace(self, world_size=world_size, global_batch=self.job.batch_size * world_size,
+                          steps_per_epoch=steps_per_epoch(self.train_rows, self.job.batch_size, world_size))
+        if self.found is None or planned.steps_per_epoch is None:
+            return replace(planned, resume=None)
+        if param_groups is None:
+            from ..models.model import skeleton
+
+            param_groups = recipes.param_groups(skeleton(self.job.checkpoint), self.recipe)
+        return replace(planned, resume=resume.plan(planned.settings(param_groups), self.found))
+
+    def settings(self, param_groups) -> resume.Settings:
+        """The :class:`kitlib.training.resume.Settings` of this run (what its saved state records and a
+        later run is compared with), for the optimizer's ``param_groups``; the world size must be known."""
+        job = self.job
+        return resume.Settings(recipe=job.recipe, lr=job.lr, head_lr=self.recipe.head_lr or job.lr,
+                               weight_decay=job.weight_decay, param_groups=tuple(param_groups),
+                               world_size=self.world_size, batch_size=job.batch_size,
+                               steps_per_epoch=self.steps_per_epoch, epochs=job.epochs,
+                               precision=self.precision.name, train_rows=self.data_fingerprint)
+
+
+def _recipe_of_run(job: TrainJob, found: tuple[Path, dict] | None) -> TrainJob:
+    """``job`` with ``recipe="auto"`` taken from the run it would continue (``found``: its state records
+    the recipe it trained with), so a run trained with ``e5-fast`` continues with ``e5-fast``."""
+    if job.recipe != recipes.AUTO or found is None:
+        return job
+    recipe = (found[1].get("settings") or {}).get("recipe")
+    return replace(job, recipe=recipe) if recipe in recipes.RECIPES else job
+
+
+def make_plan(job: TrainJob, rt) -> Plan:
+    """The run's :class:`Plan`, worked out once in the calling process before any replica starts.
+
+    Args:
+        job: a :class:`kitlib.training.job.TrainJob` (``recipe`` may be ``"auto"``, ``lr`` 0).
+        rt: the :class:`kitlib.run.runtime.Runtime` the run launches on.
+
+    Raises:
+        ValueError: the saved state cannot be read or continued (:func:`kitlib.training.resume.find`,
+            :func:`kitlib.training.resume.plan`); the recipe is unknown or ``lr`` negative
+            (:func:`kitlib.training.recipe.resolve`); the training labels hold one class
+            (:func:`kitlib.training.job.check_labels`); ``rt``'s launch mode cannot train (no collectives
+            for several replicas, fp16 on XLA: :meth:`kitlib.run.backends.base.Backend.check_training`).
+    """
+    found = resume.find(job.out_dir, job.checkpoint, HISTORY_FILE) if job.resume == "auto" else None
+    job = recipes.resolve(_recipe_of_run(job, found))
+    labels = check_labels(job)
+    precision = rt.backend.resolve_precision(job.precision)
+    rt.backend.check_training(rt, precision)
+    rows = None if labels is None else len(labels)
+    fingerprint = None if rows is None else resume.rows_fingerprint(job.train_csv, job.train_limit)
+    recipe = recipes.RECIPES[job.recipe]
+    plan = Plan(job, recipe, precision, rows, fingerprint, found).for_world(rt.world_size)
+    return replace(plan, notes=_notes(plan))
+
+
+def _notes(plan: Plan) -> tuple[str, ...]:
+    """What :func:`kitlib.training.train.train` prints of ``plan``: the recipe, then how the run resumes
+    (the decision's note) or, starting afresh into an earlier run's folder, that it replaces it."""
+    job = plan.job
+    recipe = f"recipe {job.recipe!r}: {recipes.describe(plan.recipe, job.lr)}"
+    if plan.resume is not None:
+        return recipe, plan.resume.note
+    note = replacing_message(job.out_dir, job.checkpoint) if job.resume == "auto" else None
+    return (recipe, note) if note else (recipe,)

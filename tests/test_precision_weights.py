@@ -1,0 +1,107 @@
+"""The weights' width by hardware, in the one precision rule (kitlib/run/backends/precision.py, resolve_weights)."""
+from __future__ import annotations
+
+import pytest
+
+from kitlib.models import memory
+from kitlib.run.backends.precision import Hardware, WeightsChoice, quantization_config, resolve, resolve_weights
+
+T4, H100, TPU = memory.DEVICES["T4"], memory.DEVICES["H100"], memory.DEVICES["TPU-v5e"]
+CPU = memory.Device("this CPU", "cpu", 32.0)
+RUN = dict(batch=8, length=256, train=True, lora_r=16)
+
+
+@pytest.fixture(scope="module")
+def qwen14():
+    """Qwen3-14B's shape, counted on the meta device from its config (nothing allocated)."""
+    from transformers import Qwen3Config
+
+    return memory.model_shape(Qwen3Config(vocab_size=151936, hidden_size=5120, intermediate_size=17408,
+                                          num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
+                                          head_dim=128), name="Qwen3-14B")
+
+
+# SmolLM2-135M's shape (kitlib/models/smollm2.py): 134.5 M parameters, 30 layers, hidden 576
+SMOL = memory.Shape("SmolLM2-135M", params=134_515_008, linear_params=106_168_320, lora_params_per_r=2_142_720,
+                    head_params=576, layers=30, hidden=576, heads=9, intermediate=1536)
+
+
+def test_t4_is_fp16_with_the_scaler_and_fp16_weights():
+    p = resolve("auto", Hardware("cuda", cuda_capability=(7, 5)), "cuda")
+    assert p.name == "fp16" and p.grad_scaler() is not None
+    lines = []
+    w = resolve_weights("auto", p, SMOL, [T4, T4], say=lines.append, **RUN)
+    assert (w.width, w.quantized) == ("fp16", False)
+    assert len(lines) == 2 and lines[1].startswith("memory plan, replica 1 on a T4 (15 GB usable): SmolLM2-135M at fp16")
+
+
+def test_compute_capability_8_is_bf16():
+    p = resolve("auto", Hardware("cuda", cuda_capability=(8, 0)), "cuda")
+    assert p.name == "bf16" and p.grad_scaler() is None
+    assert resolve_weights("auto", p, SMOL, [H100], say=None, **RUN).width == "bf16"
+
+
+def test_tpu_is_bf16_and_refuses_8_and_4_bit(qwen14):
+    p = resolve("auto", Hardware("tpu"), "xla")
+    assert p.name == "bf16"
+    assert resolve_weights("auto", p, SMOL, [TPU] * 8, say=None, **RUN).width == "bf16"
+    for width in ("8bit", "4bit"):
+        with pytest.raises(ValueError, match=f"weights='{width}' on a TPU v5e chip: .*bitsandbytes, whose kernels run "
+                                             "on CUDA GPUs only; use bf16"):
+            resolve_weights(width, p, SMOL, [TPU], say=None, **RUN)
+    # too big for a chip at bf16, and auto offers no 8/4-bit there: refused with the figure
+    with pytest.raises(ValueError, match=r"Qwen3-14B at bf16 needs about 47.5 GB; a TPU v5e chip has 16 GB .*weights 27.98.*no width it takes fits"):
+        resolve_weights("auto", p, qwen14, [TPU], say=None, **RUN)
+
+
+@pytest.mark.parametrize("hw,width", [
+    (Hardware("cpu", cpu_bf16="AMX", aten_isa="AVX512"), "bf16"),
+    (Hardware("cpu", cpu_bf16=None, aten_isa="AVX2"), "fp32"),
+    (Hardware("cpu", cpu_bf16="AMX", aten_isa="AVX2"), "fp32"),  # a process capped below AVX-512
+])
+def test_cpu_with_and_without_amx(hw, width):
+    p = resolve("auto", hw, "cpu")
+    assert p.name == width
+    assert resolve_weights("auto", p, SMOL, [CPU], say=None, **RUN).width == width
+    with pytest.raises(ValueError, match="weights='8bit' on this CPU: .*CUDA GPUs only; use fp32, or bf16 on a CPU with AMX"):
+        resolve_weights("8bit", p, SMOL, [CPU], say=None, **RUN)
+
+
+def test_too_big_on_t4_names_4bit_and_the_gigabytes(qwen14):
+    p = resolve("auto", Hardware("cuda", cuda_capability=(7, 5)), "cuda")
+    run = dict(batch=1, length=256, train=True, lora_r=16)
+    with pytest.raises(ValueError) as e:
+        resolve_weights("fp16", p, qwen14, [T4, T4], say=None, **run)
+    msg = str(e.value)
+    print(msg)
+    assert msg.startswith("Qwen3-14B at fp16 needs about 31.8 GB") and "a T4 has 15 GB: weights='4bit' needs about" in msg
+    gb = float(msg.split("weights='4bit' needs about ")[1].split(" GB")[0])
+    assert 8 < gb < 15  # 13.2 B Linear weights at 4.5 bits (7.4 GB), the rest at 16 + LoRA state + activations + overhead
+    lines = []
+    w = resolve_weights("auto", p, qwen14, [T4, T4], say=lines.append, **run)
+    assert w.width == "4bit" and "does not fit a T4 (15 GB); 4bit does" in w.reason
+    assert all("Qwen3-14B at 4bit: about" in line for line in lines) and len(lines) == 2
+    # a batch that does not fit even at 4 bits: refused, saying what to lower
+    with pytest.raises(ValueError, match="no width it takes fits; use a smaller model, a smaller batch than 16"):
+        resolve_weights("auto", p, qwen14, [T4], say=None, batch=16, length=1024, train=True, lora_r=16)
+
+
+def test_quantization_config_needs_bitsandbytes_and_unknown_widths_are_refused():
+    p = resolve("fp16", Hardware("cuda", cuda_capability=(7, 5)), "cuda")
+    assert quantization_config(WeightsChoice("fp16", "auto", ""), p) is None
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        with pytest.raises(ModuleNotFoundError, match="weights='4bit' needs bitsandbytes, .*pip install bitsandbytes"):
+            quantization_config(WeightsChoice("4bit", "auto", ""), p)
+    with pytest.raises(ValueError, match="weights must be one of auto, fp32, bf16, fp16, 8bit, 4bit, not 'int4'"):
+        resolve_weights("int4", p, SMOL, [T4], say=None, **RUN)
+
+
+def test_device_for_reads_the_table_or_the_total():
+    assert memory.device_for("cuda", "Tesla T4") is T4
+    assert memory.device_for("cuda", "NVIDIA H200").gb == 140.0
+    d = memory.device_for("cuda", "NVIDIA RTX 6000", total_gb=48.0)
+    assert (d.gb, d.overhead_gb) == (45.1, 0.5)
+    with pytest.raises(ValueError, match="device 'Quadro K1' .* is not in kitlib.models.memory.DEVICES"):
+        memory.device_for("cuda", "Quadro K1")
