@@ -238,10 +238,10 @@ def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = Fals
         for n in st.notes:
             _error(f"note: {py}: {n}")
         cell = next(c for c in json.loads(st.notebook.read_text(encoding="ascii"))["cells"] if c.get("id") == VENDOR_TAG)
-        n = len(vendored_files("".join(cell["source"])))
+        n, size = len(vendored_files("".join(cell["source"]))), len("".join(cell["source"]))
         given = ", ".join(f"{k}={v!r}" for k, v in st.parameters)
         print(f"{py}: staged {st.folder} as {st.kernel_id} ({st.accelerator}, "
-              f"{st.metadata.get('machine_shape') or 'no accelerator'}; kitlib {n} modules vendored"
+              f"{st.metadata.get('machine_shape') or 'no accelerator'}; kitlib {n} modules vendored, {size / 1000:.0f} K characters"
               + (f"; parameters {given}" if given else "") + ")")
     check_distinct_kernels([(label, st.kernel_id) for label, st in zip(labels, staged)])
     if (table or a.parameter or len(units) > len(notebooks)) and staged:

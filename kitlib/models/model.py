@@ -43,7 +43,7 @@ from pathlib import Path
 # first (kitlib.run.backends.xla_threads.import_model_classes).
 from .. import compat, sample
 from ..atomic import atomic_dir
-from ..checkpoint import HISTORY_FILE, POOLING_KEY, refusal
+from ..checkpoint import HISTORY_FILE, POOLING_KEY, REFUSED_FILE, SOURCE_FILE, refusal
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, tokenizer_training_texts, train_sentencepiece
 
 @dataclass(frozen=True)
@@ -192,7 +192,7 @@ def _auto_checkpoint(purpose: str, trained_dir, search_dir, data_dir, data_files
             return Path(trained_dir)
         if refused:
             print(f"note: model='auto' skips {trained_dir}: the training notebook's hand-off refused it "
-                  f"({Path(trained_dir) / 'handoff_refused.json'} says why)", flush=True)
+                  f"({Path(trained_dir) / REFUSED_FILE} says why)", flush=True)
     if search_dir is not None:
         looked.append(f"{search_dir} (every folder, {'kit-trained checkpoints' if purpose == 'inference' else 'any checkpoint'})")
         found = find_checkpoints(search_dir, trained=purpose == "inference")
@@ -247,11 +247,8 @@ def _folder_checkpoint(p: Path, model: str, purpose: str) -> Path:
     if refused is not None and purpose == "inference":
         raise ValueError(f"model={model!r}: the training notebook's hand-off refused this checkpoint ({refused}). "
                          f"Train again into it (that replaces the folder and the mark), or delete "
-                         f"{p / 'handoff_refused.json'} to predict with it anyway")
+                         f"{p / REFUSED_FILE} to predict with it anyway")
     return p
-
-
-PACKAGED_SOURCE_FILE = "kitlib-source.json"  # written last into a packaged checkpoint's folder (kitlib.models.packaged, e5_convert)
 
 
 def attached_packaged(model: str, search_dir: str | os.PathLike, max_depth: int = 4) -> Path | None:
@@ -263,7 +260,7 @@ def attached_packaged(model: str, search_dir: str | os.PathLike, max_depth: int 
     if not root.is_dir():
         return None
     for depth in range(max_depth + 1):
-        for src in sorted(root.glob("/".join(["*"] * depth + [PACKAGED_SOURCE_FILE]))):
+        for src in sorted(root.glob("/".join(["*"] * depth + [SOURCE_FILE]))):
             try:
                 named = json.loads(src.read_text(encoding="utf-8")).get("model")
             except (OSError, ValueError, AttributeError):

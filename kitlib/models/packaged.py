@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from ..atomic import atomic_dir
+from ..checkpoint import SOURCE_FILE
 from .e5_convert import E5, e5_checkpoint, file_sha256
 from .smollm2 import SMOLLM2, smollm2_checkpoint
 
@@ -40,7 +41,6 @@ MINILM_SHA256 = {
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
 }
-MINILM_SOURCE_FILE = "kitlib-source.json"
 
 
 def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> Path:
@@ -76,12 +76,12 @@ def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> 
     """
     version, zip_path = _minilm_zip()
     out = Path(cache_dir) / f"{MINILM}-{version}"
-    if (out / MINILM_SOURCE_FILE).is_file():
+    if (out / SOURCE_FILE).is_file():
         return out
     with atomic_dir(out) as tmp:
         _extract_minilm(zip_path, tmp, version)
         _one_logit_head(tmp, label)
-        (tmp / MINILM_SOURCE_FILE).write_text(json.dumps({
+        (tmp / SOURCE_FILE).write_text(json.dumps({
             "model": MINILM, "package": MINILM_DIST, "package_version": version,
             "zip_sha256": file_sha256(zip_path), "upstream": "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2",
             "upstream_revision": MINILM_REVISION, "licence": "Apache-2.0 (upstream model card)",

@@ -58,25 +58,20 @@ START_METHODS = ("fork", "spawn")
 
 MODES: dict[str, Backend] = {b.name: b for b in (
     Backend("tpu", launchers.XlaLaunch(), accelerators.Xla("TPU"), collectives.Xla,
-            "torch_xla.launch: one process per TPU chip", "torch_xla.launch, one process per TPU chip"),
+            "torch_xla.launch, one process per TPU chip"),
     Backend("tpu-pod", launchers.XlaLaunch(started_by="tpu-pod"), accelerators.Xla("TPU"), collectives.Xla,
-            "torch_xla.launch on every host of the slice: one process per TPU chip",
             "torch_xla.launch on every host of a TPU pod slice, one process per chip"),
-    Backend("cuda", launchers.Processes(), accelerators.Cuda(), collectives.Nccl,
-            "one process per GPU (torch.multiprocessing)", "one process per GPU, nccl"),
+    Backend("cuda", launchers.Processes(), accelerators.Cuda(), collectives.Nccl, "one process per GPU, nccl"),
     Backend("cuda-torchrun", launchers.Torchrun(), accelerators.Cuda(), collectives.Nccl,
-            "by torchrun: this process is one replica", "one process per GPU, started by torchrun, nccl"),
+            "one process per GPU, started by torchrun, nccl"),
     Backend("cpu", launchers.HereOrProcesses(), accelerators.Cpu(), collectives.TorchDistributed,
-            "in the calling process (one replica), or N processes with their share of the cores",
             "eager torch on the CPU, gloo"),
     Backend("cpu-torchrun", launchers.Torchrun(), accelerators.Cpu(), collectives.TorchDistributed,
-            "by torchrun: this process is one replica", "eager torch on the CPU, started by torchrun, gloo"),
+            "eager torch on the CPU, started by torchrun, gloo"),
     Backend("xla-cpu", launchers.XlaLaunch(threads_share_process=True), accelerators.Xla("CPU"), ThreadedXla,
-            "torch_xla.launch on PJRT CPU: N devices as threads of one process (a rehearsal of the TPU path)",
             "torch_xla on PJRT CPU, devices as threads of one process (a rehearsal of the TPU path)"),
     Backend("xla-cpu-processes", launchers.Processes(), accelerators.Xla("CPU", devices_per_process="one"),
-            collectives.NoCollectives, "N processes, one PJRT CPU device each (inference)",
-            "torch_xla on PJRT CPU, one process per device, no collectives"),
+            collectives.NoCollectives, "torch_xla on PJRT CPU, one process per device, no collectives"),
 )}
 # what a user may name (accelerator= / prefer=): the modes the kit starts itself
 ACCELERATORS = ("auto", *[name for name, b in MODES.items() if b.started_by == "kit"])
@@ -110,8 +105,6 @@ class Runtime:
     def backend(self) -> Backend:
         """The :data:`MODES` row of this runtime: its backend."""
         return MODES[self.mode]
-
-    launch_mode = backend
 
     @property
     def started_by(self) -> str:

@@ -183,21 +183,26 @@ def read_runs(table: str | os.PathLike) -> list[dict]:
     return _latest(_read(Path(table)))
 
 
+def save_scores(out_dir: str | os.PathLike, scores: dict) -> Path:
+    """Write ``scores`` (the saved checkpoint's held-out ROC AUC, overall and per language, as the
+    training notebook measures it through the inference path) to ``<out_dir>/heldout_scores.json``,
+    atomically (:func:`kitlib.atomic.atomic_write`), and fill the run's ``heldout_auc`` in the runs
+    table beside ``out_dir`` (:func:`update_run`: the run's row was appended by
+    :func:`kitlib.training.train.train`, before these scores existed)."""
+    from ..atomic import atomic_write
+    from ..checkpoint import HISTORY_FILE, SCORES_FILE, read_history
+
+    path = Path(out_dir) / SCORES_FILE
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(scores, indent=1)))
+    run_id = read_history(out_dir).get("run_id") if (Path(out_dir) / HISTORY_FILE).is_file() else None
+    if run_id and runs_table(out_dir).is_file() and scores.get("roc_auc") is not None:
+        update_run(runs_table(out_dir), run_id, heldout_auc=scores["roc_auc"])
+    return path
+
+
 # --- which run a submission came from ---
 
 RUNS_TAG_RE = r"\[runs? ([0-9a-f]{6,32}(?:,[0-9a-f]{6,32})*)\]"  # in a Kaggle submission's description
-
-
-def run_ids_of(checkpoint: str | os.PathLike) -> list[str]:
-    """The training run(s) a checkpoint folder holds: its ``train_history.json``'s ``run_id``; [] for a
-    folder the kit did not train (a packaged or hub model) or that cannot be read."""
-    from ..checkpoint import HISTORY_FILE
-
-    try:
-        run_id = json.loads((Path(checkpoint) / HISTORY_FILE).read_text()).get("run_id")
-    except (OSError, ValueError, AttributeError, TypeError):
-        return []
-    return [run_id] if isinstance(run_id, str) and run_id else []
 
 
 def runs_tag(run_ids) -> str:
