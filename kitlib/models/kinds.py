@@ -119,6 +119,7 @@ class Kind:
 
     name: ClassVar[str] = ""
     head: ClassVar[tuple] = ()  # module names kept float32
+    plans_memory: ClassVar[bool] = True  # a memory plan is printed (and checked) before its replicas start
     prefix: str = ""
     label: str = "toxic"
     column: int = 0
@@ -186,12 +187,24 @@ class Kind:
 
         return torch.sigmoid(self.positive_logit(model, input_ids, attention_mask))
 
-    def loss(self, model, input_ids, attention_mask, labels):
-        """float32 scalar: binary cross-entropy with logits, mean over rows; ``labels`` float ``[batch]`` in [0, 1]."""
+    def loss(self, model, input_ids, attention_mask, labels, pos_weight=None):
+        """float32 scalar: binary cross-entropy with logits, mean over rows; ``labels`` float ``[batch]`` in [0, 1];
+        ``pos_weight``: None or a float32 scalar tensor weighting the positive term (:func:`kitlib.training.recipe.positive_weight`)."""
         import torch.nn.functional as F
 
         z = self.positive_logit(model, input_ids, attention_mask)
-        return F.binary_cross_entropy_with_logits(z, labels.to(z.device, z.dtype))
+        return F.binary_cross_entropy_with_logits(z, labels.to(z.device, z.dtype), pos_weight=pos_weight)
+
+    def packed(self, tokenizer, texts, max_length: int):
+        """``texts`` as :meth:`encode` makes them, checked (:meth:`check_tokens`) and packed for
+        :class:`kitlib.data.Tokens`: ``(lengths, ids)``, int64 ``[N]`` real tokens per row and int32
+        ``[sum(lengths)]`` the rows' ids one after another (the padding dropped)."""
+        import numpy as np
+
+        batch = self.encode(tokenizer, list(texts), max_length)
+        self.check_tokens(batch["input_ids"], batch["attention_mask"])
+        mask = batch["attention_mask"].numpy().astype(bool)
+        return mask.sum(axis=1).astype(np.int64), batch["input_ids"].numpy()[mask].astype(np.int32)
 
 
 @dataclass(frozen=True)
@@ -200,6 +213,7 @@ class Encoder(Kind):
 
     name: ClassVar[str] = "encoder"
     head: ClassVar[tuple] = ("classifier",)
+    plans_memory: ClassVar[bool] = False  # small encoders: the kit's own runs never needed one
 
     def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
         """The classifier in eval mode on CPU; ``dtype`` (e.g. ``torch.bfloat16``) casts its weights."""
@@ -416,7 +430,9 @@ def detect(config, where: str | os.PathLike = "the model") -> str:
 
     In order: ``kitlib_kind`` (a kit-trained checkpoint says what it was trained as); a
     ``...ForCausalLM`` architecture: ``"answer-tokens"``; ``model_type`` in :data:`DECODER_TYPES`:
-    ``"decoder"``; in :data:`ENCODER_TYPES`: ``"encoder"``.
+    ``"decoder"``; in :data:`ENCODER_TYPES`: ``"encoder"``; any other model with no causal-LM
+    architecture: ``"encoder"`` too (the kit has always loaded any ``AutoModelForSequenceClassification``
+    that way: X-MOD, MPNet, ...; :mod:`kitlib.models.limits` says what it can take).
 
     Raises:
         ValueError: none of these says (naming the model type, the architectures and the override).
@@ -429,7 +445,7 @@ def detect(config, where: str | os.PathLike = "the model") -> str:
         return "answer-tokens"
     if model_type in DECODER_TYPES:
         return "decoder"
-    if model_type in ENCODER_TYPES:
+    if model_type in ENCODER_TYPES or not any(a.endswith("LMHeadModel") for a in archs):
         return "encoder"
     raise ValueError(f"{where}: model_type {model_type!r} (architectures {archs}) is not a known encoder "
                      f"{ENCODER_TYPES} or decoder {DECODER_TYPES}; name the kind: kind={sorted(KINDS)}")
