@@ -163,6 +163,11 @@ class Kind:
     def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
         raise NotImplementedError
 
+    def skeleton(self, path):
+        """The module :meth:`load` gives for training (``head_for_training=True``), on torch's ``meta`` device:
+        its structure and parameter shapes, no weight read or allocated (to count what trains)."""
+        raise NotImplementedError
+
     def bind_model(self, model) -> "Kind":
         """This kind with :attr:`column` read from ``model``'s head (:func:`kitlib.models.model.prediction_column`)."""
         from .model import prediction_column
@@ -222,6 +227,11 @@ class Encoder(Kind):
         model = load_model(path, xla=xla, head_for_training=head_for_training, label=self.label)
         return model if dtype is None else model.to(dtype)
 
+    def skeleton(self, path):
+        from .model import skeleton
+
+        return skeleton(path, head_for_training=True)
+
 
 def _decoder_kwargs(config, *, dtype, xla: bool) -> dict:
     """``from_pretrained`` keyword arguments every decoder kind shares (no KV cache; XLA's attention)."""
@@ -272,16 +282,29 @@ class Decoder(Kind):
         from transformers import AutoConfig, AutoModelForSequenceClassification
 
         config = AutoConfig.from_pretrained(path)
-        kwargs = _decoder_kwargs(config, dtype=dtype, xla=xla)
-        archs = getattr(config, "architectures", None) or []
-        if not any(a.endswith("ForSequenceClassification") for a in archs):
-            kwargs.update(num_labels=1, problem_type="multi_label_classification",
-                          id2label={0: self.label}, label2id={self.label: 0})
+        kwargs = {**_decoder_kwargs(config, dtype=dtype, xla=xla), **self._new_head(config)}
         pad = self.pad_id if self.pad_id is not None else self.load_tokenizer(path).pad_token_id
         if pad is None:
             raise ValueError(f"{path}: the tokenizer has no pad token and no eos/unk to pad with; give it a pad token")
         kwargs["pad_token_id"] = pad
         return AutoModelForSequenceClassification.from_pretrained(path, **kwargs).eval()
+
+    def _new_head(self, config) -> dict:
+        """``from_pretrained`` keywords of a new one-logit head named :attr:`label` for a folder that is not
+        yet a sequence classifier (a causal LM); ``{}`` for one that is."""
+        archs = getattr(config, "architectures", None) or []
+        if any(a.endswith("ForSequenceClassification") for a in archs):
+            return {}
+        return dict(num_labels=1, problem_type="multi_label_classification", id2label={0: self.label},
+                    label2id={self.label: 0})
+
+    def skeleton(self, path):
+        import torch
+        from transformers import AutoConfig, AutoModelForSequenceClassification
+
+        config = AutoConfig.from_pretrained(path, **self._new_head(AutoConfig.from_pretrained(path)))
+        with torch.device("meta"):
+            return AutoModelForSequenceClassification.from_config(config)
 
     def check_tokens(self, input_ids, attention_mask) -> None:
         """Refuse left padding and real tokens equal to the pad id (the pooled token would not be the last real one).
@@ -387,6 +410,13 @@ class AnswerTokens(Kind):
 
     def bind_model(self, model) -> "Kind":
         return self
+
+    def skeleton(self, path):
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
 
     def positive_logit(self, model, input_ids, attention_mask):
         """``logsumexp(yes logits) - logsumexp(no logits)`` at each row's last real position: float32 ``[batch]``.
