@@ -119,9 +119,12 @@ def write_adapter(model, folder: str | os.PathLike, *, base: str | os.PathLike, 
 def base_of(adapter_dir: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
     """The base folder the adapters of ``adapter_dir`` load onto: ``base``, else the one their record names.
 
+    Checked in the calling process, before any replica starts (:func:`check_base`).
+
     Raises:
         FileNotFoundError: that folder is not here (an adapter trained elsewhere: Kaggle mounts the
             base under another path), naming it and the fix (pass the base's folder).
+        ValueError: it is not the base the adapters were trained on (:func:`check_base`).
     """
     recorded = read_record(adapter_dir)["base"]
     folder = Path(base or recorded)
@@ -129,6 +132,7 @@ def base_of(adapter_dir: str | os.PathLike, base: str | os.PathLike | None = Non
         raise FileNotFoundError(f"{adapter_dir}: its adapters load onto the base model {recorded}, but "
                                 f"{folder} holds no checkpoint (no config.json); pass the base's folder "
                                 "(InferJob.base, the notebook's base_model parameter)")
+    check_base(adapter_dir, folder)
     return folder
 
 
