@@ -100,7 +100,7 @@ def replacing_message(out_dir: str | os.PathLike, checkpoint: str | os.PathLike)
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
-                    valid_probs: np.ndarray, label_col: str, recipe: str | None = None, kind: str | None = None,
+                    valid_probs: np.ndarray, label_col: str, recipe: str | None = None, kind: dict | None = None,
                     adapter: tuple | None = None) -> Path:
     """Write a trained checkpoint folder atomically (master only) and return its path.
 
@@ -109,8 +109,8 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
     and ``label_col``: the kept epoch's validation probabilities, what the hand-off checks). ``recipe``:
     the recipe the weights were trained with, written as ``config.json``'s
     :data:`kitlib.checkpoint.RECIPE_KEY` (so a folder trained with ``e5-fast`` says so, and a run
-    continuing it takes the same recipe). ``kind``: the model kind it was trained as, written as
-    :data:`kitlib.models.kinds.KIND_KEY` (it wins over detection). ``adapter``: ``(base, kind, spec)`` of a
+    continuing it takes the same recipe). ``kind``: the model kind's ``config.json`` keys
+    (:meth:`kitlib.models.kinds.Kind.config_keys`: the kind it was trained as wins over detection). ``adapter``: ``(base, kind, spec)`` of a
     LoRA run: the folder then holds only the adapters and the head (:func:`kitlib.models.adapters.write_adapter`:
     peft's files and the record naming the base) beside the base's ``config.json`` (what the kind and the
     preflight read) and the tokenizer. It is built under a temporary name beside ``out_dir`` and
@@ -124,10 +124,8 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
     out_dir = Path(out_dir)
     if recipe is not None:
         setattr(model.config, RECIPE_KEY, recipe)
-    if kind is not None:
-        from .models.kinds import KIND_KEY
-
-        setattr(model.config, KIND_KEY, kind)
+    for key, value in (kind or {}).items():
+        setattr(model.config, key, value)
     with atomic_dir(out_dir) as tmp:
         if adapter is None:
             model.save_pretrained(tmp, state_dict={k: v.detach().cpu() if isinstance(v, torch.Tensor) else v

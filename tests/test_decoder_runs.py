@@ -16,6 +16,7 @@ from support.tiny_decoders import FAMILIES, build
 from kitlib.infer import InferJob, predict
 from kitlib.models import adapters
 from kitlib.run.runtime import detect_runtime
+from kitlib.training.handoff import check_reload
 from kitlib.training.job import TrainJob
 from kitlib.training.train import train
 
@@ -111,6 +112,9 @@ def test_lora_trains_small_adapters_that_predict_the_same_through_predict(traine
     assert kept.std() > 0.02  # a model whose outputs differ per row, so agreement means something
     np.testing.assert_allclose(merged, kept, atol=tolerance())
     np.testing.assert_allclose(kept_apart, kept, atol=tolerance())
+    texts = pd.read_csv(data / "valid.csv", keep_default_na=False)["comment_text"].tolist()
+    gap = check_reload(out, texts, kept, 48, history["precision"])["gap"]  # the training notebook's hand-off
+    assert gap <= tolerance(), gap
 
 
 def test_adapter_checkpoint_refuses_another_base(trained, folders, data, tmp_path):

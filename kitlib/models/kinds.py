@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import ClassVar
 
 KIND_KEY = "kitlib_kind"  # config.json: the kind a kit-trained checkpoint was trained as (wins over detection)
+PROMPT_KEY = "kitlib_prompt"  # config.json: the answer-token template a kit-trained checkpoint was trained with
 ENCODER_TYPES = ("bert", "xlm-roberta", "roberta", "distilbert", "deberta-v2", "electra", "modernbert")
 DECODER_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text")
 # model_type -> attention implementation on XLA; the rest take kitlib.compat.xla_attention_implementation()
@@ -167,6 +168,11 @@ class Kind:
         """The module :meth:`load` gives for training (``head_for_training=True``), on torch's ``meta`` device:
         its structure and parameter shapes, no weight read or allocated (to count what trains)."""
         raise NotImplementedError
+
+    def config_keys(self) -> dict:
+        """What a checkpoint trained as this kind records in its ``config.json`` (:data:`KIND_KEY`; the
+        answer-token form also :data:`PROMPT_KEY`), so that :func:`kind_for` finds the same kind again."""
+        return {KIND_KEY: self.name}
 
     def bind_model(self, model) -> "Kind":
         """This kind with :attr:`column` read from ``model``'s head (:func:`kitlib.models.model.prediction_column`)."""
@@ -376,6 +382,9 @@ class AnswerTokens(Kind):
     def render(self, text: str, **row) -> str:
         return self.prompt.render(self.prefix + text, **row)
 
+    def config_keys(self) -> dict:
+        return {KIND_KEY: self.name, PROMPT_KEY: self.prompt.template}
+
     def encode(self, tokenizer, texts, max_length: int, rows=None) -> dict:
         """As :meth:`Kind.encode`, but a long text is cut inside the prompt, so ``"Answer:"`` always ends the row.
 
@@ -486,7 +495,7 @@ def kind_for(path: str | os.PathLike, kind: str = "auto", *, prompt: Prompt | No
     """The kind of checkpoint folder ``path``: detected from ``config.json`` (:func:`detect`) or ``kind``.
 
     The result carries the folder's text prefix (``kitlib_text_prefix``), ``label`` and, for
-    answer tokens, ``prompt``; it is not yet bound to a tokenizer (:meth:`Kind.bind`).
+    answer tokens, ``prompt`` (None: the template the folder was trained with, :data:`PROMPT_KEY`, else the default); it is not yet bound to a tokenizer (:meth:`Kind.bind`).
 
     Raises:
         ValueError: an unknown ``kind``, or ``"auto"`` that cannot tell (see :func:`detect`).
@@ -497,9 +506,12 @@ def kind_for(path: str | os.PathLike, kind: str = "auto", *, prompt: Prompt | No
     config_file = Path(path) / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{path}: no config.json, so not a checkpoint folder")
-    name = detect(json.loads(config_file.read_text()), path) if kind == "auto" else kind
+    config = json.loads(config_file.read_text())
+    name = detect(config, path) if kind == "auto" else kind
     if name not in KINDS:
         raise ValueError(f"kind={name!r} is not one of 'auto', {', '.join(map(repr, KINDS))}")
+    if prompt is None and config.get(PROMPT_KEY):  # the template a kit-trained folder was trained with
+        prompt = Prompt(template=config[PROMPT_KEY])
     extra = {"prompt": prompt} if name == "answer-tokens" and prompt is not None else {}
     return dataclasses.replace(KINDS[name], prefix=text_prefix(path), label=label, **extra)
 

@@ -137,7 +137,7 @@ def merge_gathered(probs: np.ndarray, num_rows: int, world: int, batch_size: int
     return probs[keep][first].astype(np.float32)
 
 
-def _tokenize(kind, tokenizer, texts: list[str], max_len: int):
+def tokenize_rows(kind, tokenizer, texts: list[str], max_len: int):
     """``(input_ids, attention_mask)``: int64 ``[len(texts), max_len]``, the rows as ``kind`` renders them
     (:meth:`kitlib.models.kinds.Kind.encode`: its text prefix, the answer-token prompt), right-padded to
     ``max_len`` (one training shape) and checked (:meth:`kitlib.models.kinds.Kind.check_tokens`)."""
@@ -312,7 +312,7 @@ def _read_data(replica, job: TrainJob, tokenizer, kind) -> _Data:
     train_df = read_csv_checked(job.train_csv, text_col=job.text_col, label_cols=labels, limit=job.train_limit)
     valid_df = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=labels, limit=job.valid_limit)
     train_set = TensorDataset(
-        *_tokenize(kind, tokenizer, train_df["text"].tolist(), job.max_len),
+        *tokenize_rows(kind, tokenizer, train_df["text"].tolist(), job.max_len),
         torch.tensor(train_df[job.label_col].to_numpy(np.float32)),
     )
     sampler = DistributedSampler(train_set, num_replicas=replica.world_size, rank=replica.rank, shuffle=True,
@@ -321,7 +321,7 @@ def _read_data(replica, job: TrainJob, tokenizer, kind) -> _Data:
     if len(loader) == 0:
         raise ValueError(f"{job.train_csv}: {len(train_df)} training rows give no full global batch of "
                          f"{job.batch_size} x {replica.world_size} replicas; lower batch_size or add rows")
-    valid_ids, valid_mask = _tokenize(kind, tokenizer, valid_df["text"].tolist(), job.max_len)
+    valid_ids, valid_mask = tokenize_rows(kind, tokenizer, valid_df["text"].tolist(), job.max_len)
     return _Data(train_df, valid_df, loader, sampler, valid_ids, valid_mask,
                  validation_rows(len(valid_df), replica.world_size, replica.rank, job.batch_size),
                  valid_df[job.label_col].to_numpy(np.float32))
@@ -616,7 +616,7 @@ def _keep(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, histor
     with replica.together("saving the checkpoint"):
         if replica.is_master:
             save_checkpoint(run.model, tokenizer, job.out_dir, history, data.valid_df["id"].tolist(), probs,
-                            job.label_col, recipe=job.recipe, kind=run.kind.name, adapter=adapter)
+                            job.label_col, recipe=job.recipe, kind=run.kind.config_keys(), adapter=adapter)
 
 
 def _finish(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, loop: _Loop) -> None:
