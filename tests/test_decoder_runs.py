@@ -66,7 +66,9 @@ def train_lora(folder, data, out, accelerator="cpu", replicas=1, **kw):
     job = TrainJob(checkpoint=str(folder), train_csv=str(data / "train.csv"), valid_csv=str(data / "valid.csv"),
                    out_dir=str(out), **{"epochs": 2, "batch_size": 8, "max_len": 48, "lr": 3e-3, "lora_r": 4,
                                         "lora_alpha": 8, "lora_dropout": 0.0, "dropout": 0.0, **kw})
-    return train(job, detect_runtime(replicas, accelerator))
+    # xla-cpu: "spawn", as tests/test_train.py: autograd's device queues, sized when this process first ran a
+    # backward on the CPU (the other runs here), have no slot for the XLA device a thread replica adds
+    return train(job, detect_runtime(replicas, accelerator), "spawn" if accelerator.startswith("xla") else "fork")
 
 
 def predict_csv(checkpoint, data, out, accelerator="cpu", replicas=1, **kw) -> np.ndarray:
@@ -117,6 +119,21 @@ def test_lora_trains_small_adapters_that_predict_the_same_through_predict(traine
     assert gap <= tolerance(), gap
 
 
+def test_adapter_checkpoints_are_found_recorded_and_publishable(trained):
+    """model="auto" finds an adapter checkpoint (config.json + history), the runs table records its LoRA
+    settings, and kaggle_kit publish's weights check accepts adapter_model.safetensors."""
+    from kaggle_kit.publish import check_weights
+    from kitlib.models.model import find_checkpoints
+    from kitlib.training.runs import read_runs, runs_table
+
+    out, history = trained["llama"]
+    assert out in find_checkpoints(out.parent, trained=True)
+    row = next(r for r in read_runs(runs_table(out)) if r["run_id"] == history["run_id"])
+    params = json.loads(row["params"])
+    assert (params["lora_r"], params["lora_targets"], row["recipe"]) == (4, "all-linear", "lora")
+    check_weights(out, "an adapter checkpoint")  # raises PublishError when the folder holds no weights
+
+
 def test_adapter_checkpoint_refuses_another_base(trained, folders, data, tmp_path):
     out, _ = trained["llama"]
     with pytest.raises(ValueError, match=r"trained on the base .*llama-cls.*not on .*qwen3-cls"):
@@ -156,3 +173,16 @@ def test_lora_trains_and_predicts_on_gloo_and_xla_cpu(folders, trained, data, fa
     got = predict_csv(tmp_path / "out", data, tmp_path / "p", accelerator, replicas)
     bf16 = detect_runtime(replicas, accelerator).backend.precision("auto") != "fp32"
     np.testing.assert_allclose(got, kept, atol=2e-2 if bf16 else 1e-5)
+
+
+@pytest.mark.slow
+def test_lora_run_cut_off_continues_with_its_adapters_optimizer_state(folders, data, tmp_path):
+    """A LoRA run cut off by its time budget after its first step, run again: it continues exactly (the
+    adapters' and head's weights and AdamW moments restored) and ends where an uninterrupted run ends."""
+    whole = train_lora(folders["llama"], data, tmp_path / "a", log_every=1)
+    cut = train_lora(folders["llama"], data, tmp_path / "b", log_every=1, time_budget_s=1.0)
+    assert not cut["finished"] and cut["stopped"] == "time budget"
+    both = train_lora(folders["llama"], data, tmp_path / "b", log_every=1)
+    assert [r["how"] for r in both["resumed"]] == ["exact"], both["resumed"]
+    a, b = ([e["train_loss"] for e in h["epochs"]] for h in (whole, both))
+    np.testing.assert_allclose(b, a, atol=1e-4)  # fp32 here; bf16 within its rounding
