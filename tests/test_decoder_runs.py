@@ -189,3 +189,23 @@ def test_lora_run_cut_off_continues_with_its_adapters_optimizer_state(folders, d
     assert [r["how"] for r in both["resumed"]] == ["exact"], both["resumed"]
     a, b = ([e["train_loss"] for e in h["epochs"]] for h in (whole, both))
     np.testing.assert_allclose(b, a, atol=1e-4)  # fp32 here; bf16 within its rounding
+
+
+def test_memory_plan_printed_before_replicas_and_a_run_that_cannot_fit_refused(folders, data, tmp_path, monkeypatch,
+                                                                              capsys):
+    """The plan's line per replica is printed before any replica starts; a device too small refuses the run
+    with the figure and no replica starts (nothing is written)."""
+    from kitlib.models import memory
+    from kitlib.training import plan as plans
+
+    folder = folders["llama"]
+    job = TrainJob(checkpoint=str(folder), train_csv=str(data / "train.csv"), valid_csv=str(data / "valid.csv"),
+                   out_dir=str(tmp_path / "out"), batch_size=8, max_len=48, lora_r=4)
+    made = plans.make_plan(job, detect_runtime(2, "cpu"))
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("memory plan")]
+    assert len(lines) == 2 and lines[0].startswith("memory plan, replica 0 on this CPU (") and "llama-cls at " in lines[0]
+    assert made.weights.width == detect_runtime(2, "cpu").backend.precision("auto")
+    monkeypatch.setattr(memory, "replica_devices", lambda hardware, n: [memory.Device("a tiny device", "cpu", 1e-4)] * (n or 1))
+    with pytest.raises(ValueError, match=r"llama-cls at \w+ needs about 0\.0 GB; a tiny device has 0\.0001 GB"):
+        train(job, detect_runtime(1, "cpu"))
+    assert not (tmp_path / "out").exists()
