@@ -404,8 +404,10 @@ def test_rehearsed_outputs_hold_only_what_the_user_needs(tmp_path, repo_project)
         assert not [f for f in files if any(c in f for c in clutter)], (name, sorted(files))
     assert train_out == {ckpt + f for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                                             "heldout_scores.json", "train_history.json", "valid_predictions.csv",
-                                            "heldout_predictions.csv", "heldout_predictions.csv.writer.json", "curves.png")} | {
-        "artifacts/xlmr-toxic.state/" + f for f in ("run.json", "tensors.pt", "model.pt")} | {"artifacts/runs.csv"}, sorted(train_out)
+                                            "heldout_predictions.csv", "heldout_predictions.csv.writer.json", "curves.png",
+                                            ".kitlib-owned")} | {  # what the kit wrote there (kitlib.atomic.MANIFEST)
+        "artifacts/xlmr-toxic.state/" + f for f in ("run.json", "tensors.pt", "model.pt", ".kitlib-owned")} | {
+        "artifacts/runs.csv"}, sorted(train_out)  # no lock files: removed when released (kitlib.locks)
     assert infer_out == {"submission.csv", "submission.csv.writer.json"}, sorted(infer_out)
     # the submission names the training run it came from (what submit puts in its description)
     history = json.loads((root / TRAIN_SLUG / "working" / ckpt / "train_history.json").read_text())
