@@ -20,6 +20,12 @@ device (:func:`kitlib.run.runtime.launch`) runs :func:`_mp_fn`: it takes its row
 sampler's padding rows. Last, the shards of this run alone are merged into the submission
 (:func:`merge_run`: a shard of another run in the folder is refused, never merged).
 
+The model is asked of its kind (:mod:`kitlib.models.kinds`: encoder, decoder, answer tokens), never branched
+on: :func:`model_kind` finds it and binds it to the tokenizer once in the calling process (the rows are
+tokenized as it renders them: the answer-token prompt); each replica loads the model through it
+(:func:`load_for_inference`: an adapter checkpoint's base once, the LoRA adapters on top, merged or not)
+and reads each row's float32 positive logit from it.
+
 A replica that fails raises :class:`kitlib.run.runtime.ReplicaError` naming its rank: nothing is merged
 and an existing submission is left as it was.
 

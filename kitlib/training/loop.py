@@ -29,8 +29,11 @@ same gradient (the mean over the global batch) up to float rounding.
 Metrics are reduced across replicas: the epoch's training loss is the all-reduced mean of
 every replica's step losses; validation ROC AUC is computed on the predictions of all replicas
 gathered together, each validation row once (the sampler's padding duplicates are dropped).
-Loss is logged and tqdm shown on the master (rank 0) only. The master alone writes
-``out_dir``: ``save_pretrained`` of the model and the tokenizer (what
+The model kind (:mod:`kitlib.models.kinds`, bound once in the plan) is asked for the rows' tokens, the loss
+and the probabilities; with ``lora_r`` the model is wrapped in LoRA adapters (:mod:`kitlib.models.adapters`)
+and only they and the head train. Loss is logged and tqdm shown on the master (rank 0) only. The master alone writes
+``out_dir``: ``save_pretrained`` of the model (with LoRA: only the adapters and the head, beside the
+base's ``config.json`` and a record naming the base) and the tokenizer (what
 :func:`kitlib.models.model.load_classifier` and :mod:`kitlib.infer` load), plus
 ``train_history.json`` and ``valid_predictions.csv``; the run's whole state (for resuming, and
 for a later run that continues this one) is kept beside it in ``<out_dir>.state/``
