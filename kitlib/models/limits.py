@@ -42,7 +42,8 @@ import numpy as np
 # The widths a probe is built with (set where the config has the field); tables (vocabulary,
 # positions, token types) keep the model's own sizes.
 PROBE_SIZES = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
-               "embedding_size": 16, "entity_emb_size": 16, "pooler_hidden_size": 16}
+               "embedding_size": 16, "entity_emb_size": 16, "pooler_hidden_size": 16,
+               "num_key_value_heads": 1}  # (decoders' grouped-query attention: SmolLM2's 3 would not divide 2 heads)
 
 
 @dataclass(frozen=True)
