@@ -28,8 +28,16 @@ JOB = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validati
 
 def _settings(**changes) -> resume.Settings:
     base = dict(recipe="e5", lr=3e-5, head_lr=1e-3, weight_decay=0.0, param_groups=((199, 21_000_000), (2, 385)),
-                world_size=1, batch_size=16, steps_per_epoch=174, epochs=2, precision="fp32", train_rows="abc")
+                world_size=1, batch_size=16, steps_per_epoch=174, epochs=2, precision="fp32", train_rows="abc",
+                valid_rows="def", model="/models/e5", model_print="e5e5e5e5e5e5e5e5")
     return resume.Settings(**{**base, **changes})
+
+
+def _identity(checkpoint: Path) -> dict:
+    """The :class:`resume.Settings` fields naming the run of ``JOB``'s rows started from ``checkpoint``."""
+    return dict(model=str(checkpoint), model_print=resume.model_identity(checkpoint, "train_history.json")[0],
+                train_rows=resume.rows_fingerprint(JOB["train_csv"], JOB["train_limit"]),
+                valid_rows=resume.rows_fingerprint(JOB["valid_csv"], JOB["valid_limit"]))
 
 
 def _saved(settings: resume.Settings, epoch: int, batch: int, finished: bool = False) -> tuple[Path, dict]:
@@ -72,6 +80,31 @@ def test_another_recipe_or_other_parameter_groups_are_refused_naming_the_fix():
     with pytest.raises(ValueError, match=r"already trained 2 epoch\(s\), and epochs=2 counts the whole run"):
         resume.plan(_settings(), _saved(_settings(), 2, 0, finished=True))
     assert resume.plan(_settings(), None) is None
+
+
+def test_a_state_continues_only_the_run_it_belongs_to():
+    """Issue 33 item 2: a state continued a run started from another model ("continued exactly", A's weights
+    trained under B's name) or on other rows (a fold re-split: validation rows its weights trained on)."""
+    saved = _saved(_settings(), 0, 10)
+    saved[1]["history"]["run_id"] = "run-a"
+    with pytest.raises(ValueError, match=r"xlmr-toxic.state: that run started from /models/e5 \(fingerprint "
+                                         r"e5e5e5e5e5e5e5e5\); this one starts from /models/b \(fingerprint bbbb\): a "
+                                         r"saved state continues only the run it belongs to. Start from /models/e5 to "
+                                         r"continue it \(model=...\), or pass resume='never'"):
+        resume.plan(_settings(model="/models/b", model_print="bbbb"), saved)
+    # the run's own folder (its history's run_id) continues it, whatever that folder's fingerprint now is
+    own = resume.plan(_settings(model="/runs/xlmr-toxic", model_print="kept", model_run="run-a"), saved)
+    assert own.how == "exact"
+    with pytest.raises(ValueError, match=r"that run trains on rows abc and validates on rows def \(fold 0 of 3 \(cv "
+                                         r"aaa\)\); this one trains on rows abd and validates on rows deg \(fold 0 of 4 "
+                                         r"\(cv bbb\)\): continuing it would validate on rows its weights may have "
+                                         r"trained on"):
+        resume.plan(_settings(train_rows="abd", valid_rows="deg", fold="fold 0 of 4 (cv bbb)"),
+                    _saved(_settings(fold="fold 0 of 3 (cv aaa)"), 0, 10))
+    with pytest.raises(ValueError, match=r"validates on rows other"):  # the validation rows alone changed
+        resume.plan(_settings(valid_rows="other"), saved)
+    assert resume.fold_label({"cv": "aaa", "fold": 0, "folds": 3}) == "fold 0 of 3 (cv aaa)"
+    assert resume.fold_label({"seed_group": "x"}) == ""
 
 
 def test_a_cut_off_run_is_found_beside_its_output_and_a_finished_one_from_its_folder(tmp_path):
@@ -152,7 +185,8 @@ def test_another_recipe_is_refused_before_any_replica_starts(tiny_checkpoint, tm
     state = resume.state_dir(out)
     state.mkdir(parents=True)
     groups = ((41, 1_372_161),)
-    settings = _settings(recipe="tiny", lr=1e-3, head_lr=1e-3, param_groups=groups, batch_size=8, steps_per_epoch=6)
+    settings = _settings(recipe="tiny", lr=1e-3, head_lr=1e-3, param_groups=groups, batch_size=8, steps_per_epoch=6,
+                         **_identity(tiny_checkpoint))
     (state / resume.RUN_FILE).write_text(json.dumps(_saved(settings, 0, 3)[1]))
     (state / MANIFEST).write_text(f"{resume.RUN_FILE}\n")  # a state folder the kit wrote (kitlib.atomic)
     job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(out), epochs=2, recipe="standard", **JOB)
@@ -286,6 +320,54 @@ def test_a_time_budget_stops_with_a_state_and_the_same_call_finishes_the_run(sha
     assert done["resumed"][0]["how"] == "exact" and done["run_id"] == history["run_id"]
     # one run, one row: the continued run's latest state (issue 33), not a row per call
     assert [(r["run_id"], r["status"], r["epochs"]) for r in read_runs(runs_table(out))] == [(history["run_id"], "finished", "2")]
+
+
+def test_a_run_cut_off_from_model_a_is_not_continued_from_model_b(sharp_checkpoint, tiny_checkpoint, tmp_path, capsys):
+    """Issue 33 item 2: cut off while training from A (the spread tiny model), then started from B (the tiny
+    model: same architecture and recipe) into the same folder, the run printed "continued exactly" and
+    trained A's weights under B's name. Refused before any replica, naming both; the state is kept."""
+    out = tmp_path / "ckpt"
+    job = TrainJob(checkpoint=str(sharp_checkpoint), out_dir=str(out), epochs=2, time_budget_s=1.0, **JOB)
+    assert not train(job, detect_runtime(1, "cpu"))["finished"]
+    state = resume.read_run(resume.state_dir(out))
+    capsys.readouterr()
+    with pytest.raises(ValueError, match=rf"that run started from {sharp_checkpoint} \(fingerprint [0-9a-f]{{16}}\); "
+                                         rf"this one starts from {tiny_checkpoint} \(fingerprint [0-9a-f]{{16}}\)"):
+        train(TrainJob(**{**asdict(job), "checkpoint": str(tiny_checkpoint), "time_budget_s": None}), detect_runtime(1, "cpu"))
+    assert "continued exactly" not in capsys.readouterr().out
+    assert resume.read_run(resume.state_dir(out)) == state  # the cut-off run's state, untouched
+
+
+def _fold_files(tmp_path: Path, k: int) -> tuple[Path, Path]:
+    """Fold 0 of ``k`` of the first 120 sample rows, written where the training notebook writes a fold's
+    two CSVs (the same paths for any K: only their rows differ)."""
+    import pandas as pd
+
+    from kitlib.cv.folds import fold_split, write_folds
+
+    rows = tmp_path / "rows.csv"
+    if not rows.is_file():
+        pd.read_csv(SAMPLE / "train.csv", dtype=str, keep_default_na=False).head(120).to_csv(rows, index=False)
+    folds_csv = write_folds(rows, tmp_path / f"cv-{k}" / "folds", k)
+    return fold_split(rows, folds_csv, 0, tmp_path / "scratch" / "fold-0")
+
+
+def test_a_fold_run_is_not_continued_after_the_rows_are_split_into_other_folds(sharp_checkpoint, tmp_path, capsys):
+    """Issue 33 item 2: a fold run cut off, then the rows split into other folds (3 -> 4), continued the old
+    state "with a note": the new fold's validation rows held rows its weights trained on. Refused."""
+    train_csv, valid_csv = _fold_files(tmp_path, 3)
+    common = dict(JOB, train_csv=str(train_csv), valid_csv=str(valid_csv), train_limit=None, valid_limit=None)
+    job = TrainJob(checkpoint=str(sharp_checkpoint), out_dir=str(tmp_path / "fold-0"), epochs=2, time_budget_s=1.0,
+                   **common)
+    assert not train(job, detect_runtime(1, "cpu"))["finished"]
+    _fold_files(tmp_path, 4)  # the same paths, fold 0 of 4 now
+    capsys.readouterr()
+    with pytest.raises(ValueError, match=r"fold-0.state: that run trains on rows [0-9a-f]{16} and validates on rows "
+                                         r"[0-9a-f]{16}; this one trains on rows [0-9a-f]{16} and validates on rows "
+                                         r"[0-9a-f]{16}: continuing it would validate on rows its weights may have "
+                                         r"trained on"):
+        train(TrainJob(**{**asdict(job), "time_budget_s": None}), detect_runtime(1, "cpu"))
+    assert "resuming" not in capsys.readouterr().out
 
 
 def test_the_time_budget_on_kaggle_is_the_sessions_limit_less_a_margin(monkeypatch):
