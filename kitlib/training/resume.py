@@ -7,7 +7,7 @@ minutes, at the end of every epoch, and when the run stops for its ``time_budget
 (:class:`kitlib.training.job.TrainJob`). It holds:
 
 * :data:`RUN_FILE` (``run.json``, read in the calling process without torch): the run's
-  :class:`Settings`, its position (epoch, batch within it, global step), the history so far, the
+  :class:`Settings` (among them what it started from and the rows it trains and validates on), its position (epoch, batch within it, global step), the history so far, the
   best epoch so far, the loss summed so far, the seconds trained, and whether the run finished;
 * :data:`TENSORS_FILE`: the ``state_dict()`` of the optimizer, the scheduler and the ``GradScaler``,
   and the RNG states (torch's CPU generator and the device's), as CPU tensors;
@@ -36,7 +36,10 @@ Before any replica starts, :func:`plan` checks the saved :class:`Settings` again
   to the step reached (the rows done in the epoch, counted in the new global batch), e.g. "the
   schedule is rebuilt for global batch 32: 87 steps an epoch, 174 in all, 65 done". A schedule
   that had ended is never restored as it was (every step would run at learning rate 0);
-* **refused**, naming the cause and the fix, when the state cannot belong to this run: another
+* **refused**, naming the cause and the fix, when the state cannot belong to this run (:func:`belongs`):
+  another starting model (its folder's fingerprint differs, and it is not the state's own run's folder),
+  other training or validation rows (another file, limit, fold, folds file or pseudo rows: a fold's
+  validation rows are never rows its weights trained on), another
   recipe, parameter groups of other counts or sizes (what torch would report inside a replica as
   "loaded state dict has a different number of parameter groups"), or nothing left to train.
 
