@@ -161,6 +161,9 @@ def test_a_finished_schedule_is_rebuilt_for_the_new_batch_and_the_weights_move(o
     out = capsys.readouterr().out
     assert "the schedule is rebuilt for global batch 16: 3 steps an epoch, 9 in all, 3 done" in out
     assert history["recipe"]["name"] == "e5" and [e["epoch"] for e in history["epochs"]] == [1, 2, 3]
+    # issue 33 item 8: the steps go on (6 at batch 8, then 6 more at batch 16), never back to the rebuilt schedule's 4
+    assert [s for s, _ in history["step_loss"]] == [2, 4, 6, 8, 10, 12]
+    assert resume.read_run(resume.state_dir(again.out_dir))["steps"] == 12
     after = rank_states(tmp_path / "states", 1)[0]
     assert max_diff(after, before) > 1e-4  # epochs 2-3 trained at the rebuilt schedule's rates
 
@@ -260,6 +263,28 @@ def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
             for v in event.summary.value:
                 out.setdefault(v.tag, []).append((event.step, v.simple_value))
     return out
+
+
+def test_a_resumed_runs_tensorboard_writer_purges_the_steps_after_its_state(tmp_path):
+    """Issue 33 item 8: a run killed after logging steps its state does not hold logs them again when resumed;
+    the writer opens with purge_step (TensorBoard then drops the earlier events from that step on)."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+    from kitlib.training.runs import Tracker
+
+    tracker = Tracker("tensorboard", tmp_path / "tb", purge_step=4)
+    tracker.log(4, {"loss/step": 0.5})
+    tracker.close()
+    (f,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    data, i, events = f.read_bytes(), 0, []
+    while i < len(data):
+        (n,) = struct.unpack("<Q", data[i:i + 8])
+        events.append(Event.FromString(data[i + 12:i + 12 + n]))
+        i += 12 + n + 4
+    starts = [e.step for e in events if e.HasField("session_log") and e.session_log.status == SessionLog.START]
+    assert starts == [4]
 
 
 @pytest.mark.slow

@@ -212,6 +212,8 @@ class _Loop:
     stale: int = 0  # epochs since the best
     stopped: str | None = None  # why the run stopped before its last epoch ("time budget", "early stopping")
     seconds_before: float = 0.0  # trained in earlier calls of a resumed run
+    steps: int = 0  # optimizer steps taken over every call: the history's and the tracker's step axis, never going back
+                    # (position.global_step counts in this call's batch, so a rebuilt schedule sets it back)
     started: float = field(default_factory=time.monotonic)
     last_save: float = field(default_factory=time.monotonic)
     save_seconds: float = 0.0  # the longest state save so far
@@ -353,8 +355,9 @@ def _start(replica, plan: Plan, run: _Training, data: _Data) -> _Loop:
                  torch.zeros((), device=replica.device))
     if decision is not None:
         _restore(replica, run, decision, loop)
-    if replica.is_master:  # (train() printed the plan's notes)
-        loop.tracker = Tracker(job.tracker, Path(str(real_target(job.out_dir)) + ".tensorboard") / loop.history["run_id"])
+    if replica.is_master:  # (train() printed the plan's notes); a resumed run's curves drop what came after its state
+        loop.tracker = Tracker(job.tracker, Path(str(real_target(job.out_dir)) + ".tensorboard") / loop.history["run_id"],
+                               purge_step=loop.steps + 1 if decision is not None else None)
     return loop
 
 
@@ -371,6 +374,7 @@ def _restore(replica, run: _Training, decision: resume.Resume, loop: _Loop) -> N
     loop.history["run_id"] = old.get("run_id", loop.history["run_id"])
     loop.history["resumed"] = [*old.get("resumed", []), {"from": str(decision.folder), "how": decision.how,
                                                          "at_step": decision.position.global_step, "note": decision.note}]
+    loop.steps = decision.position.global_step  # (an older kit's folder: its epochs' steps)
     if decision.how == "weights":  # an older kit's folder: its weights are the model already loaded
         return
     weights, tensors = resume.load_tensors(decision.folder)
@@ -390,6 +394,7 @@ def _restore(replica, run: _Training, decision: resume.Resume, loop: _Loop) -> N
     loop.best, loop.stale, loop.done_loss = saved.get("best"), int(saved.get("stale", 0)), float(saved["done_loss"])
     loop.history["best"] = loop.best
     loop.seconds_before = float(saved.get("seconds", 0.0))
+    loop.steps = int(saved.get("steps", saved["position"]["global_step"]))
     loop.loss_total += float(saved["loss_sum"]) / replica.world_size  # all-reduced, it is the saved sum again
     if decision.how == "exact":
         loop.rng = tensors["rng"]  # set after the epoch's loader has started: starting it draws a random number
@@ -432,10 +437,10 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loo
             if run.scheduler is not None:
                 run.scheduler.step()
             loop.loss_total += loss.detach()
-            step = loop.position.global_step + 1
-            if master and step % job.log_every == 0:
-                replica.after_step(log_loss, (step, loss))
-        loop.position = resume.Position(epoch, loop.position.batch + 1, step)
+            loop.steps += 1
+            if master and loop.steps % job.log_every == 0:
+                replica.after_step(log_loss, (loop.steps, loss))
+        loop.position = resume.Position(epoch, loop.position.batch + 1, loop.position.global_step + 1)
         loop.step_seconds = max(loop.step_seconds, time.monotonic() - t0)
         if master and history["compile_counts"] is not None:
             history["compile_counts"].append(replica.compile_count())
@@ -505,7 +510,7 @@ def _save_state(replica, job: TrainJob, run: _Training, loop: _Loop, finished: b
             resume.save_state(resume.state_dir(job.out_dir), settings=loop.settings, position=loop.position,
                               history=loop.history, best=loop.best, loss_sum=loss_sum, done_loss=loop.done_loss,
                               seconds=loop.seconds, finished=finished, model_state=_cpu(run.model.state_dict()),
-                              tensors=_cpu(tensors), stale=loop.stale)
+                              tensors=_cpu(tensors), stale=loop.stale, steps=loop.steps)
     loop.last_save = time.monotonic()
     loop.save_seconds = max(loop.save_seconds, loop.last_save - t0)
 
@@ -563,7 +568,7 @@ def _validate(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, lo
         mark = " (best so far: kept)" if improved else f" (best: epoch {loop.best['epoch']})" if loop.best else ""
         tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "
                    f"valid ROC AUC {auc_shown}{mark}")
-        loop.tracker.log(loop.position.global_step, {"loss/train": train_loss, "loss/valid": valid_loss, "auc/valid": auc})
+        loop.tracker.log(loop.steps, {"loss/train": train_loss, "loss/valid": valid_loss, "auc/valid": auc})
     _save_state(replica, job, run, loop, finished=loop.position.epoch >= job.epochs or loop.stopped == "early stopping")
 
 

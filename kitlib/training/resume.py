@@ -335,7 +335,7 @@ def _check_left(folder: Path, done: int, epochs: int) -> None:
 
 def save_state(folder: str | os.PathLike, *, settings: Settings, position: Position, history: dict,
                best: dict | None, loss_sum: float, done_loss: float, seconds: float, finished: bool,
-               model_state: dict, tensors: dict, stale: int = 0) -> Path:
+               model_state: dict, tensors: dict, stale: int = 0, steps: int | None = None) -> Path:
     """Write the run's state folder atomically (the module doc's three files); master only.
 
     Args:
@@ -347,6 +347,8 @@ def save_state(folder: str | os.PathLike, *, settings: Settings, position: Posit
         seconds: seconds trained so far, over every resumption.
         finished: the run trained every epoch (or stopped early by its patience).
         stale: epochs since the best (early stopping's count).
+        steps: optimizer steps taken over every call (the history's step axis, which never goes back when a
+            rebuilt schedule counts ``position.global_step`` in a new batch); None: ``position.global_step``.
         model_state: the model's ``state_dict()`` (CPU tensors).
         tensors: name -> state (``optimizer``, ``scheduler``, ``scaler`` state_dicts; ``rng``), CPU tensors.
     """
@@ -356,7 +358,8 @@ def save_state(folder: str | os.PathLike, *, settings: Settings, position: Posit
 
     run = {"format": STATE_FORMAT, "settings": settings.to_json(), "position": asdict(position),
            "history": history, "best": best, "loss_sum": float(loss_sum), "done_loss": float(done_loss),
-           "seconds": float(seconds), "finished": bool(finished), "stale": int(stale)}
+           "seconds": float(seconds), "finished": bool(finished), "stale": int(stale),
+           "steps": int(position.global_step if steps is None else steps)}
     with atomic_dir(folder) as tmp:
         torch.save(model_state, tmp / WEIGHTS_FILE)
         torch.save(tensors, tmp / TENSORS_FILE)
