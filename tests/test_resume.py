@@ -395,6 +395,18 @@ def test_a_fold_run_is_not_continued_after_the_rows_are_split_into_other_folds(s
     assert "resuming" not in capsys.readouterr().out
 
 
+def test_the_time_budgets_reserve_holds_the_validation_and_saves_after_the_epochs_last_batch():
+    """Issue 33 item 8: the reserve was two saves, log_every steps and 30 s: a stop decision one step before an
+    epoch's end let the run go on into a validation of 60 s and two saves it had no time for."""
+    from kitlib.training.session import LEAVE_S, reserve_s
+
+    mid = reserve_s(step_s=1.0, save_s=2.0, valid_s=60.0, steps_to_check=1, steps_left_in_epoch=5)
+    assert mid == 1.0 + 2 * 2.0 + LEAVE_S == 35.0
+    last = reserve_s(step_s=1.0, save_s=2.0, valid_s=60.0, steps_to_check=1, steps_left_in_epoch=1)
+    assert last == 35.0 + 60.0 + 2 * 2.0 == 99.0  # the epoch's last batch, then its validation, checkpoint and state
+    assert reserve_s(step_s=1.0, save_s=2.0, valid_s=60.0, steps_to_check=10, steps_left_in_epoch=4) == 10 + 4 + 30 + 64
+
+
 def test_the_time_budget_on_kaggle_is_the_sessions_limit_less_a_margin(monkeypatch):
     import time
 

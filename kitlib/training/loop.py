@@ -218,6 +218,7 @@ class _Loop:
     last_save: float = field(default_factory=time.monotonic)
     save_seconds: float = 0.0  # the longest state save so far
     step_seconds: float = 0.0  # the longest step so far
+    valid_seconds: float | None = None  # the longest validation so far (prediction and keeping the epoch; None: none yet)
     epoch_seconds: float = 0.0  # the epoch in progress, in this call
     head: list | None = None  # the head's parameters when the epoch began (None: a resumed epoch)
     rng: dict | None = None  # RNG states to set once the resumed epoch's loader has started (:func:`_train_epoch`)
@@ -444,7 +445,7 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loo
         loop.step_seconds = max(loop.step_seconds, time.monotonic() - t0)
         if master and history["compile_counts"] is not None:
             history["compile_counts"].append(replica.compile_count())
-        if loop.position.batch < len(data.loader) and _save_point(replica, job, run, loop):
+        if loop.position.batch < len(data.loader) and _save_point(replica, job, run, loop, data):
             break
     loop.epoch_seconds = time.monotonic() - started
 
@@ -471,7 +472,20 @@ def _head_snapshot(model) -> list:
     return [p.detach().cpu().clone() for p in head.parameters() if p.requires_grad]
 
 
-def _save_point(replica, job: TrainJob, run: _Training, loop: _Loop) -> bool:
+def _reserve(replica, job: TrainJob, loop: _Loop, data: _Data) -> float:
+    """:func:`kitlib.training.session.reserve_s` for this save point (a validation not yet measured is
+    estimated at the step time per validation batch: a forward pass takes less than a step)."""
+    from .session import reserve_s
+
+    valid_s = loop.valid_seconds
+    if valid_s is None:
+        valid_s = len(data.valid_rows) // job.batch_size * loop.step_seconds + loop.save_seconds
+    return reserve_s(step_s=loop.step_seconds, save_s=loop.save_seconds, valid_s=valid_s,
+                     steps_to_check=job.log_every if replica.world_size > 1 else 1,
+                     steps_left_in_epoch=len(data.loader) - loop.position.batch)
+
+
+def _save_point(replica, job: TrainJob, run: _Training, loop: _Loop, data: _Data) -> bool:
     """Save the run's state when a save point is due (every ``save_every_steps`` steps, every
     ``save_every_minutes``); stop (True, ``loop.stopped``) when the time budget would run out before
     the next one. Time-based decisions are the master's, agreed by every rank every ``log_every`` steps."""
@@ -485,8 +499,7 @@ def _save_point(replica, job: TrainJob, run: _Training, loop: _Loop) -> bool:
         now = time.monotonic()
         save = save or bool(job.save_every_minutes and now - loop.last_save >= 60 * job.save_every_minutes)
         if job.time_budget_s:
-            reserve = 2 * loop.save_seconds + job.log_every * loop.step_seconds + 30  # room to save and leave
-            stop = now - loop.started + reserve >= job.time_budget_s
+            stop = now - loop.started + _reserve(replica, job, loop, data) >= job.time_budget_s
     if timed and replica.world_size > 1:
         save, stop = replica.agree_on(save, stop)  # the master's decision, on every rank
     if stop:
@@ -564,6 +577,7 @@ def _validate(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, lo
         loop.stale += 1
     if job.patience and loop.stale >= job.patience and loop.position.epoch < job.epochs:
         loop.stopped = "early stopping"
+    loop.valid_seconds = max(loop.valid_seconds or 0.0, time.monotonic() - t0)  # prediction and keeping (the reserve)
     if replica.is_master:
         mark = " (best so far: kept)" if improved else f" (best: epoch {loop.best['epoch']})" if loop.best else ""
         tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "

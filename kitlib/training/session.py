@@ -16,6 +16,7 @@ import time
 
 SESSION_LIMIT_S = {"tpu": 9 * 3600, "cuda": 12 * 3600, "cpu": 12 * 3600}  # by the session's hardware
 MARGIN_S = 20 * 60
+LEAVE_S = 30  # kept in hand at every stop decision besides the measured work (reserve_s)
 
 
 def on_kaggle() -> bool:
@@ -64,3 +65,24 @@ def time_budget(minutes: float, hardware: str) -> float | None:
         raise ValueError(f"this Kaggle session has {left / 60:.0f} min left before its limit less a {MARGIN_S // 60}-min "
                          "margin: nothing to train in. Start a new session (the run continues from its saved state)")
     return left
+
+
+def reserve_s(*, step_s: float, save_s: float, valid_s: float, steps_to_check: int, steps_left_in_epoch: int) -> float:
+    """Seconds a run with a time budget keeps in hand at a save point: it stops there (saving its state) when
+    fewer are left, since the budget must hold everything up to the next save point.
+
+    That is the steps to the next check (``steps_to_check`` at the longest step so far, ``step_s``), a state
+    save (twice the longest, ``save_s``) and :data:`LEAVE_S`; and, when the epoch's last batch comes before the
+    next check (``steps_left_in_epoch <= steps_to_check``), what follows that batch: the validation
+    (``valid_s``) and two more saves (the kept checkpoint and the epoch's state).
+
+    Args:
+        step_s, save_s: the longest optimizer step and state save so far (seconds).
+        valid_s: the longest validation so far, prediction and keeping the checkpoint (seconds); before the
+            first, an estimate (the caller's: its validation batches at the step time).
+        steps_to_check: steps until the next stop decision; steps_left_in_epoch: steps until the epoch ends.
+    """
+    reserve = steps_to_check * step_s + 2 * save_s + LEAVE_S
+    if steps_left_in_epoch <= steps_to_check:
+        reserve += valid_s + 2 * save_s
+    return reserve
