@@ -109,6 +109,7 @@ from kitlib.cv.splits import SPLITS, english_holdout_split, holdout_split, resol
 from kitlib.metrics import auc_text
 from kitlib.checkpoint import VALID_PREDICTIONS_FILE
 from kitlib.training.job import TrainJob
+from kitlib.training.resume import state_dir
 from kitlib.training.train import save_scores, train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
@@ -236,12 +237,12 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 # the checkpoint (`<output_dir>/curves.png`, `kitlib/training/plots.py`).
 
 # %%
+if not history["finished"]:  # a time budget or SIGTERM: the state is saved; one line says where (kitlib.notebook shows it alone)
+    raise RuntimeError(f"training stopped ({history['stopped']}) before its last epoch; its state is in "
+                       f"{state_dir(out_dir)}: run this notebook again (resume='auto') to continue it")
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
 display(epochs_df)
 scored = f"fold {fold}" if folds else {"validation": "held-out multilingual", "holdout": "held-out", "english": "held-out English" if holdout_frac else "validation"}[split]
-if not history["finished"]:
-    raise RuntimeError(f"training stopped ({history['stopped']}) before its last epoch, with no epoch kept yet; its state "
-                       f"is saved beside {out_dir}: run this notebook again (resume='auto') to continue it")
 best = history["best"]
 kept_auc = epochs_df.loc[best["epoch"], "valid_auc"]
 print(f"kept epoch {best['epoch']} of {len(epochs_df)} ({best['why']}); {scored} ROC AUC "

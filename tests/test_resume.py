@@ -244,6 +244,33 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_weights(accele
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], abs=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("replicas, term_at, stopped_at", [(1, 5, 5), (2, 3, 4)])
+def test_sigterm_saves_the_state_at_the_step_reached_and_the_run_continues(replicas, term_at, stopped_at, sharp_checkpoint,
+                                                                            tmp_path):
+    """Issue 34 item 4: kill -TERM of a training (what Kaggle and Colab send) exited without saving: up to 30
+    minutes lost. SIGTERM to the training process during a step: the replicas save the state at their next stop
+    decision (every step with one replica, every log_every = 2 steps with two) and the call returns, saying
+    where the state is; the same call then continues from it."""
+    common = dict(checkpoint=str(sharp_checkpoint), epochs=2, save_every_minutes=0,
+                  **{**JOB, "batch_size": JOB["batch_size"] // replicas})
+    job = TrainJob(out_dir=str(tmp_path / "run"), **common)
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "support" / "kill_worker.py"), json.dumps(asdict(job)),
+                           "cpu", str(replicas), "fork", str(term_at), "TERM"], cwd=ROOT, start_new_session=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    state = resume.state_dir(job.out_dir)
+    assert (f"note: the run stopped (SIGTERM) before its last epoch; its state is in {state}: run the same again "
+            "to continue it") in proc.stdout
+    run = resume.read_run(state)
+    assert run["position"] == {"epoch": 0, "batch": stopped_at, "global_step": stopped_at} and not run["finished"]
+    assert run["history"]["stopped"] == "SIGTERM"
+    _worker(job, "cpu", replicas, "fork", 0)
+    history = read_history(job.out_dir)
+    assert history["resumed"][0]["how"] == "exact" and history["resumed"][0]["at_step"] == stopped_at
+    assert [e["epoch"] for e in history["epochs"]] == [1, 2] and history["finished"] and history["stopped"] is None
+
+
 # --- the best epoch, early stopping, the time budget, the record of runs ---
 
 

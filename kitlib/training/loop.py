@@ -250,6 +250,14 @@ def _mp_fn(replica, plan: Plan) -> None:
         RuntimeError: an epoch changed no trained parameter (:func:`_validate`); the loader's steps per
             epoch differ from the plan's (:func:`_start`).
     """
+    from .session import sigterm_saves
+
+    with sigterm_saves():  # SIGTERM: the state saved at the next step, then the run returns (stopped "SIGTERM")
+        _run(replica, plan)
+
+
+def _run(replica, plan: Plan) -> None:
+    """:func:`_mp_fn`'s phases, in order."""
     job = plan.job
     replica.use_compile_cache(job.compile_cache_dir)
     with replica.together("reading the data and loading the model"):
@@ -488,22 +496,28 @@ def _reserve(replica, job: TrainJob, loop: _Loop, data: _Data) -> float:
 def _save_point(replica, job: TrainJob, run: _Training, loop: _Loop, data: _Data) -> bool:
     """Save the run's state when a save point is due (every ``save_every_steps`` steps, every
     ``save_every_minutes``); stop (True, ``loop.stopped``) when the time budget would run out before
-    the next one. Time-based decisions are the master's, agreed by every rank every ``log_every`` steps."""
+    the next one, or when SIGTERM arrived (:func:`kitlib.training.session.stop_requested`). These decisions are
+    the master's, agreed by every rank every ``log_every`` steps (every step with one replica)."""
+    from .session import STOPPED_BY_SIGTERM, stop_requested
+
     step = loop.position.global_step
     by_steps = job.save_every_steps and step % job.save_every_steps == 0
     timed = job.save_every_minutes or job.time_budget_s
-    if not by_steps and not (timed and (step % job.log_every == 0 or replica.world_size == 1)):
+    check = step % job.log_every == 0 or replica.world_size == 1
+    if not by_steps and not check:
         return False
-    save, stop = bool(by_steps), False
+    save, stop, term = bool(by_steps), False, False
     if replica.is_master and timed:
         now = time.monotonic()
         save = save or bool(job.save_every_minutes and now - loop.last_save >= 60 * job.save_every_minutes)
         if job.time_budget_s:
             stop = now - loop.started + _reserve(replica, job, loop, data) >= job.time_budget_s
-    if timed and replica.world_size > 1:
+    if replica.is_master and stop_requested():
+        stop = term = True
+    if check and replica.world_size > 1:
         save, stop = replica.agree_on(save, stop)  # the master's decision, on every rank
     if stop:
-        loop.stopped = "time budget"
+        loop.stopped = STOPPED_BY_SIGTERM if term or stop_requested() else "time budget"
     if save or stop:
         _save_state(replica, job, run, loop, finished=False)
     return stop

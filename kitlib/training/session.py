@@ -8,10 +8,18 @@ notebook's ``time_budget_minutes`` into ``TrainJob.time_budget_s``: by default, 
 left of the session less :data:`MARGIN_S` (for the held-out scoring, the hand-off and saving the
 output); elsewhere no limit. A Kaggle session is recognised by ``KAGGLE_KERNEL_RUN_TYPE``, which
 Kaggle sets in every kernel (``Interactive`` or ``Batch``).
+
+A session that ends, or a user who stops it, sends SIGTERM (Kaggle and Colab stop a kernel with it): inside
+:func:`sigterm_saves` it no longer ends the process; it asks the run to stop (:func:`stop_requested`), and
+the replicas save the run's state at their next step and return (:func:`kitlib.training.loop._save_point`),
+so the same call continues it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
 
 SESSION_LIMIT_S = {"tpu": 9 * 3600, "cuda": 12 * 3600, "cpu": 12 * 3600}  # by the session's hardware
@@ -86,3 +94,42 @@ def reserve_s(*, step_s: float, save_s: float, valid_s: float, steps_to_check: i
     if steps_left_in_epoch <= steps_to_check:
         reserve += valid_s + 2 * save_s
     return reserve
+
+
+STOPPED_BY_SIGTERM = "SIGTERM"  # history["stopped"] of a run stopped by SIGTERM
+_STOP = threading.Event()
+
+
+def stop_requested() -> bool:
+    """Whether SIGTERM arrived inside :func:`sigterm_saves` (in this process)."""
+    return _STOP.is_set()
+
+
+def _on_sigterm(signum, frame) -> None:
+    """Ask the run to stop, and pass SIGTERM on to this process's child processes (the replicas)."""
+    import multiprocessing as mp
+
+    _STOP.set()
+    for child in mp.active_children():
+        with contextlib.suppress(OSError):
+            os.kill(child.pid, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def sigterm_saves():
+    """Within the block, SIGTERM asks the run to stop with its state saved instead of ending the process.
+
+    Installed in the main thread only (Python's rule for signal handlers; thread replicas share the
+    process's flag); a block inside another (an in-process replica under :func:`kitlib.training.train.train`)
+    or in a forked replica (which inherits the handler) keeps the one installed. The previous handler is
+    put back at the end, so a notebook's kernel is left as it was.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        yield
+        return
+    _STOP.clear()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
