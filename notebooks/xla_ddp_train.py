@@ -100,7 +100,7 @@ from kitlib.outputs.collapse import check_ready
 from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
 from kitlib.data import kit_id_copy, read_csv_checked
-from kitlib.training.handoff import check_reload, refusal_marked
+from kitlib.training.handoff import check_reload, mark_passed, refusal_marked
 from kitlib.models.model import resolve_checkpoint
 from kitlib.infer import InferJob, predict
 from kitlib.run.runtime import detect_runtime
@@ -327,4 +327,5 @@ with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never 
                           label=label_col)
 print(f"reloaded checkpoint vs in-memory model on {reload['rows']} validation rows, both at {reload['precision']}: "
       f"max |diff| = {reload['gap']:.2e} (a correct reload stays within {reload['tolerance']:g})")
+mark_passed(out_dir, {"reload": reload, "predictions": held, "heldout_auc": scores and scores["roc_auc"]})  # ready: model="auto" may pick it
 print(f"checkpoint ready for the inference notebook: {out_dir}")
