@@ -170,19 +170,8 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
     """
     if model == "auto":
         looked = []
-        if purpose == "inference" and trained_dir is not None:
-            skip = not_ready(trained_dir) if _is_checkpoint(Path(trained_dir)) else None
-            skip = skip if skip is not None and skip[0] != "unchecked" else None
-            refused = refusal(trained_dir) if skip and skip[0] == "refused" else None
-            looked.append(str(trained_dir) + (f" (skipped: the hand-off refused it; {refused})" if refused else
-                                              f" (skipped: {skip[1]})" if skip else ""))
-            if _is_checkpoint(Path(trained_dir)) and skip is None:
-                return warn_unchecked(Path(trained_dir))
-            if refused:
-                print(f"note: model='auto' skips {trained_dir}: the training notebook's hand-off refused it "
-                      f"({Path(trained_dir) / 'handoff_refused.json'} says why)", flush=True)
-            elif skip:
-                print(f"note: model='auto' skips {trained_dir}: {skip[1]}", flush=True)
+        if purpose == "inference" and trained_dir is not None and _auto_trained_dir(Path(trained_dir), looked):
+            return warn_unchecked(Path(trained_dir))
         if search_dir is not None:
             looked.append(f"{search_dir} (every folder, {'kit-trained checkpoints' if purpose == 'inference' else 'any checkpoint'})")
             found = find_checkpoints(search_dir, trained=purpose == "inference")
@@ -229,6 +218,23 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
             return check_ready_for_inference(p, f"model={model!r}")
         return p
     return _hub_checkpoint(model)
+
+
+def _auto_trained_dir(trained_dir: Path, looked: list) -> bool:
+    """Whether ``model="auto"`` takes the working folder's checkpoint ``trained_dir`` for inference: not when
+    there is none, its hand-off refused it, or its run did not finish (:func:`kitlib.checkpoint.not_ready`;
+    a note names it). Appends what it looked at to ``looked``."""
+    skip = not_ready(trained_dir) if _is_checkpoint(trained_dir) else None
+    skip = skip if skip is not None and skip[0] != "unchecked" else None
+    refused = refusal(trained_dir) if skip and skip[0] == "refused" else None
+    looked.append(str(trained_dir) + (f" (skipped: the hand-off refused it; {refused})" if refused else
+                                      f" (skipped: {skip[1]})" if skip else ""))
+    if refused:
+        print(f"note: model='auto' skips {trained_dir}: the training notebook's hand-off refused it "
+              f"({trained_dir / 'handoff_refused.json'} says why)", flush=True)
+    elif skip:
+        print(f"note: model='auto' skips {trained_dir}: {skip[1]}", flush=True)
+    return _is_checkpoint(trained_dir) and skip is None
 
 
 def check_ready_for_inference(folder: Path, what: str) -> Path:
