@@ -296,6 +296,12 @@ def test_notebook_end_to_end(tmp_path, sharp_checkpoint):
     assert counts[steps:] == [history["epochs"][0]["compile_count"]] * steps  # epoch 2 compiles nothing
     assert all(0.0 <= e["valid_auc"] <= 1.0 for e in history["epochs"])
     assert (out_dir / "config.json").is_file() and (out_dir / "tokenizer.json").is_file()
+    # issue 33 item 3: the hand-off passed, so it marked the folder ready (the run's id and epochs)
+    from kitlib.checkpoint import READY_FILE, not_ready
+
+    mark = json.loads((out_dir / READY_FILE).read_text())
+    assert (mark["run_id"], mark["epochs"]) == (history["run_id"], 2) and mark["checks"]["reload"]["precision"] == "bf16"
+    assert not_ready(out_dir) is None
     executed = json.loads((tmp_path / "executed.ipynb").read_text())
     outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     text = "".join("".join(o.get("text", "")) for o in outputs)
