@@ -59,51 +59,58 @@ SAMPLE_DATA = ROOT / "data" / "jigsaw-sample"
 SCORE_TIMEOUT_S = 1800  # Jigsaw Multilingual scores a 63,812-row file in about a minute; half an hour is generous
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scripts/kernels.py", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _project_args(sp) -> None:
+    """The options of every command that stages kernels: owner, build folder, metadata, ``-p``."""
+    sp.add_argument("--owner", help="kernel owner for the ids (default: the Kaggle user of the credentials)")
+    sp.add_argument("--out", type=Path, default=BUILD, help="where kernel folders go (default build/kernels)")
+    sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA, help="the top-level kernel-metadata.json")
+    sp.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
+                    help="a parameter of the notebook's parameters cell, injected as papermill would")
 
-    def project_args(sp):
-        sp.add_argument("--owner", help="kernel owner for the ids (default: the Kaggle user of the credentials)")
-        sp.add_argument("--out", type=Path, default=BUILD, help="where kernel folders go (default build/kernels)")
-        sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA, help="the top-level kernel-metadata.json")
-        sp.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
-                        help="a parameter of the notebook's parameters cell, injected as papermill would")
 
-    def waiting(sp, default_wait):
-        sp.add_argument("--timeout", type=float, default=default_wait,
-                        help=f"seconds to wait for each run (default {DEFAULT_WAIT_S:g}: Kaggle's 9-hour TPU session limit)")
-        sp.add_argument("--poll", type=float, default=30, help="seconds between status calls (default 30)")
-        sp.add_argument("--retries", type=int, default=10, help="retries while an earlier version runs (HTTP 409)")
-        sp.add_argument("--retry-wait", type=float, default=30, help="seconds between 409 retries (default 30)")
-        sp.add_argument("--session-timeout", type=int, help="Kaggle-side run time limit in seconds")
+def _waiting_args(sp) -> None:
+    """The options of waiting for a pushed run: timeout, poll, 409 retries, Kaggle's session limit."""
+    sp.add_argument("--timeout", type=float, default=DEFAULT_WAIT_S,
+                    help=f"seconds to wait for each run (default {DEFAULT_WAIT_S:g}: Kaggle's 9-hour TPU session limit)")
+    sp.add_argument("--poll", type=float, default=30, help="seconds between status calls (default 30)")
+    sp.add_argument("--retries", type=int, default=10, help="retries while an earlier version runs (HTTP 409)")
+    sp.add_argument("--retry-wait", type=float, default=30, help="seconds between 409 retries (default 30)")
+    sp.add_argument("--session-timeout", type=int, help="Kaggle-side run time limit in seconds")
 
-    def scoring(sp):
-        sp.add_argument("--competition", help="competition slug (default: the project's competition_sources)")
-        sp.add_argument("-m", "--message", default="", help="submission description")
-        sp.add_argument("--score-timeout", type=float, default=SCORE_TIMEOUT_S, help=f"seconds to wait for the score (default {SCORE_TIMEOUT_S})")
-        sp.add_argument("--score-poll", type=float, default=10, help="seconds between score checks (default 10)")
-        sp.add_argument("--sample-submission", type=Path,
-                        help="check the file against this (default: the competition's sample_submission.csv, downloaded)")
-        sp.add_argument("--force", action="store_true", help="submit without the local check of the file")
 
-    for name, what in (("stage", "stage kernel folders (vendored kitlib + kernel-metadata.json) and validate them"),
-                       ("validate", "= push --dry-run: stage and validate, send nothing")):
-        sp = sub.add_parser(name, help=what)
-        sp.add_argument("notebooks", nargs="*", help="notebooks/X.py, X.ipynb or X (default: every notebook)")
-        project_args(sp)
-    sp = sub.add_parser("push", help="stage, validate and push; optionally wait for the run and download its output")
+def _scoring_args(sp) -> None:
+    """The options of a submission: competition, message, the score wait, the local check of the file."""
+    sp.add_argument("--competition", help="competition slug (default: the project's competition_sources)")
+    sp.add_argument("-m", "--message", default="", help="submission description")
+    sp.add_argument("--score-timeout", type=float, default=SCORE_TIMEOUT_S, help=f"seconds to wait for the score (default {SCORE_TIMEOUT_S})")
+    sp.add_argument("--score-poll", type=float, default=10, help="seconds between score checks (default 10)")
+    sp.add_argument("--sample-submission", type=Path,
+                    help="check the file against this (default: the competition's sample_submission.csv, downloaded)")
+    sp.add_argument("--force", action="store_true", help="submit without the local check of the file")
+
+
+def _stage_args(sp) -> None:
+    """``stage`` and ``validate``: the notebooks (default every one) and the project options."""
+    sp.add_argument("notebooks", nargs="*", help="notebooks/X.py, X.ipynb or X (default: every notebook)")
+    _project_args(sp)
+
+
+def _push_args(sp) -> None:
+    """``push``: the notebooks or ``--all``, ``--dry-run``, and ``--wait`` with its download folder."""
     sp.add_argument("notebooks", nargs="*", help="notebooks/X.py, X.ipynb or X (or --all)")
     sp.add_argument("--all", action="store_true", help="push every notebook (each starts a Kaggle session)")
-    project_args(sp)
+    _project_args(sp)
     sp.add_argument("--dry-run", action="store_true", help="stage and validate only; send nothing")
     sp.add_argument("--wait", action="store_true", help="wait for the run (QUEUED/RUNNING -> COMPLETE/ERROR)")
-    waiting(sp, DEFAULT_WAIT_S)
+    _waiting_args(sp)
     sp.add_argument("--output", type=Path, help="with --wait: download output files and log here (per kernel folder)")
-    sp = sub.add_parser("run", help="push, wait, download, optionally submit: one notebook or a chain")
+
+
+def _run_args(sp) -> None:
+    """``run``: the chain or notebooks, a fan-out over folds or seeds, and the submission at the end."""
     sp.add_argument("targets", nargs="+", help="a chain of kernel-metadata.json's 'chains', or notebooks, run in order")
-    project_args(sp)
-    waiting(sp, DEFAULT_WAIT_S)
+    _project_args(sp)
+    _waiting_args(sp)
     sp.add_argument("--output", type=Path, default=OUTPUTS, help="output folder, one per kernel (default outputs/kernels)")
     sp.add_argument("--folds", type=int, default=0, metavar="K",
                     help="one training kernel per fold (-p fold=i folds=K), then the chain's next kernels on all of them")
@@ -114,16 +121,22 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--submit", action="store_true", help="submit the last kernel's output file when it completes")
     sp.add_argument("-f", "--file", default="submission.csv", help="the output file to submit (default submission.csv)")
     sp.add_argument("--code", action="store_true", help="a code competition: submit the kernel version, not the file")
-    scoring(sp)
-    sp = sub.add_parser("submit", help="submit a file, or a kernel's output, and wait for its score")
+    _scoring_args(sp)
+
+
+def _submit_args(sp) -> None:
+    """``submit``: a local file, or a kernel version's output file."""
     sp.add_argument("file", nargs="?", type=Path, help="a local submission file")
     sp.add_argument("--kernel", help="owner/slug: submit this kernel's output file instead")
     sp.add_argument("--version", type=int, help="the kernel's version (the number push printed; default: the latest)")
     sp.add_argument("-f", "--file-name", default="submission.csv", help="with --kernel: its output file (default submission.csv)")
     sp.add_argument("--code", action="store_true", help="a code competition: Kaggle submits the kernel version itself")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
-    scoring(sp)
-    sp = sub.add_parser("publish", help="publish a checkpoint as a new version of a Kaggle data set (kernels attach it by name)")
+    _scoring_args(sp)
+
+
+def _publish_args(sp) -> None:
+    """``publish``: what to publish, the data set, and the entries that attach it."""
     sp.add_argument("source", help="a checkpoint folder, a packaged name (multilingual-e5-small), or a training kernel "
                                    "owner/slug[/VERSION] (its output's artifacts/xlmr-toxic)")
     sp.add_argument("--dataset", required=True, help="the data set, owner/slug (created, private, when it does not exist)")
@@ -131,20 +144,31 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--attach", action="append", default=[], metavar="NOTEBOOK",
                     help="add the data set to this entry's dataset_sources in kernel-metadata.json (e.g. xla_multicore_inference)")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
-    sp = sub.add_parser("submissions", help="list what was submitted, with the scores and the run each came from")
+
+
+def _submissions_args(sp) -> None:
+    """``submissions``: the competition and where the runs a description names are looked up."""
     sp.add_argument("--competition")
     sp.add_argument("--runs-root", type=Path, default=OUTPUTS,
                     help="where to look up the runs a description names: runs.csv tables under this folder (the "
                          "kernels' downloaded outputs, default outputs/kernels) and under artifacts/")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
-    sp = sub.add_parser("status", help="a run's status")
+
+
+def _status_args(sp) -> None:
+    """``status``: one kernel, one version."""
     sp.add_argument("kernel", help="owner/slug")
     sp.add_argument("--version", type=int, help="one version (default: the latest run)")
-    sp = sub.add_parser("output", help="download a run's output files and log")
-    sp.add_argument("kernel", help="owner/slug")
-    sp.add_argument("--version", type=int, help="one version (default: the latest run)")
+
+
+def _output_args(sp) -> None:
+    """``output``: one kernel version (as ``status``) and the folder its files go to."""
+    _status_args(sp)
     sp.add_argument("-o", "--dest", type=Path, default=Path("outputs") / "kernels", help="folder (default outputs/kernels/<slug>)")
-    sp = sub.add_parser("run-local", help="stage and execute one notebook with papermill in a /kaggle-like folder")
+
+
+def _run_local_args(sp) -> None:
+    """``run-local``: one notebook, its /kaggle-like folder, the data and inputs mounted, ``-p``."""
     sp.add_argument("notebook")
     sp.add_argument("--root", type=Path, help="folder holding <slug>/{input,working,tmp}, one per kernel (default: a new temp folder)")
     sp.add_argument("--data", type=Path, default=SAMPLE_DATA, help="competition data to mount (default data/jigsaw-sample)")
@@ -156,7 +180,6 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--owner", default=None, help="kernel owner for the id (default: the Kaggle user, else 'local')")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
     sp.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
-    return p
 
 
 def _error(lines) -> None:
@@ -215,10 +238,10 @@ def _stage_all(a, api, owner, project, notebooks: list[Path], table: bool = Fals
         for n in st.notes:
             _error(f"note: {py}: {n}")
         cell = next(c for c in json.loads(st.notebook.read_text(encoding="ascii"))["cells"] if c.get("id") == VENDOR_TAG)
-        n = len(vendored_files("".join(cell["source"])))
+        n, size = len(vendored_files("".join(cell["source"]))), len("".join(cell["source"]))
         given = ", ".join(f"{k}={v!r}" for k, v in st.parameters)
         print(f"{py}: staged {st.folder} as {st.kernel_id} ({st.accelerator}, "
-              f"{st.metadata.get('machine_shape') or 'no accelerator'}; kitlib {n} modules vendored"
+              f"{st.metadata.get('machine_shape') or 'no accelerator'}; kitlib {n} modules vendored, {size / 1000:.0f} K characters"
               + (f"; parameters {given}" if given else "") + ")")
     check_distinct_kernels([(label, st.kernel_id) for label, st in zip(labels, staged)])
     if (table or a.parameter or len(units) > len(notebooks)) and staged:
@@ -326,115 +349,6 @@ def _push_wait_download(a, st, api, dest_root: Path) -> tuple[int | None, bool, 
     return version, written is not None, dest, written
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line (see the module docstring); returns the exit status (0, 1, 2 or 3)."""
-    import requests
-
-    a = _parser().parse_args(argv)
-    if a.cmd == "push" and not a.notebooks and not a.all:
-        _error("error: push: name the notebooks to push (each starts a Kaggle session; an inference kernel pushed "
-               "before its training kernel has finished reads the old output), or pass --all; to run training then "
-               "inference use: run CHAIN")
-        return 2
-    sending = a.cmd in ("status", "output", "run", "submit", "submissions", "publish") or (a.cmd == "push" and not a.dry_run)
-    try:
-        api = kaggle_api(require_credentials=sending)  # before any work: a clear message, exit 3
-    except CredentialsError as e:
-        _error(f"error: {e}")
-        return 3
-    try:
-        if a.cmd == "status":
-            from .sdk import kernel_status
-
-            owner, slug, _ = api.parse_kernel_string(a.kernel)
-            with api.build_kaggle_client() as kaggle:
-                resp = kernel_status(kaggle, owner, slug, a.version)
-            status = getattr(resp.status, "name", str(resp.status))
-            print(f"{a.kernel}: {status}" + (f": {resp.failure_message}" if resp.failure_message else ""))
-            return 0 if status != "ERROR" else 1
-        if a.cmd == "output":
-            dest = version_dir(a.dest, a.kernel.split("/")[-1], a.version)
-            return 0 if _download(a.kernel, api, dest, a.version) is not None else 1
-        if a.cmd == "submissions":
-            competition = _competition(a)
-            subs = list_submissions(api, competition)
-            print(f"{competition}: {len(subs)} submission(s)")
-            for s in subs:
-                print(format_submission(s))
-                for line in run_lines(s, [a.runs_root, ROOT / "artifacts"]):
-                    print(line)
-            return 0
-        if a.cmd == "submit":
-            return _submit(a, api)
-        if a.cmd == "publish":
-            from .publish import PublishError, publish, record
-
-            try:
-                done = publish(a.source, a.dataset, api, message=a.message)
-            except PublishError as e:
-                _error(f"error: {e}")
-                return 1
-            print(f"{a.dataset}: {'created' if done['created'] else 'new version'} from {done['folder']} "
-                  f"({len(done['files'])} files: {', '.join(done['files'])})", flush=True)
-            for line in record(a.metadata, a.dataset, done["model"], a.attach):
-                print(f"{a.metadata}: {line}", flush=True)
-            if not a.attach and not done["model"]:
-                print(f"attach it: python -m kaggle_kit publish ... --attach xla_multicore_inference, or add "
-                      f"\"dataset_sources\": [\"{a.dataset}\"] to that entry (model=\"auto\" finds it under /kaggle/input)")
-            return 0
-        owner = getattr(a, "owner", None) or kaggle_username(api)
-        project = load_project_metadata(a.metadata)
-        notebooks_dir = a.metadata.parent / "notebooks"
-        problems = entry_problems(project, notebooks_dir)
-        if problems:
-            _error([f"error: {a.metadata}: its notebooks table and {notebooks_dir} disagree:"] + [f"  {p}" for p in problems])
-            return 2
-        if a.cmd == "run-local":
-            return _run_local(a, api, owner, project, notebooks_dir)
-        units = None
-        if a.cmd == "run":
-            names = [n for t in a.targets for n in chain(project, Path(t).stem if t.endswith((".py", ".ipynb")) else t)]
-            check_order(project, names, "run " + " ".join(a.targets))
-            notebooks = notebook_paths(names, notebooks_dir)
-            if a.folds or a.seeds is not None:
-                from .fanout import plan
-
-                units = plan(project, names, folds=a.folds, seeds=a.seeds,
-                             defaults={py.stem: notebook_defaults(read_notebook(py)) for py in notebooks})
-        else:
-            notebooks = notebook_paths(a.notebooks or None, notebooks_dir)
-        staged, invalid, waves = _stage_all(a, api, owner, project, notebooks, table=a.cmd == "run", units=units)
-        if invalid:
-            return 2
-        if a.cmd in ("stage", "validate") or getattr(a, "dry_run", False):
-            print(f"{len(staged)} kernel(s) valid" + ("; dry run: nothing sent" if a.cmd != "stage" else ""))
-            return 0
-        if a.cmd == "run":
-            return _run(a, api, project, staged, waves)
-        failed = 0
-        for st in staged:
-            try:
-                if a.wait:
-                    ok = _push_wait_download(a, st, api, a.output)[1] if a.output else _push_wait(a, st, api)[1]
-                    failed += not ok
-                else:
-                    resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
-                    print(f"{st.kernel_id}: pushed version {resp.version_number}: {resp.url}", flush=True)
-            except (PushError, requests.RequestException) as e:
-                _error(f"error: {e}")
-                failed += 1
-        return 1 if failed else 0
-    except requests.RequestException as e:  # status/output calls, or the network
-        _error(f"error: Kaggle API call failed: {type(e).__name__}: {e}")
-        return 1
-    except SubmitError as e:
-        _error(f"error: {e}")
-        return 1
-    except (MetadataError, ParameterError, FileNotFoundError) as e:
-        _error(f"error: {e}")
-        return 2
-
-
 def _push_wait(a, st, api) -> tuple[int | None, bool]:
     resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
     print(f"{st.kernel_id}: pushed version {resp.version_number}: {resp.url}", flush=True)
@@ -533,6 +447,214 @@ def _submit(a, api) -> int:
         ref = submit_file(api, competition, path, description(a.message or path.name, path))
     print(f"{competition}: submitted as {ref}; waiting for the score", flush=True)
     return _score(a, api, competition, ref)
+
+
+def _project(a, api) -> tuple[str, dict, Path] | None:
+    """The kernel owner, the project's metadata and its notebooks folder; None (said) when the
+    metadata's notebooks table and that folder disagree."""
+    owner = getattr(a, "owner", None) or kaggle_username(api)
+    project = load_project_metadata(a.metadata)
+    notebooks_dir = a.metadata.parent / "notebooks"
+    problems = entry_problems(project, notebooks_dir)
+    if problems:
+        _error([f"error: {a.metadata}: its notebooks table and {notebooks_dir} disagree:"] + [f"  {p}" for p in problems])
+        return None
+    return owner, project, notebooks_dir
+
+
+def _stage_named(a, api) -> list | None:
+    """Stage the notebooks named on the command line (default: every one); None (said) when the
+    project or any kernel is invalid."""
+    found = _project(a, api)
+    if found is None:
+        return None
+    owner, project, notebooks_dir = found
+    staged, invalid, _ = _stage_all(a, api, owner, project, notebook_paths(a.notebooks or None, notebooks_dir))
+    return None if invalid else staged
+
+
+def _valid(a, staged) -> int:
+    """Say how many kernels are valid (``stage``, ``validate``, ``push --dry-run``)."""
+    print(f"{len(staged)} kernel(s) valid" + ("; dry run: nothing sent" if a.cmd != "stage" else ""))
+    return 0
+
+
+def _cmd_stage(a, api) -> int:
+    """``stage`` and ``validate``: stage and validate the kernels, send nothing."""
+    staged = _stage_named(a, api)
+    return 2 if staged is None else _valid(a, staged)
+
+
+def _push_one(a, st, api) -> bool:
+    """Push one staged kernel (with ``--wait``, wait for it and download its output); False when it failed (said)."""
+    import requests
+
+    try:
+        if a.wait:
+            return _push_wait_download(a, st, api, a.output)[1] if a.output else _push_wait(a, st, api)[1]
+        resp = push(st, api, retries=a.retries, retry_wait=a.retry_wait, timeout=a.session_timeout)
+        print(f"{st.kernel_id}: pushed version {resp.version_number}: {resp.url}", flush=True)
+        return True
+    except (PushError, requests.RequestException) as e:
+        _error(f"error: {e}")
+        return False
+
+
+def _cmd_push(a, api) -> int:
+    """``push``: stage, validate and push each kernel (``--dry-run``: send nothing)."""
+    staged = _stage_named(a, api)
+    if staged is None:
+        return 2
+    if a.dry_run:
+        return _valid(a, staged)
+    failed = sum(not _push_one(a, st, api) for st in staged)
+    return 1 if failed else 0
+
+
+def _chain_units(a, project: dict, notebooks_dir: Path) -> tuple[list[Path], list | None]:
+    """``run``'s targets as notebooks in chain order, and the fan-out's units with ``--folds`` or
+    ``--seeds`` (:func:`~.fanout.plan`; None without)."""
+    names = [n for t in a.targets for n in chain(project, Path(t).stem if t.endswith((".py", ".ipynb")) else t)]
+    check_order(project, names, "run " + " ".join(a.targets))
+    notebooks = notebook_paths(names, notebooks_dir)
+    if not a.folds and a.seeds is None:
+        return notebooks, None
+    from .fanout import plan
+
+    return notebooks, plan(project, names, folds=a.folds, seeds=a.seeds,
+                           defaults={py.stem: notebook_defaults(read_notebook(py)) for py in notebooks})
+
+
+def _cmd_run(a, api) -> int:
+    """``run``: stage a chain (or its fan-out), then push, wait and download it kernel by kernel (:func:`_run`)."""
+    found = _project(a, api)
+    if found is None:
+        return 2
+    owner, project, notebooks_dir = found
+    notebooks, units = _chain_units(a, project, notebooks_dir)
+    staged, invalid, waves = _stage_all(a, api, owner, project, notebooks, table=True, units=units)
+    if invalid:
+        return 2
+    return _run(a, api, project, staged, waves)
+
+
+def _cmd_run_local(a, api) -> int:
+    """``run-local``: one notebook executed in a /kaggle-like folder (:func:`_run_local`)."""
+    found = _project(a, api)
+    return 2 if found is None else _run_local(a, api, *found)
+
+
+def _cmd_status(a, api) -> int:
+    """``status``: print a run's status; 1 when it is ERROR."""
+    from .sdk import kernel_status
+
+    owner, slug, _ = api.parse_kernel_string(a.kernel)
+    with api.build_kaggle_client() as kaggle:
+        resp = kernel_status(kaggle, owner, slug, a.version)
+    status = getattr(resp.status, "name", str(resp.status))
+    print(f"{a.kernel}: {status}" + (f": {resp.failure_message}" if resp.failure_message else ""))
+    return 0 if status != "ERROR" else 1
+
+
+def _cmd_output(a, api) -> int:
+    """``output``: download a run's output files and log into its version's folder (:func:`version_dir`)."""
+    dest = version_dir(a.dest, a.kernel.split("/")[-1], a.version)
+    return 0 if _download(a.kernel, api, dest, a.version) is not None else 1
+
+
+def _cmd_submissions(a, api) -> int:
+    """``submissions``: list the competition's submissions with their scores and the runs they came from."""
+    competition = _competition(a)
+    subs = list_submissions(api, competition)
+    print(f"{competition}: {len(subs)} submission(s)")
+    for s in subs:
+        print(format_submission(s))
+        for line in run_lines(s, [a.runs_root, ROOT / "artifacts"]):
+            print(line)
+    return 0
+
+
+def _cmd_publish(a, api) -> int:
+    """``publish``: a checkpoint as a new data set version, recorded in the entries that attach it."""
+    from .publish import PublishError, publish, record
+
+    try:
+        done = publish(a.source, a.dataset, api, message=a.message)
+    except PublishError as e:
+        _error(f"error: {e}")
+        return 1
+    print(f"{a.dataset}: {'created' if done['created'] else 'new version'} from {done['folder']} "
+          f"({len(done['files'])} files: {', '.join(done['files'])})", flush=True)
+    for line in record(a.metadata, a.dataset, done["model"], a.attach):
+        print(f"{a.metadata}: {line}", flush=True)
+    if not a.attach and not done["model"]:
+        print(f"attach it: python -m kaggle_kit publish ... --attach xla_multicore_inference, or add "
+              f"\"dataset_sources\": [\"{a.dataset}\"] to that entry (model=\"auto\" finds it under /kaggle/input)")
+    return 0
+
+
+# The subcommands, in --help's order: name -> (help, add its arguments, run it: (args, api) -> exit status).
+COMMANDS = {
+    "stage": ("stage kernel folders (vendored kitlib + kernel-metadata.json) and validate them", _stage_args, _cmd_stage),
+    "validate": ("= push --dry-run: stage and validate, send nothing", _stage_args, _cmd_stage),
+    "push": ("stage, validate and push; optionally wait for the run and download its output", _push_args, _cmd_push),
+    "run": ("push, wait, download, optionally submit: one notebook or a chain", _run_args, _cmd_run),
+    "submit": ("submit a file, or a kernel's output, and wait for its score", _submit_args, _submit),
+    "publish": ("publish a checkpoint as a new version of a Kaggle data set (kernels attach it by name)", _publish_args, _cmd_publish),
+    "submissions": ("list what was submitted, with the scores and the run each came from", _submissions_args, _cmd_submissions),
+    "status": ("a run's status", _status_args, _cmd_status),
+    "output": ("download a run's output files and log", _output_args, _cmd_output),
+    "run-local": ("stage and execute one notebook with papermill in a /kaggle-like folder", _run_local_args, _cmd_run_local),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one subparser per row of :data:`COMMANDS`."""
+    p = argparse.ArgumentParser(prog="scripts/kernels.py", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name, (what, add_arguments, _) in COMMANDS.items():
+        add_arguments(sub.add_parser(name, help=what))
+    return p
+
+
+def _sends(a) -> bool:
+    """Whether the command talks to Kaggle (so it needs credentials): all but stage, validate,
+    run-local and ``push --dry-run``."""
+    return a.cmd in ("status", "output", "run", "submit", "submissions", "publish") or (a.cmd == "push" and not a.dry_run)
+
+
+def _guarded(command, a, api) -> int:
+    """Run one command, its refusals turned into exit statuses: 1 a Kaggle call or a submission
+    failed, 2 invalid metadata or parameters, or a missing file."""
+    import requests
+
+    try:
+        return command(a, api)
+    except requests.RequestException as e:  # status/output calls, or the network
+        _error(f"error: Kaggle API call failed: {type(e).__name__}: {e}")
+        return 1
+    except SubmitError as e:
+        _error(f"error: {e}")
+        return 1
+    except (MetadataError, ParameterError, FileNotFoundError) as e:
+        _error(f"error: {e}")
+        return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (see the module docstring); returns the exit status (0, 1, 2 or 3)."""
+    a = _parser().parse_args(argv)
+    if a.cmd == "push" and not a.notebooks and not a.all:
+        _error("error: push: name the notebooks to push (each starts a Kaggle session; an inference kernel pushed "
+               "before its training kernel has finished reads the old output), or pass --all; to run training then "
+               "inference use: run CHAIN")
+        return 2
+    try:
+        api = kaggle_api(require_credentials=_sends(a))  # before any work: a clear message, exit 3
+    except CredentialsError as e:
+        _error(f"error: {e}")
+        return 3
+    return _guarded(COMMANDS[a.cmd][2], a, api)
 
 
 __all__ = ["main", "output_command"]

@@ -154,8 +154,22 @@ def internet_needs(nb, skip_tag: str | None = None, attached_packaged=()) -> lis
              if c.cell_type == "code" and skip_tag not in (c.get("metadata", {}).get("tags") or [])]
     trees = {i: _python(c.source) for i, c in cells}
     consts = _constants(t for t in trees.values() if t is not None)
+    effective = _effective_parameters(cells, trees)
     needs: list[Need] = []
-    # the model parameters' effective values: the parameters cell's, overridden by the injected cell's (-p)
+    for i, c in cells:
+        tree = trees[i]
+        if tree is None:
+            needs.append(Need(i, "does not parse as Python: cannot tell what it downloads", False))
+            continue
+        needs += _shell_needs(i, tree)
+        needs += _parameter_needs(i, effective.get(i, ()), attached_packaged)
+        needs += _call_needs(i, tree, consts)
+    return needs
+
+
+def _effective_parameters(cells, trees) -> dict[int, list[tuple[str, str]]]:
+    """The model parameters' effective values, by the cell that sets them: the parameters cell's,
+    overridden by the injected cell's (``-p``)."""
     where: dict[str, tuple[int, str]] = {}
     for tag in PARAMETER_TAGS:
         for i, c in cells:
@@ -168,45 +182,59 @@ def internet_needs(nb, skip_tag: str | None = None, attached_packaged=()) -> lis
     effective: dict[int, list[tuple[str, str]]] = {}
     for name, (i, value) in where.items():
         effective.setdefault(i, []).append((name, value))
-    for i, c in cells:
-        tree = trees[i]
-        if tree is None:
-            needs.append(Need(i, "does not parse as Python: cannot tell what it downloads", False))
+    return effective
+
+
+def _shell_needs(i: int, tree) -> list[Need]:
+    """Cell ``i``'s shell commands that download (:data:`SHELL_NEEDS`), one need per command."""
+    needs = []
+    for cmd in _shell_commands(tree):
+        for pattern, why, fix in SHELL_NEEDS:
+            if pattern.search(cmd):
+                needs.append(Need(i, f"runs `{cmd.strip()}`: {why} ({fix})", True))
+                break
+    return needs
+
+
+def _parameter_needs(i: int, params, attached_packaged) -> list[Need]:
+    """Cell ``i``'s model parameters (name, value) that download: a packaged model not attached,
+    or a hub name."""
+    needs = []
+    for name, value in params:
+        if name == "model" and value in attached_packaged:
             continue
-        for cmd in _shell_commands(tree):
-            for pattern, why, fix in SHELL_NEEDS:
-                if pattern.search(cmd):
-                    needs.append(Need(i, f"runs `{cmd.strip()}`: {why} ({fix})", True))
-                    break
-        for name, value in effective.get(i, ()):
-            if name == "model" and value in attached_packaged:
-                continue
-            if name == "model" and value in PACKAGED_MODELS:
-                needs.append(Need(i, f"parameter {name} = {value!r} {PACKAGED_MODELS[value]}", True))
-            elif value not in MODEL_PARAMETERS[name]:
-                kind = name_kind(value)
-                if kind != "local":
-                    needs.append(Need(i, f"parameter {name} = {value!r} is a hub name, downloaded when the notebook "
-                                         f"runs (offline: {' or '.join(map(repr, MODEL_PARAMETERS[name]))}, or the "
-                                         f"/kaggle/input folder of an attached model)", kind == "hub"))
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call) or _call_name(node) not in DOWNLOAD_CALLS:
-                continue
-            call = _call_name(node)
-            arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == DOWNLOAD_CALLS[call]), None)
-            if arg is None:
-                continue
-            value = _strings(arg)
-            if value is None and isinstance(arg, ast.Name):
-                value = consts.get(arg.id)
-            if value is None:
-                needs.append(Need(i, f"calls {call}({ast.unparse(arg)}): cannot tell whether that is a local folder "
-                                     "or a hub name (downloaded)", False))
-                continue
-            if value in MODEL_PARAMETERS.get(getattr(arg, "id", ""), ()):
-                continue  # a model parameter's offline value, resolved by the notebook
+        if name == "model" and value in PACKAGED_MODELS:
+            needs.append(Need(i, f"parameter {name} = {value!r} {PACKAGED_MODELS[value]}", True))
+        elif value not in MODEL_PARAMETERS[name]:
             kind = name_kind(value)
             if kind != "local":
-                needs.append(Need(i, f"calls {call}({value!r}): a hub name, downloaded (offline: attach it as a model "
-                                     "or data set and load its /kaggle/input folder)", kind == "hub"))
+                needs.append(Need(i, f"parameter {name} = {value!r} is a hub name, downloaded when the notebook "
+                                     f"runs (offline: {' or '.join(map(repr, MODEL_PARAMETERS[name]))}, or the "
+                                     f"/kaggle/input folder of an attached model)", kind == "hub"))
+    return needs
+
+
+def _call_needs(i: int, tree, consts: dict[str, str | None]) -> list[Need]:
+    """Cell ``i``'s calls of :data:`DOWNLOAD_CALLS` given a hub name, or a name it cannot read."""
+    needs = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or _call_name(node) not in DOWNLOAD_CALLS:
+            continue
+        call = _call_name(node)
+        arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == DOWNLOAD_CALLS[call]), None)
+        if arg is None:
+            continue
+        value = _strings(arg)
+        if value is None and isinstance(arg, ast.Name):
+            value = consts.get(arg.id)
+        if value is None:
+            needs.append(Need(i, f"calls {call}({ast.unparse(arg)}): cannot tell whether that is a local folder "
+                                 "or a hub name (downloaded)", False))
+            continue
+        if value in MODEL_PARAMETERS.get(getattr(arg, "id", ""), ()):
+            continue  # a model parameter's offline value, resolved by the notebook
+        kind = name_kind(value)
+        if kind != "local":
+            needs.append(Need(i, f"calls {call}({value!r}): a hub name, downloaded (offline: attach it as a model "
+                                 "or data set and load its /kaggle/input folder)", kind == "hub"))
     return needs

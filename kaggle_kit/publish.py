@@ -21,6 +21,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from kitlib.checkpoint import SOURCE_FILE
+
 from .rules import MetadataError
 
 CHECKPOINT = "artifacts/xlmr-toxic"  # where the training notebook writes its checkpoint in its output
@@ -153,7 +155,7 @@ def publish(source: str, dataset: str, api, *, message: str = "", title: str | N
                 except OSError:
                     shutil.copy2(f, dst)
         model = None
-        src = folder / "kitlib-source.json"
+        src = folder / SOURCE_FILE
         if src.is_file():
             try:
                 model = json.loads(src.read_text(encoding="utf-8")).get("model")

@@ -267,7 +267,7 @@ def notebook_parameter(nb, name: str):
     return value
 
 
-# the kitlib calls a notebook resolves its `model` parameter with (kitlib.cv.groups.resolve_members passes its
+# the kitlib calls a notebook resolves its `model` parameter with (kitlib.infer.resolve_members passes its
 # keywords on to kitlib.models.model.resolve_checkpoint)
 MODEL_RESOLVERS = ("resolve_checkpoint", "resolve_members")
 

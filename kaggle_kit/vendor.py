@@ -1,11 +1,13 @@
-"""kitlib vendored into a staged notebook: a first code cell that writes the kitlib modules it imports.
+"""kitlib vendored into a staged notebook: a code cell, after the parameters, that writes the kitlib modules it imports.
 
 The cell carries only the notebook's import closure of kitlib (:func:`import_closure`: the
 modules its code cells import, and what those import, found by reading them with :mod:`ast`,
 subpackages included), and stays readable on kaggle.com: a short head says what it is and lists
 the modules, then comes :file:`vendor_cell.py` (real Python, read here as text), then one call,
 ``_vendor_kitlib("<payload>", sha256)``, whose payload is the modules' sources as JSON,
-zlib-compressed and base64-encoded (folded into lines). On Kaggle the cell writes them to a
+bz2-compressed and base85-encoded (folded into lines: about a quarter smaller than zlib and base64).
+The cell comes after the notebook's title and its ``parameters`` cell (:func:`vendor_index`), so
+kaggle.com shows the story first, and papermill still sees the parameters cell as it is. On Kaggle the cell writes them to a
 folder outside ``/kaggle/working`` (``kitlib.paths.scratch_dir``'s rule: ``$KAGGLE_TMP_DIR``, else
 ``<tmp>/kaggle-kit``), so they are not part of the kernel's output; it checks their sha256, and
 puts that folder first on ``sys.path`` and ``PYTHONPATH``, so ``import kitlib`` works in the
@@ -15,15 +17,16 @@ from __future__ import annotations
 
 import ast
 import base64
+import bz2
 import copy
 import hashlib
 import json
 import textwrap
-import zlib
 from pathlib import Path
 
 import nbformat
 
+from .parameters import INJECTED_TAG
 from .rules import VENDOR_TAG
 
 CELL_FILE = Path(__file__).with_name("vendor_cell.py")
@@ -135,14 +138,15 @@ def kitlib_digest(files: dict[str, str]) -> str:
 
 
 def pack(files: dict[str, str]) -> str:
-    """``files`` as the cell's payload: JSON, zlib level 9, base64, folded into 100-character lines."""
+    """``files`` as the cell's payload: JSON, bz2 level 9, base85 (no quote or backslash in its alphabet),
+    folded into 100-character lines."""
     raw = json.dumps(dict(sorted(files.items())), ensure_ascii=True).encode()
-    return "\n".join(textwrap.wrap(base64.b64encode(zlib.compress(raw, 9)).decode(), 100))
+    return "\n".join(textwrap.wrap(base64.b85encode(bz2.compress(raw, 9)).decode(), 100))
 
 
 def unpack(payload: str) -> dict[str, str]:
-    """The inverse of :func:`pack`."""
-    return json.loads(zlib.decompress(base64.b64decode("".join(payload.split()))).decode())
+    """The inverse of :func:`pack` (what :file:`vendor_cell.py` does on Kaggle)."""
+    return json.loads(bz2.decompress(base64.b85decode("".join(payload.split()))).decode())
 
 
 def vendor_cell_source(files: dict[str, str]) -> str:
@@ -170,8 +174,23 @@ def vendored_files(cell_source: str) -> dict[str, str]:
     raise ValueError("not a vendored kitlib cell")
 
 
+def vendor_index(cells) -> int:
+    """Where the vendored cell goes among ``cells``: after the cell tagged ``parameters`` (and papermill's
+    ``injected-parameters`` cell right after it, when there is one), so the title, the markdown and the
+    parameters come first; without a parameters cell, before the first code cell. Neither cell imports kitlib.
+    """
+    tags = [c.get("metadata", {}).get("tags") or [] for c in cells]
+    params = next((i for i, t in enumerate(tags) if "parameters" in t), None)
+    if params is None:
+        return next((i for i, c in enumerate(cells) if c.cell_type == "code"), len(cells))
+    after = params + 1
+    while after < len(cells) and INJECTED_TAG in tags[after]:
+        after += 1
+    return after
+
+
 def vendor_notebook(nb, files: dict[str, str], closure: bool = True):
-    """A copy of ``nb`` with the vendored-kitlib cell inserted before its first code cell.
+    """A copy of ``nb`` with the vendored-kitlib cell inserted after its parameters (:func:`vendor_index`).
 
     Args:
         files: the whole package (:func:`kitlib_files`).
@@ -189,6 +208,5 @@ def vendor_notebook(nb, files: dict[str, str], closure: bool = True):
         files = import_closure([c.source for c in nb.cells if c.cell_type == "code"], files)
     cell = nbformat.v4.new_code_cell(vendor_cell_source(files), metadata={"tags": [VENDOR_TAG]})
     cell.id = VENDOR_TAG
-    first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
-    nb.cells.insert(first_code, cell)
+    nb.cells.insert(vendor_index(nb.cells), cell)
     return nb

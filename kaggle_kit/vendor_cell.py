@@ -2,10 +2,10 @@
 # /kaggle/working as the output) and puts that folder first on sys.path and PYTHONPATH, so
 # `import kitlib` works here and in fork/spawn children (_mp_fn). The folder is
 # kitlib.paths.scratch_dir()'s: $KAGGLE_TMP_DIR, else <tmp>/kaggle-kit.
-# This file is the staged notebook's first code cell (kaggle_kit/vendor.py reads it as text and
-# appends the call with the modules); it is not imported by the kit.
+# This file is the staged notebook's vendored cell, after its parameters (kaggle_kit/vendor.py reads it
+# as text and appends the call with the modules); it is not imported by the kit.
 def _vendor_kitlib(payload, digest, marker=".vendored-by-kaggle-kit"):
-    """Write the modules of ``payload`` (base64 of zlib of JSON {relative path: text}) under
+    """Write the modules of ``payload`` (base85 of bz2 of JSON {relative path: text}) under
     ``<scratch dir>/vendored/kitlib``, check them against ``digest`` (sha256 over
     ``path \\0 text`` in path order) and make ``import kitlib`` find them.
 
@@ -13,6 +13,7 @@ def _vendor_kitlib(payload, digest, marker=".vendored-by-kaggle-kit"):
     ``marker`` file), or when what was written does not match ``digest``.
     """
     import base64
+    import bz2
     import hashlib
     import importlib
     import json
@@ -20,10 +21,9 @@ def _vendor_kitlib(payload, digest, marker=".vendored-by-kaggle-kit"):
     import shutil
     import sys
     import tempfile
-    import zlib
     from pathlib import Path
 
-    files = json.loads(zlib.decompress(base64.b64decode("".join(payload.split()))).decode())
+    files = json.loads(bz2.decompress(base64.b85decode("".join(payload.split()))).decode())
     scratch = Path(os.environ.get("KAGGLE_TMP_DIR") or Path(tempfile.gettempdir()) / "kaggle-kit")
     work = (scratch / "vendored").resolve()
     pkg = work / "kitlib"

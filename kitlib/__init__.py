@@ -2,7 +2,8 @@
 
 The map: each sub-package and module, one job each.
 
-* :mod:`kitlib.infer`: ``predict(job, rt)`` and its replica program ``_mp_fn``.
+* :mod:`kitlib.infer`: ``predict(job, rt)`` and its replica program ``_mp_fn``; the members of a group (folds, seeds)
+  resolved, predicted and blended (``resolve_members``, ``predict_members``).
 * :mod:`kitlib.run`: how replicas run.
 
   * :mod:`kitlib.run.runtime`: the runtime detector, the table of launch modes, and ``launch``.
@@ -51,14 +52,15 @@ The map: each sub-package and module, one job each.
 
   * :mod:`kitlib.cv.splits`: which rows train and which are held out.
   * :mod:`kitlib.cv.folds`: K stratified folds of the training rows, written down (``folds=K``, ``fold=i``).
-  * :mod:`kitlib.cv.groups`: a group of fold or seed models: out-of-fold scores, held-out and test blends, the report.
+  * :mod:`kitlib.cv.groups`: a group of fold or seed models: written down, out-of-fold scores, held-out blends, the report.
   * :mod:`kitlib.cv.pseudo`: one round of pseudo-labels (the test rows every fold model agrees on).
 * :mod:`kitlib.keras`: the Keras side (TF or JAX backend): :mod:`~kitlib.keras.runtime`,
   :mod:`~kitlib.keras.strategy`, :mod:`~kitlib.keras.precision`, :mod:`~kitlib.keras.data`,
   :mod:`~kitlib.keras.model`, :mod:`~kitlib.keras.pretrained`.
 * Shared leaves:
 
-  * :mod:`kitlib.checkpoint`: what a kit-trained folder holds (history, training state, the kit's config keys).
+  * :mod:`kitlib.checkpoint`: everything about a trained folder: its file names (history, scores, ``kitlib-source.json``),
+    the kit's config keys, writing and reading it, the report, the refusal marker.
   * :mod:`kitlib.data`: CSV reading with checks; fixed-shape batches.
   * :mod:`kitlib.atomic`: write a file or a folder so that readers see the old one or the complete new one.
   * :mod:`kitlib.storage`: where shards and submissions live: a local path or a URL.

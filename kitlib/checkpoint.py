@@ -1,4 +1,7 @@
-"""What a checkpoint folder written by :mod:`kitlib.training.train` holds besides the model.
+"""Everything about a trained folder: what a checkpoint folder written by :mod:`kitlib.training.train` holds besides
+the model, its file names, writing it (:func:`save_checkpoint`), reading it (:func:`read_history`, :func:`kept_epoch`,
+:func:`run_ids_of`), the report (:func:`checkpoint_report`), the refusal marker (:func:`refusal`) and the rule of
+ready (:func:`not_ready`).
 
 Beside ``save_pretrained``'s files (model, tokenizer) a kit-trained folder holds the epoch the run
 kept (``TrainJob.monitor``: the best held-out ROC AUC by default) and:
@@ -10,7 +13,8 @@ kept (``TrainJob.monitor``: the best held-out ROC AUC by default) and:
   held-out rows (``id`` and the label column), which the training notebook's hand-off checks
   (:mod:`kitlib.training.handoff`); for one fold of a cross-validation, its out-of-fold predictions;
 * :data:`SCORES_FILE` (``heldout_scores.json``): the saved checkpoint's held-out scores measured
-  through the inference path, overall and per language (:func:`kitlib.training.train.save_scores`);
+  through the inference path, overall and per language (:func:`kitlib.training.runs.save_scores`, which also fills the run's row
+  of the runs table);
 * :data:`REFUSED_FILE` (``handoff_refused.json``), only in a folder the training notebook's
   hand-off refused (a collapsed model, a reload that does not predict what was trained:
   :func:`kitlib.training.handoff.refusal_marked`): why. ``model="auto"`` never picks such a folder, and a
@@ -34,7 +38,11 @@ The kit's own ``config.json`` keys (stated here only; a fine-tuned folder keeps 
 mean-pooled head, :class:`kitlib.models.mean_pooling.BertMeanPooledClassifier`), :data:`PREFIX_KEY`
 (text put before every row, :func:`text_prefix`), :data:`RECIPE_KEY` (the fine-tune recipe,
 :func:`kitlib.training.recipe.recipe_for`: the one the weights were trained with, written by
-:func:`kitlib.training.train.save_checkpoint`). :mod:`kitlib.models.e5_convert` writes all three.
+:func:`save_checkpoint`). :mod:`kitlib.models.e5_convert` writes all three.
+
+A packaged or converted checkpoint (:mod:`kitlib.models.packaged`, :mod:`kitlib.models.e5_convert`,
+:mod:`kitlib.models.smollm2`) holds :data:`SOURCE_FILE` (``kitlib-source.json``, written last): where it came
+from, and the ``model`` name ``python -m kaggle_kit publish`` and :func:`kitlib.models.model.attached_packaged` read.
 """
 from __future__ import annotations
 
@@ -52,6 +60,7 @@ REFUSED_FILE = "handoff_refused.json"  # written into a folder the hand-off refu
 READY_FILE = "handoff_passed.json"  # written last by the hand-off when it passed: {"run_id", "epochs", "checks"}
 # not_ready's kinds: "refused" and "unfinished" are never used by model="auto"; "unchecked" is named in a warning
 NOT_READY_KINDS = ("refused", "unfinished", "unchecked")
+SOURCE_FILE = "kitlib-source.json"  # written last into a packaged or converted checkpoint: where it came from
 
 
 def refusal(folder: str | os.PathLike) -> str | None:
@@ -137,3 +146,98 @@ def replacing_message(out_dir: str | os.PathLike, checkpoint: str | os.PathLike)
         done = "?"
     return (f"note: {out_dir} holds a run of {done} epoch(s); this run starts afresh from {checkpoint} "
             f"and replaces it when it finishes. To continue that run instead, start from it (model={out_dir})")
+
+
+def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
+                    valid_probs: np.ndarray, label_col: str, recipe: str | None = None) -> Path:
+    """Write a trained checkpoint folder atomically (master only) and return its path.
+
+    The folder holds ``save_pretrained`` of ``model`` (a CPU copy of its weights: the model stays where
+    it is) and ``tokenizer``, ``train_history.json`` (:data:`HISTORY_FILE`: ``history``) and ``valid_predictions.csv`` (``id``
+    and ``label_col``: the kept epoch's validation probabilities, what the hand-off checks). ``recipe``:
+    the recipe the weights were trained with, written as ``config.json``'s
+    :data:`kitlib.checkpoint.RECIPE_KEY` (so a folder trained with ``e5-fast`` says so, and a run
+    continuing it takes the same recipe). It is built under a temporary name beside ``out_dir`` and
+    renamed into place, replacing an older one.
+    """
+    import pandas as pd
+    import torch
+
+    from .atomic import atomic_dir
+
+    out_dir = Path(out_dir)
+    if recipe is not None:
+        setattr(model.config, RECIPE_KEY, recipe)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp, state_dict={k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                                               for k, v in model.state_dict().items()})
+        tokenizer.save_pretrained(tmp)
+        (tmp / HISTORY_FILE).write_text(json.dumps(history, indent=1))
+        pd.DataFrame({"id": valid_ids, label_col: valid_probs}).to_csv(tmp / VALID_PREDICTIONS_FILE, index=False)
+    return out_dir
+
+
+def read_history(out_dir: str | os.PathLike) -> dict:
+    """The ``train_history.json`` of a trained checkpoint folder (written by :func:`kitlib.training.train._mp_fn`).
+
+    Keys: ``run_id``, ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``,
+    ``grad_scaler`` (True: fp16 steps went through a ``GradScaler``), ``config``, ``tags``, ``recipe``,
+    ``steps_per_epoch``, ``global_batch``, ``epochs`` (one dict per epoch: ``train_loss``, ``valid_loss``,
+    ``valid_auc``, ``train_seconds``, ``valid_seconds``, ``steps``, ``compile_count``),
+    ``step_loss`` (``[step, loss]`` pairs logged by the master), ``compile_counts`` (XLA: the
+    master's compile count after each step; None otherwise), ``monitor`` and ``best`` (the epoch kept
+    in the folder: ``epoch``, ``monitor``, ``value``, ``why``), ``finished``, ``stopped`` (None,
+    ``"early stopping"`` or ``"time budget"``), ``train_seconds``, and ``resumed`` when it did.
+
+    Raises:
+        FileNotFoundError: no history in ``out_dir`` (training did not finish).
+    """
+    p = Path(out_dir) / HISTORY_FILE
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no training history (did the training launch finish?)")
+    return json.loads(p.read_text())
+
+
+def kept_epoch(history: dict) -> dict:
+    """The epoch record whose weights a checkpoint folder holds: ``history["best"]``'s epoch (older
+    histories: the last epoch); ``{}`` when none was recorded."""
+    epochs = history.get("epochs") or []
+    best = (history.get("best") or {}).get("epoch")
+    return next((e for e in epochs if e.get("epoch") == best), epochs[-1] if epochs else {})
+
+
+def run_ids_of(checkpoint: str | os.PathLike) -> list[str]:
+    """The training run(s) a checkpoint folder holds: its ``train_history.json``'s ``run_id``; [] for a
+    folder the kit did not train (a packaged or hub model) or that cannot be read."""
+    try:
+        run_id = json.loads((Path(checkpoint) / HISTORY_FILE).read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+    return [run_id] if isinstance(run_id, str) and run_id else []
+
+
+def checkpoint_report(checkpoint: str | os.PathLike) -> dict | None:
+    """What a checkpoint trained by this kit recorded about its training, or None for any other folder.
+
+    Returns:
+        ``trained_from`` (the starting checkpoint), ``recipe`` and ``lr``, ``epochs``, ``max_len``,
+        ``batch_size``, ``world_size``, ``train_csv``, ``valid_csv``, ``run_id``, ``epochs_trained``,
+        ``best`` (why that epoch was kept), ``kept_epoch`` (the epoch whose weights the folder holds:
+        its ``train_loss``, ``valid_loss``, ``valid_auc``, ``train_seconds``), ``seconds_per_step``,
+        and ``heldout`` (``heldout_scores.json``, or None).
+    """
+    p = Path(checkpoint)
+    if not (p / HISTORY_FILE).is_file():
+        return None
+    h = read_history(p)
+    cfg, kept = h.get("config", {}), kept_epoch(h)
+    steps = sum(e.get("steps", 0) for e in h.get("epochs", []))
+    seconds = sum(e.get("train_seconds", 0.0) for e in h.get("epochs", []))
+    scores = p / SCORES_FILE
+    return {"checkpoint": str(p), "trained_from": cfg.get("checkpoint"), "recipe": cfg.get("recipe"), "lr": cfg.get("lr"),
+            "epochs": cfg.get("epochs"), "max_len": cfg.get("max_len"), "batch_size": cfg.get("batch_size"),
+            "world_size": h.get("world_size"), "train_csv": cfg.get("train_csv"), "valid_csv": cfg.get("valid_csv"),
+            "run_id": h.get("run_id"), "epochs_trained": len(h.get("epochs", [])), "best": h.get("best"),
+            "kept_epoch": {k: kept.get(k) for k in ("epoch", "train_loss", "valid_loss", "valid_auc", "train_seconds")},
+            "seconds_per_step": seconds / steps if steps else None,
+            "heldout": json.loads(scores.read_text()) if scores.is_file() else None}

@@ -134,7 +134,7 @@ def xla_submit(tensors=None) -> None:
     ``tensors`` None: every live tensor of the calling replica's device (the step marker
     ``torch_xla.sync()`` sets); a list of XLA tensors: only the graph those need
     (``_xla_sync_multi``, what reading one of them would launch). Follow with
-    :func:`xla_finish_sync`. Used by :class:`kitlib.run.replica.Replica` to launch graphs in rank
+    :func:`xla_finish_sync`. Used by :mod:`kitlib.run.backends.xla_threads` to launch graphs in rank
     order on PJRT CPU thread replicas.
     """
     import torch_xla
@@ -208,7 +208,7 @@ def xla_device_loader(loader, device):
     return pl.MpDeviceLoader(loader, device)
 
 
-# --- training: gradient sync, collectives, compilation cache (used by kitlib.run.replica and kitlib.training.loop) ---
+# --- gradient sync, collectives, RNG, compilation cache (used by kitlib.run.backends: collectives, accelerators, xla_threads) ---
 
 
 def xla_initialize_cache(path: str) -> None:

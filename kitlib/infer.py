@@ -23,6 +23,10 @@ sampler's padding rows. Last, the shards of this run alone are merged into the s
 A replica that fails raises :class:`kitlib.run.runtime.ReplicaError` naming its rank: nothing is merged
 and an existing submission is left as it was.
 
+A group of checkpoints (the folds of a cross-validation, several seeds: a group folder, or several attached on
+Kaggle) is predicted member by member and blended (:func:`resolve_members`, :func:`predict_members`);
+:mod:`kitlib.cv.groups` writes and scores such groups.
+
 Multi-host (``torchrun`` on several nodes, or a TPU pod slice: every host runs ``predict``): the
 shard folder and the submission may be URLs (``gs://``, ``s3://``: :mod:`kitlib.storage`) that
 every host reaches. Global rank 0 alone clears old shards, then every replica waits for it
@@ -35,10 +39,12 @@ PJRT CPU (``xla-cpu``) replicas are threads of one process.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,13 +55,13 @@ from .run import heap
 from .run.backends.precision import check as check_precision
 from .run.backends.precision import check_float32_logits, check_inference
 from .outputs.collapse import POLICIES
-from .checkpoint import text_prefix
+from .checkpoint import HISTORY_FILE, run_ids_of, text_prefix
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .outputs.merge import MergeResult, merge_shards
 from .models.limits import preflight
-from .models.model import keep_head_float32, load_model, prediction_column, probabilities
+from .models.model import (check_ready_for_inference, find_checkpoints, keep_head_float32, load_model, prediction_column,
+                           probabilities, resolve_checkpoint)
 from .run.replica import PeerFailed
-from .training.runs import run_ids_of
 from .run.runtime import Runtime, holds_global_rank0, launch
 from .outputs.shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
 from .outputs.submission_csv import NO_SAMPLE
@@ -420,3 +426,180 @@ def replica_stats(shard_dir: str | Path, run_id: str | None = None) -> list[dict
         if info is not None and (run_id is None or info.run_id == run_id):
             out.append({"rank": info.rank, "world_size": info.world_size, "run_id": info.run_id, **info.stats})
     return out
+
+
+# --- a group of members (folds, seeds) predicted and blended: kitlib.cv.groups writes and scores such groups ---
+
+BLENDS = ("mean", "rank")  # predict_members(blend=...): kitlib.outputs.blend's mean or rank mean
+
+
+class GroupError(ValueError):
+    """A group of checkpoints, or its out-of-fold predictions, that cannot give a correct blend or score."""
+
+
+def member_tags(member: Path) -> dict:
+    """The ``tags`` of a kit-trained member's ``train_history.json`` (``cv``, ``fold``, ``folds``; ``{}`` when none)."""
+    return json.loads((member / HISTORY_FILE).read_text()).get("tags") or {}
+
+
+GROUP_FILE = "group.json"  # <group>/group.json: the members this command asked for, by name (scripts/cv.py)
+SHARED_SETTINGS = ("checkpoint", "pattern", "epochs", "batch_size", "max_len", "lr", "weight_decay", "recipe",
+                   "label_col", "text_col", "train_limit", "valid_limit", "dropout", "precision", "monitor", "patience")
+
+
+def read_group(group: str | os.PathLike) -> dict:
+    """``<group>/group.json`` (``members``: names; ``requests``: per name what it was trained on), or ``{}``."""
+    path = Path(group) / GROUP_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def members_of(folder: str | os.PathLike) -> list[Path]:
+    """The members of a group folder: the names its ``group.json`` lists (:func:`kitlib.cv.groups.start_group`: exactly what
+    the command asked for, other folders beside them are no members), else the kit-trained checkpoints in
+    its subfolders (two levels down: a group the training notebook filled fold by fold), sorted by path.
+
+    Raises:
+        GroupError: a member ``group.json`` names that is not a trained checkpoint.
+    """
+    names = read_group(folder).get("members")
+    if names is None:
+        return sorted(find_checkpoints(folder, trained=True, max_depth=2))
+    missing = [n for n in names if not (Path(folder) / n / HISTORY_FILE).is_file()]
+    if missing:
+        raise GroupError(f"{folder}/{GROUP_FILE} names member(s) {', '.join(missing)} with no trained checkpoint: "
+                         "train them (make cv) before blending")
+    return sorted(Path(folder) / n for n in names)
+
+
+def check_settings(members: list[Path]) -> None:
+    """Refuse a group whose members were trained two ways: every :data:`SHARED_SETTINGS` value of their
+    ``train_history.json`` ``config`` (and the seed, for the folds of a cross-validation) must agree.
+
+    Raises:
+        GroupError: naming each setting that differs, its values and which members have them.
+    """
+    configs = {m: json.loads((m / HISTORY_FILE).read_text()).get("config") or {} for m in members}
+    folds = any("fold" in member_tags(m) for m in members)
+    diffs = []
+    for key in SHARED_SETTINGS + (("seed",) if folds else ()):
+        by_value: dict[str, list[str]] = {}
+        for m, cfg in configs.items():
+            by_value.setdefault(repr(cfg.get(key, "(not recorded)")), []).append(m.name)
+        if len(by_value) > 1:
+            diffs.append(f"{key}: " + "; ".join(f"{v} ({', '.join(names)})" for v, names in by_value.items()))
+    if diffs:
+        raise GroupError(f"the group's members were trained two ways ({' | '.join(diffs)}): a blend or report of them "
+                         "is no one run; train them again with one setting (make cv) or blend the files on purpose "
+                         "(python -m kitlib blend)")
+
+
+def check_group(members: list[Path]) -> list[Path]:
+    """``members`` sorted by path, after checking that every cross-validation run among them (by its
+    ``cv`` tag) is there whole: folds ``0..K-1``, each once.
+
+    Raises:
+        GroupError: a fold missing or twice, or folds of one run disagreeing on K; naming the run,
+            the folds and the folders; members trained two ways (:func:`check_settings`).
+    """
+    runs: dict[str, list] = {}
+    for m in members:
+        t = member_tags(m)
+        if "cv" in t:
+            runs.setdefault(t["cv"], []).append((t.get("fold"), t.get("folds"), m))
+    for cv_id, got in runs.items():
+        ks = {k for _, k, _ in got}
+        folds = sorted(f for f, _, _ in got)
+        k = max(ks)
+        if len(ks) > 1 or folds != list(range(k)):
+            where = ", ".join(f"fold {f}: {m}" for f, _, m in sorted(got, key=lambda x: x[0]))
+            raise GroupError(f"cross-validation run {cv_id}: folds {folds} of {sorted(ks)}, not 0..{k - 1} each once "
+                             f"({where}); attach or train every fold (make cv, kaggle_kit run --folds {k})")
+    check_settings(members)
+    return sorted(members)
+
+
+def member_labels(members: list[Path]) -> list[str]:
+    """A short unique name per member: its folder's name (``fold-0``), or its path below the folders'
+    common part with ``/`` as ``-`` when names repeat (seed kernels' ``<slug>/artifacts/xlmr-toxic``)."""
+    names = [m.name for m in members]
+    if len(set(names)) == len(names):
+        return names
+    common = Path(os.path.commonpath([str(m) for m in members]))
+    return [str(m.relative_to(common)).replace(os.sep, "-") for m in members]
+
+
+def resolve_members(model: str, **resolve_kwargs) -> list[Path]:
+    """The checkpoint(s) the inference notebook predicts with: one, or a group to blend.
+
+    * a folder without ``config.json`` whose subfolders are kit-trained checkpoints (a group folder:
+      ``artifacts/cv``): every one of them;
+    * ``"auto"``, where the working folder holds no trained checkpoint and more than one kit-trained
+      checkpoint is attached under ``search_dir`` (``/kaggle/input``: the fold or seed kernels of
+      ``kaggle_kit run --folds/--seeds``): every one of them;
+    * else the one :func:`kitlib.models.model.resolve_checkpoint` gives.
+
+    Every member is checked as a named folder is (:func:`kitlib.models.model.check_ready_for_inference`).
+
+    Raises:
+        GroupError: a group with a fold missing or twice (:func:`check_group`), attached for ``"auto"``
+            too (one fold of three attached is refused, not used alone; a fold whose run did not finish is
+            skipped, so missing).
+        FileNotFoundError: a folder with no checkpoint in it or below; what :func:`kitlib.models.model.resolve_checkpoint` raises.
+        ValueError: a member that is not ready (:func:`kitlib.models.model.check_ready_for_inference`).
+    """
+    p = Path(model)
+    if model != "auto" and p.is_dir() and not (p / "config.json").is_file():
+        found = members_of(p)
+        if not found:
+            raise FileNotFoundError(f"model={model!r}: a folder with no config.json and no checkpoint written by the "
+                                    "training notebook in its subfolders; pass a checkpoint folder or a group folder (artifacts/cv)")
+        return [check_ready_for_inference(m, f"model={model!r}, member {m.name}") for m in check_group(found)]
+    trained, search = resolve_kwargs.get("trained_dir"), resolve_kwargs.get("search_dir")
+    if model == "auto" and not (trained and (Path(trained) / "config.json").is_file()) and search is not None:
+        found = check_group(find_checkpoints(search, trained=True))  # a fold group refused with any fold missing, one fold attached too
+        if len(found) > 1:
+            return [check_ready_for_inference(m, f"model='auto', attached member {m}") for m in found]
+    return [resolve_checkpoint(model, **resolve_kwargs)]
+
+
+def predict_members(job, members: list[Path], rt, start_method: str = "fork", *, blend: str = "mean",
+                    pred_dir: str | os.PathLike):
+    """Predict ``job``'s test rows with every member, keep each member's predictions, blend them.
+
+    Each member runs :func:`predict` with ``job``'s settings (its ``checkpoint`` and
+    ``output_csv`` replaced: ``<pred_dir>/<label>.csv``, :func:`member_labels`); the predictions are
+    then blended by :func:`kitlib.outputs.blend.blend` (``blend="rank"``: the rank mean) into ``job.output_csv``,
+    with the merger's guarantees (the sample submission's ids, each once, finite values).
+
+    Returns:
+        The last member's :class:`kitlib.outputs.merge.MergeResult`, with ``output`` the blend and ``notes`` every
+        member's notes plus one line naming the blend; None on a host that does not merge (multi-host).
+
+    Raises:
+        ValueError: ``blend`` not in :data:`BLENDS`; what :func:`predict` and
+            :func:`kitlib.outputs.blend.blend` raise (nothing is written to ``job.output_csv`` then).
+    """
+    from .outputs import blend as blending
+
+    if blend not in BLENDS:
+        raise ValueError(f"blend must be one of {', '.join(BLENDS)}, not {blend!r}")
+    pred_dir = Path(pred_dir)
+    pred_dir.mkdir(parents=True, exist_ok=True)
+    outputs, notes, result = [], [], None
+    for member, label in zip(members, member_labels(members)):
+        print(f"== member {label}: {member}")
+        result = predict(replace(job, checkpoint=str(member), output_csv=str(pred_dir / f"{label}.csv")), rt, start_method)
+        if result is None:
+            continue
+        outputs.append(result.output)
+        notes += [f"{label}: {n}" for n in result.notes]
+    if result is None:
+        return None
+    if len(outputs) == 1:
+        import shutil
+
+        shutil.copyfile(outputs[0], job.output_csv)
+        return replace(result, output=Path(job.output_csv), notes=notes)
+    b = blending.blend(outputs, job.output_csv, rank=blend == "rank", sample_submission=job.sample_submission)
+    notes.append(f"blend ({blend}) of {len(outputs)} models' predictions, each kept in {pred_dir}")
+    return replace(result, output=b.output, notes=notes)

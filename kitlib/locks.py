@@ -1,13 +1,19 @@
-"""One run per output folder at a time: a lock file beside the folder, naming its holder.
+"""The kit's locks, one mechanism: a lock file held with ``fcntl.flock``, removed when released.
 
-A training run (:func:`kitlib.training.train.train`) and the inference notebook write their output folder
-under :func:`output_lock`: ``<folder>.lock`` beside it, held with ``fcntl.flock`` for the whole run
-and holding, as JSON, who holds it (pid, host, command, start time). A second run into the same
-folder is refused before any work, naming the holder (:class:`FolderLocked`). The operating
-system drops a ``flock`` when its process dies, so a lock left by a run that was killed is free;
-when its file names a pid that no longer runs on this host, the new run takes it over and prints a
-note naming the old holder. The lock file stays (an empty holder is harmless; deleting it while
-another process waits on it would let two runs in).
+Two uses:
+
+* **One run per output folder at a time** (:func:`output_lock`): a training run
+  (:func:`kitlib.training.train.train`) holds ``<folder>.lock`` beside its output folder for the whole
+  run, the file naming its holder (pid, host, command, start time, as JSON). A second run into the
+  same folder is refused before any work, naming the holder (:class:`FolderLocked`).
+* **A shared record changed by several processes** (:func:`record_lock`): the runs table's
+  read-change-replace (:mod:`kitlib.training.runs`) waits for ``.<name>.lock`` beside the record.
+
+The operating system drops a ``flock`` when its process dies. A lock file is removed by its holder
+when it releases it (so a run leaves nothing beside its outputs); a process that opened the old file
+before it was removed finds, once it holds it, that the path names another file or none, and tries
+again on the path's current file. A file left by a run that was killed is free: the next run takes it
+and, when it names a holder, prints a note naming that holder.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -63,6 +70,35 @@ def _read_holder(f) -> dict:
         return {}
 
 
+def _take(path: Path, wait_s: float | None):
+    """Open ``path`` and hold its ``flock``; returns the open file, or None when another process holds it
+    (``wait_s`` None: do not wait; else wait up to ``wait_s`` seconds, then None)."""
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    while True:
+        f = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            if deadline is None or time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+            continue
+        try:
+            current = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            return f
+        f.close()  # its holder removed it as we waited: take the file the path names now
+
+
+def _release(path: Path, f) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # still held: a waiter holding the old file tries again (see _take)
+    f.close()
+
+
 @contextlib.contextmanager
 def output_lock(folder: str | os.PathLike, what: str = "output folder") -> Iterator[Path]:
     """Hold ``<folder>.lock`` while the body runs; refuse when another run holds it.
@@ -72,13 +108,14 @@ def output_lock(folder: str | os.PathLike, what: str = "output folder") -> Itera
     """
     path = lock_path(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FolderLocked(
-                f"{what} {folder} is being written by another run: {describe(_read_holder(f))} holds {path}. "
-                "Wait for it to end, or write elsewhere (another output folder)") from None
+    f = _take(path, None)
+    if f is None:
+        with contextlib.suppress(OSError), open(path, encoding="utf-8") as g:
+            held = _read_holder(g)
+        raise FolderLocked(
+            f"{what} {folder} is being written by another run: {describe(held)} holds {path}. "
+            "Wait for it to end, or write elsewhere (another output folder)")
+    try:
         old = _read_holder(f)
         if old.get("pid") is not None:
             same_host = old.get("host") == socket.gethostname()
@@ -88,9 +125,25 @@ def output_lock(folder: str | os.PathLike, what: str = "output folder") -> Itera
         f.truncate()
         f.write(json.dumps(holder()))
         f.flush()
-        try:
-            yield path
-        finally:
-            f.seek(0)
-            f.truncate()
-            f.flush()
+        yield path
+    finally:
+        _release(path, f)
+
+
+@contextlib.contextmanager
+def record_lock(record: str | os.PathLike, wait_s: float) -> Iterator[Path]:
+    """Hold ``.<name>.lock`` beside the shared file ``record`` while the body reads, changes and replaces it.
+
+    Raises:
+        TimeoutError: another process held it for ``wait_s`` seconds; names the lock and the fix.
+    """
+    record = Path(record)
+    path = record.parent / f".{record.name}{LOCK_SUFFIX}"
+    f = _take(path, wait_s)
+    if f is None:
+        raise TimeoutError(f"{record}: another process has held its lock {path} for {wait_s:g} s; wait for the "
+                           "other run to finish writing, or remove the lock file if no process of the kit is running")
+    try:
+        yield record
+    finally:
+        _release(path, f)

@@ -96,7 +96,7 @@ import time
 import pandas as pd
 
 from kitlib import compat, paths, storage
-from kitlib.outputs.collapse import check_ready
+from kitlib.outputs.collapse import check_ready, refuses_collapse
 from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
 from kitlib.data import kit_id_copy, read_csv_checked
@@ -110,7 +110,8 @@ from kitlib.metrics import auc_text
 from kitlib.checkpoint import VALID_PREDICTIONS_FILE
 from kitlib.training.job import TrainJob
 from kitlib.training.resume import state_dir
-from kitlib.training.train import save_scores, train
+from kitlib.training.runs import save_scores
+from kitlib.training.train import train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -317,7 +318,7 @@ if folds:
 
 # %%
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
-refuse = trained["name"] != "tiny"  # the random tiny model (tests, rehearsals) gets a warning, not a refusal
+refuse = refuses_collapse(trained["name"])  # the hand-off rule: the random tiny model (tests, rehearsals) gets a warning
 with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never picks it later
     held = check_ready(kept_auc, saved[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scored, refuse=refuse)
     if scores is not None:

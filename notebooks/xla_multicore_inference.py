@@ -45,7 +45,7 @@ accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu"
 precision = "auto"  # "auto", "fp32", "bf16" or "fp16" (logits stay float32): the rule is kitlib/run/backends/precision.py's
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
-blend = "mean"  # with several checkpoints (a group folder, or several attached: folds, seeds): "mean" or "rank" of their predictions (kitlib/cv/groups.py)
+blend = "mean"  # with several checkpoints (a group folder, or several attached: folds, seeds): "mean" or "rank" of their predictions (kitlib/infer.py)
 
 
 # %%
@@ -75,11 +75,10 @@ from kitlib import compat, paths, storage
 from kitlib.outputs import collapse
 from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
 from kitlib.data import iter_csv_checked
-from kitlib.infer import InferJob, predict, replica_stats
-from kitlib.cv.groups import predict_members, resolve_members
+from kitlib.checkpoint import checkpoint_report
+from kitlib.infer import InferJob, predict, predict_members, replica_stats, resolve_members
 from kitlib.models.model import TINY, trained_label
 from kitlib.run.runtime import detect_runtime
-from kitlib.training.train import checkpoint_report
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 root = paths.project_root()
@@ -113,10 +112,10 @@ if "lang" in pd.read_csv(test_path, nrows=0).columns:
 # back to a random model only on the bundled sample (recognised by content); on any other data it
 # refuses and says what to attach or pass. A group folder of fold or seed checkpoints (`make cv`:
 # `artifacts/cv`), or several kit-trained checkpoints attached on Kaggle, gives every member: each
-# predicts, and their predictions are blended (`blend`) into one submission (`kitlib/cv/groups.py`).
+# predicts, and their predictions are blended (`blend`) into one submission (`kitlib/infer.py`).
 
 # %%
-members = resolve_members(  # one checkpoint, or a group to blend (kitlib/cv/groups.py)
+members = resolve_members(  # one checkpoint, or a group to blend (kitlib/infer.py)
     model,
     data_dir=data,
     cache_dir=storage.as_path(cache_dir) if cache_dir else paths.scratch_dir(root),

@@ -4,7 +4,7 @@
         [--setup-seconds-file F] [--train-seconds-file F] [--predict-seconds-file F] [--train-status-file F]
 
 The figures come from the checkpoint folder (``train_history.json``, ``heldout_scores.json``:
-:func:`kitlib.training.train.checkpoint_report`) and the submission itself; the times from the files the
+:func:`kitlib.checkpoint.checkpoint_report`) and the submission itself; the times from the files the
 Makefile writes (whole steps, seconds). Exit status 2 when the checkpoint holds no training record.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     from kitlib.outputs.collapse import spread
-    from kitlib.training.train import checkpoint_report
+    from kitlib.checkpoint import checkpoint_report
 
     r = checkpoint_report(args.checkpoint)
     if r is None:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def sum_train(r: dict) -> float | None:
     """Seconds of fine-tuning (the training loops of every epoch) recorded in the history."""
-    from kitlib.training.train import read_history
+    from kitlib.checkpoint import read_history
 
     epochs = read_history(r["checkpoint"]).get("epochs", [])
     return sum(e.get("train_seconds", 0.0) for e in epochs) if epochs else None

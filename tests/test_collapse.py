@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import SAMPLE, write_slice
-from kitlib.outputs.collapse import CollapsedModelError, check_checkpoint_ready, check_ready
+from kitlib.outputs.collapse import CollapsedModelError, check_checkpoint_ready, check_ready, refuses_collapse
 
 
 def test_check_ready_names_the_figure_and_the_likely_cause():
@@ -45,9 +45,17 @@ def constant_checkpoint(tiny_checkpoint, tmp_path_factory):
     return out
 
 
+def test_the_hand_off_rule_refuses_every_recipe_but_the_random_tiny_one():
+    assert [refuses_collapse(r) for r in ("tiny", "default", "e5-fast", None)] == [False, True, True, True]
+    flat = np.full(50, 0.5)
+    assert check_ready(0.5, flat, recipe="tiny", refuse=refuses_collapse("tiny"))["problem"].startswith("WARNING: checkpoint not ready")
+    with pytest.raises(CollapsedModelError, match="no better than chance"):
+        check_ready(0.5, flat, recipe="default", refuse=refuses_collapse("default"))
+
+
 def test_hand_off_refuses_a_checkpoint_whose_held_out_predictions_are_constant(constant_checkpoint, tmp_path):
     from kitlib.models.model import load_classifier
-    from kitlib.training.train import save_checkpoint
+    from kitlib.checkpoint import save_checkpoint
 
     tok, model = load_classifier(constant_checkpoint)
     history = {"epochs": [{"epoch": 1, "valid_auc": 0.5}], "config": {"lr": 1e-3, "recipe": "standard"}}

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kitlib import infer
 from kitlib.cv import groups as cv
 from kitlib.cv.folds import FoldsError, check_fold_parameters, fold_split, read_folds, strata, write_folds
 from kitlib.metrics import roc_auc
@@ -92,13 +93,13 @@ def test_oof_check_refuses_a_duplicate_a_missing_and_a_wrong_fold():
     folds = pd.DataFrame({"id": ["a", "b", "c", "d"], "fold": [0, 0, 1, 1]})
     good = pd.DataFrame({"id": ["a", "b", "c", "d"], "fold": [0, 0, 1, 1], "pred": 0.5})
     cv.check_oof(good, folds, "g")
-    with pytest.raises(cv.GroupError, match=r"1 id\(s\) predicted more than once: 'b'"):
+    with pytest.raises(infer.GroupError, match=r"1 id\(s\) predicted more than once: 'b'"):
         cv.check_oof(pd.concat([good, good.iloc[[1]]]), folds, "g")
-    with pytest.raises(cv.GroupError, match=r"1 training id\(s\) with no out-of-fold prediction: 'd'"):
+    with pytest.raises(infer.GroupError, match=r"1 training id\(s\) with no out-of-fold prediction: 'd'"):
         cv.check_oof(good.iloc[:3], folds, "g")
-    with pytest.raises(cv.GroupError, match=r"another fold's model than their own: 'c'"):
+    with pytest.raises(infer.GroupError, match=r"another fold's model than their own: 'c'"):
         cv.check_oof(good.assign(fold=[0, 0, 0, 1]), folds, "g")
-    with pytest.raises(cv.GroupError, match=r"no training row: 'z'"):
+    with pytest.raises(infer.GroupError, match=r"no training row: 'z'"):
         cv.check_oof(pd.concat([good, pd.DataFrame({"id": ["z"], "fold": [1], "pred": [0.1]})]), folds, "g")
 
 
@@ -156,19 +157,19 @@ def test_a_group_with_a_fold_missing_or_an_oof_row_twice_is_refused(split, tmp_p
     group, _, _ = _fake_group(tmp_path, split)
     extra = read(group / "fold-1" / cv.OOF_FILE)
     pd.concat([read(group / "fold-0" / cv.OOF_FILE), extra.iloc[:2].assign(fold="0")]).to_csv(group / "fold-0" / cv.OOF_FILE, index=False)
-    with pytest.raises(cv.GroupError, match=r"2 id\(s\) predicted more than once"):
+    with pytest.raises(infer.GroupError, match=r"2 id\(s\) predicted more than once"):
         cv.report(group)
     import shutil
 
     shutil.rmtree(group / "fold-2")
-    with pytest.raises(cv.GroupError, match=r"folds \[0, 1\] of \[3\], not 0..2 each once"):
-        cv.resolve_members(str(group))
+    with pytest.raises(infer.GroupError, match=r"folds \[0, 1\] of \[3\], not 0..2 each once"):
+        infer.resolve_members(str(group))
 
 
 def test_resolve_members_gives_every_checkpoint_of_a_group_folder(split, tmp_path):
     group, _, _ = _fake_group(tmp_path, split)
-    assert cv.resolve_members(str(group)) == [group / f"fold-{i}" for i in range(3)]
-    assert cv.member_labels([tmp_path / "s0" / "artifacts" / "x", tmp_path / "s1" / "artifacts" / "x"]) == \
+    assert infer.resolve_members(str(group)) == [group / f"fold-{i}" for i in range(3)]
+    assert infer.member_labels([tmp_path / "s0" / "artifacts" / "x", tmp_path / "s1" / "artifacts" / "x"]) == \
         ["s0-artifacts-x", "s1-artifacts-x"]
 
 
@@ -177,10 +178,10 @@ def test_auto_blends_every_kit_trained_checkpoint_attached(split, tmp_path):
     in the working folder: model="auto" gives every one of them, and refuses a run with a fold missing."""
     group, _, _ = _fake_group(tmp_path, split)
     kw = dict(data_dir=SAMPLE, cache_dir=tmp_path / "cache", trained_dir=tmp_path / "working" / "artifacts" / "xlmr-toxic")
-    assert cv.resolve_members("auto", search_dir=group, **kw) == [group / f"fold-{i}" for i in range(3)]
+    assert infer.resolve_members("auto", search_dir=group, **kw) == [group / f"fold-{i}" for i in range(3)]
     (group / "fold-1" / "train_history.json").unlink()
-    with pytest.raises(cv.GroupError, match=r"folds \[0, 2\] of \[3\]"):
-        cv.resolve_members("auto", search_dir=group, **kw)
+    with pytest.raises(infer.GroupError, match=r"folds \[0, 2\] of \[3\]"):
+        infer.resolve_members("auto", search_dir=group, **kw)
 
 
 def test_pseudo_labels_are_the_rows_every_member_agrees_on(tmp_path):
@@ -237,7 +238,7 @@ def test_two_folds_of_the_tiny_model_end_to_end(sharp_checkpoint, split, tmp_pat
     assert 0 <= r["blend"]["all"] <= 1
     job = InferJob(checkpoint="", test_csv=str(test_csv), shard_dir=str(tmp_path / "shards"), output_csv=str(tmp_path / "sub.csv"),
                    sample_submission=str(sample_csv), batch_size=32, max_len=32, precision="fp32")
-    result = cv.predict_members(job, cv.resolve_members(str(group)), rt, pred_dir=tmp_path / "members")
+    result = infer.predict_members(job, infer.resolve_members(str(group)), rt, pred_dir=tmp_path / "members")
     members = [read(tmp_path / "members" / f"fold-{i}.csv").set_index("id")["toxic"].astype(float) for i in range(2)]
     sub = read(result.output).set_index("id")["toxic"].astype(float)
     assert list(sub.index) == list(read(sample_csv)["id"])
@@ -339,11 +340,11 @@ class FakeNotebooks:
 
         p = {params[i + 1]: params[i + 2] for i in range(0, len(params) - 2, 3) if params[i] == "-p"}
         if notebook == "xla_multicore_inference.ipynb":
-            members = cv.resolve_members(p["model"])
+            members = infer.resolve_members(p["model"])
             self.blended.append([m.name for m in members])
             preds = self.root / "artifacts" / "predictions" / Path(p["output_csv"]).stem
             preds.mkdir(parents=True, exist_ok=True)
-            for label in cv.member_labels(members):
+            for label in infer.member_labels(members):
                 pd.DataFrame({"id": ["t0"], "toxic": [0.5]}).to_csv(preds / f"{label}.csv", index=False)
             return
         tags = {}
@@ -372,7 +373,7 @@ def fake_cv(monkeypatch, tmp_path):
     mod = _cv_script(monkeypatch, tmp_path)
     fake = FakeNotebooks(tmp_path)
     monkeypatch.setattr(mod, "_papermill", fake)
-    monkeypatch.setattr(cv, "report", lambda group, **kw: {"members": [{"label": m.name} for m in cv.members_of(group)],
+    monkeypatch.setattr(cv, "report", lambda group, **kw: {"members": [{"label": m.name} for m in infer.members_of(group)],
                                                             "blend": {"all": 0.5}})
     monkeypatch.setattr(cv, "format_report", lambda r: "")
     return mod, fake
@@ -392,7 +393,7 @@ def test_a_seed_group_is_the_seeds_asked_for_not_the_folders_left(fake_cv, tmp_p
     mod.run_round(_args(seeds=[0, 1, 2]), group, tmp_path / "sub.csv", [])
     r = mod.run_round(_args(seeds=[0, 1]), group, tmp_path / "sub.csv", [])
     assert fake.blended[-1] == ["seed-0", "seed-1"] and [m["label"] for m in r["members"]] == ["seed-0", "seed-1"]
-    assert [m.name for m in cv.resolve_members(str(group))] == ["seed-0", "seed-1"]
+    assert [m.name for m in infer.resolve_members(str(group))] == ["seed-0", "seed-1"]
     out = capsys.readouterr().out
     assert "2 member(s), seed-0, seed-1; not members (not asked for this time): seed-2" in out
     assert "blended submission (2 members)" in out
@@ -445,8 +446,8 @@ def test_a_group_trained_two_ways_is_refused(split, tmp_path):
     for i, epochs in enumerate((1, 1, 2)):
         h = tmp_path / "cv" / f"fold-{i}" / "train_history.json"
         h.write_text(json.dumps({**json.loads(h.read_text()), "config": {"epochs": epochs, "lr": 2e-5, "seed": 0}}))
-    with pytest.raises(cv.GroupError, match=r"trained two ways \(epochs: 1 \(fold-0, fold-1\); 2 \(fold-2\)\)"):
-        cv.resolve_members(str(group))
+    with pytest.raises(infer.GroupError, match=r"trained two ways \(epochs: 1 \(fold-0, fold-1\); 2 \(fold-2\)\)"):
+        infer.resolve_members(str(group))
 
 
 def test_the_single_model_is_compared_on_the_groups_held_out_rows(split, tmp_path):
@@ -493,9 +494,9 @@ def test_auto_refuses_one_fold_of_three_as_it_refuses_two(split, tmp_path):
     kw = dict(data_dir=SAMPLE, cache_dir=tmp_path / "cache", trained_dir=tmp_path / "working" / "artifacts" / "xlmr-toxic")
     shutil.rmtree(group / "fold-1")
     shutil.rmtree(group / "fold-2")
-    with pytest.raises(cv.GroupError, match=r"folds \[0\] of \[3\], not 0..2 each once \(fold 0: .*fold-0\); "
+    with pytest.raises(infer.GroupError, match=r"folds \[0\] of \[3\], not 0..2 each once \(fold 0: .*fold-0\); "
                                             r"attach or train every fold"):
-        cv.resolve_members("auto", search_dir=group, **kw)
+        infer.resolve_members("auto", search_dir=group, **kw)
 
 
 def test_make_cv_seeds_leaves_the_folds_blend_alone(tmp_path, monkeypatch, capsys):

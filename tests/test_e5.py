@@ -20,7 +20,8 @@ import pytest
 
 from conftest import SAMPLE
 from kitlib.models import e5_convert
-from kitlib.models.e5_convert import NUM_TENSORS, SOURCE_FILE, dequantize_q4_0
+from kitlib.checkpoint import SOURCE_FILE
+from kitlib.models.e5_convert import NUM_TENSORS, dequantize_q4_0
 
 
 def test_q4_0_block_decodes_low_nibbles_first_then_high():

@@ -73,7 +73,7 @@ def test_ddp_notebook_one_epoch_on_two_replicas(tmp_path, tiny_checkpoint):
     run_notebook("xla_ddp_train", tmp_path, model="tiny-random", output_dir=str(out_dir),
                  cache_dir=str(tiny_checkpoint.parent), accelerator="xla-cpu", num_devices=2, pattern="ddp", epochs=1, batch_size=8,
                  max_len=32, train_limit=64, valid_limit=40)
-    from kitlib.training.train import read_history
+    from kitlib.checkpoint import read_history
 
     history = read_history(out_dir)
     assert (history["world_size"], history["mode"], history["pattern"], len(history["epochs"])) == (2, "xla-cpu", "ddp", 1)

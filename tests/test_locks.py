@@ -60,3 +60,33 @@ def test_training_into_a_held_folder_is_refused_before_any_work(tmp_path):
                                                rf"pid {os.getpid()} on host"):
             train(job, detect_runtime(1, "cpu"))
     assert not out.exists()
+
+
+def test_a_released_lock_leaves_no_file_and_a_waiter_takes_the_next_one(tmp_path):
+    """Locks are removed when released (nothing left beside a run's outputs); a waiter that opened the
+    old file before it was removed takes the path's new file, so two holders never overlap."""
+    import threading
+
+    from kitlib.locks import record_lock
+
+    table = tmp_path / "runs.csv"
+    inside, order = threading.Event(), []
+
+    def second():
+        inside.wait()
+        with record_lock(table, 10):
+            order.append("second")
+
+    t = threading.Thread(target=second)
+    with output_lock(tmp_path / "ckpt"):
+        assert lock_path(tmp_path / "ckpt").is_file()
+    with record_lock(table, 10) as held:
+        assert held == table and (tmp_path / ".runs.csv.lock").is_file()
+        t.start()
+        inside.set()
+        t.join(0.3)
+        assert t.is_alive()  # waits while the first holds it
+        order.append("first")
+    t.join(10)
+    assert order == ["first", "second"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # both lock files removed

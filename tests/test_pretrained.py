@@ -20,9 +20,10 @@ import pandas as pd
 import pytest
 
 from conftest import SAMPLE
+from kitlib.checkpoint import SOURCE_FILE
 from kitlib.models import packaged as kmodel
 from kitlib.models.model import load_classifier
-from kitlib.models.packaged import MINILM, MINILM_SOURCE_FILE, minilm_checkpoint
+from kitlib.models.packaged import MINILM, minilm_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def minilm(tmp_path_factory):
 
 def test_checkpoint_is_extracted_once_and_loads_with_one_logit(minilm):
     assert minilm.name.startswith(f"{MINILM}-") and (minilm / "model.safetensors").stat().st_size == 90_868_376
-    source = json.loads((minilm / MINILM_SOURCE_FILE).read_text())
+    source = json.loads((minilm / SOURCE_FILE).read_text())
     assert source["upstream_revision"] == kmodel.MINILM_REVISION
     stamp = (minilm / "config.json").stat().st_mtime_ns
     assert minilm_checkpoint(minilm.parent) == minilm and (minilm / "config.json").stat().st_mtime_ns == stamp

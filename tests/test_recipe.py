@@ -166,8 +166,8 @@ def test_e5_recipe_on_xla_compiles_no_graph_per_step_and_keeps_the_embeddings(ti
     from safetensors.torch import load_file
 
     from conftest import ROOT, SAMPLE
+    from kitlib.checkpoint import read_history
     from kitlib.training.job import TrainJob
-    from kitlib.training.train import read_history
 
     job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"), recipe="e5", lr=0.0,
                    train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), epochs=2,

@@ -19,8 +19,9 @@ from support.rank_states import max_diff, rank_states
 from kitlib.atomic import MANIFEST
 from kitlib.training import resume
 from kitlib.run.runtime import ReplicaError, detect_runtime
+from kitlib.checkpoint import read_history
 from kitlib.training.job import TrainJob
-from kitlib.training.train import read_history, train
+from kitlib.training.train import train
 
 JOB = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"), max_len=32, lr=1e-3,
            train_limit=48, valid_limit=24, log_every=2, batch_size=8, precision="fp32")

@@ -1,12 +1,12 @@
 """runs.csv's heldout_auc (issue 34.5): always empty, because the training notebook saves its held-out
-scores (kitlib.training.train.save_scores) after train() appended the run's row; save_scores now fills it."""
+scores (kitlib.training.runs.save_scores) after train() appended the run's row; save_scores now fills it."""
 from __future__ import annotations
 
 import json
 
 from kitlib.training.runs import append_run, read_runs, runs_table
 from kitlib.checkpoint import HISTORY_FILE, SCORES_FILE
-from kitlib.training.train import save_scores
+from kitlib.training.runs import save_scores
 
 
 def test_saving_the_heldout_scores_fills_the_runs_row(tmp_path):

@@ -28,13 +28,13 @@ def test_cpu_default_is_eager_with_the_cores_shared(no_accelerator, monkeypatch)
     monkeypatch.setattr(hardware, "cpu_cores", lambda: 2)
     rt = detect_runtime()
     assert (rt.mode, rt.num_replicas, rt.threads, rt.world_size) == ("cpu", 1, 2, 1)
-    assert rt.launch_mode.device == "cpu" and rt.launch_mode.collectives == "gloo"
+    assert rt.backend.device == "cpu" and rt.backend.collectives == "gloo"
     monkeypatch.setattr(hardware, "cpu_cores", lambda: 16)
     rt = detect_runtime()
     assert (rt.num_replicas, rt.threads) == (4, 4)
     assert "4 replica(s) x 4 thread(s) (eager torch on the CPU, gloo)" in rt.describe()
     rt = detect_runtime(3, "xla-cpu")
-    assert (rt.mode, rt.num_replicas, rt.launch_mode.device) == ("xla-cpu", 3, "xla")
+    assert (rt.mode, rt.num_replicas, rt.backend.device) == ("xla-cpu", 3, "xla")
     assert "rehearsal of the TPU path" in rt.describe()
 
 

@@ -22,12 +22,12 @@ import torch
 
 from conftest import ROOT, SAMPLE
 from support.rank_states import max_diff, rank_states
-from kitlib.checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE
+from kitlib.checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE, read_history
 from kitlib.metrics import roc_auc
 from kitlib.run.runtime import ReplicaError, Runtime, detect_runtime
 from kitlib.training.job import PATTERNS, TrainJob
 from kitlib.training.loop import classification_loss, merge_gathered, validation_rows
-from kitlib.training.train import read_history, train
+from kitlib.training.train import train
 
 # Small, deterministic (no dropout) runs on the real sample: 128 rows = 16 steps of 8 rows per epoch.
 SMALL = dict(

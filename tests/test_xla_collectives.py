@@ -35,8 +35,9 @@ from kitlib.run.backends import xla_threads
 from kitlib.run.backends.xla_threads import _Turnstile
 from kitlib.run.replica import PeerFailed
 from kitlib.run.runtime import detect_runtime
+from kitlib.checkpoint import read_history
 from kitlib.training.job import PATTERNS, TrainJob
-from kitlib.training.train import read_history, train
+from kitlib.training.train import train
 
 WORKER = ROOT / "tests" / "support" / "xla_worker.py"
 # 64 rows, 2 epochs of 8 steps with a global batch of 8, no dropout: deterministic and quick.

@@ -17,7 +17,10 @@ notebook takes a group folder as ``model`` (or, on Kaggle, ``model="auto"`` with
 checkpoint attached, as ``python -m kaggle_kit run --folds K`` attaches them): each member predicts
 the test rows, the predictions are kept (``<pred_dir>/<member>.csv``) and blended with
 :func:`kitlib.outputs.blend.blend` (mean, or rank mean: the merger's guarantees) into one submission
-(:func:`predict_members`). A group with a fold missing or twice is refused (:func:`check_group`).
+(:func:`kitlib.infer.predict_members`). A group with a fold missing or twice is refused
+(:func:`kitlib.infer.check_group`). Reading a group's members (``group.json``, :func:`kitlib.infer.members_of`) lives
+beside ``predict`` in :mod:`kitlib.infer`, so the inference kernel carries no cross-validation code; writing and
+scoring a group is this module's.
 
 Out-of-fold predictions: each training row is predicted by the one model that did not train on it
 (its fold's), exactly once, which :func:`check_oof` checks; their ROC AUC, overall and per
@@ -34,13 +37,13 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..checkpoint import HISTORY_FILE, SCORES_FILE, VALID_PREDICTIONS_FILE
+from ..infer import BLENDS, GROUP_FILE, GroupError, check_group, member_labels, member_tags, members_of, read_group
 from .folds import FOLDS_FILE, FOLDS_META
 
 FOLDS_DIR = "folds"  # <group>/folds/folds.csv
@@ -48,11 +51,6 @@ OOF_FILE = "oof.csv"
 HELDOUT_PREDICTIONS_FILE = "heldout_predictions.csv"
 HELDOUT_BLEND_FILE = "heldout_blend.csv"
 REPORT_FILE = "cv_report.json"
-BLENDS = ("mean", "rank")
-
-
-class GroupError(ValueError):
-    """A group of checkpoints, or its out-of-fold predictions, that cannot give a correct blend or score."""
 
 
 def group_id(folds_csv: str | os.PathLike, extra_train_csv: str | os.PathLike | None = None) -> str:
@@ -70,10 +68,6 @@ def fold_tags(folds_csv: str | os.PathLike, fold: int, extra_train_csv: str | os
     return {"cv": group_id(folds_csv, extra_train_csv), "fold": int(fold), "folds": int(meta["folds"])}
 
 
-def _tags(member: Path) -> dict:
-    return json.loads((member / HISTORY_FILE).read_text()).get("tags") or {}
-
-
 def save_oof(out_dir: str | os.PathLike, valid_csv: str | os.PathLike, label_col: str = "toxic") -> Path:
     """Write ``<out_dir>/oof.csv``: the kept epoch's predictions on fold i's rows (``valid_predictions.csv``)
     with ``id``, ``fold`` (the checkpoint's tag), ``lang`` (``""`` without a ``lang`` column), ``label``
@@ -88,7 +82,7 @@ def save_oof(out_dir: str | os.PathLike, valid_csv: str | os.PathLike, label_col
     from ..data import read_csv_strings
 
     out_dir = Path(out_dir)
-    tags = _tags(out_dir)
+    tags = member_tags(out_dir)
     if "fold" not in tags:
         raise GroupError(f"{out_dir}: not a fold's checkpoint (its train_history.json has no fold tag)")
     raw = read_csv_strings(valid_csv)
@@ -138,17 +132,6 @@ def check_oof(oof: pd.DataFrame, folds: pd.DataFrame, where: str) -> None:
                          + "; ".join(problems) + ". Train the missing folds again (make cv) or remove the extra ones")
 
 
-GROUP_FILE = "group.json"  # <group>/group.json: the members this command asked for, by name (scripts/cv.py)
-SHARED_SETTINGS = ("checkpoint", "pattern", "epochs", "batch_size", "max_len", "lr", "weight_decay", "recipe",
-                   "label_col", "text_col", "train_limit", "valid_limit", "dropout", "precision", "monitor", "patience")
-
-
-def read_group(group: str | os.PathLike) -> dict:
-    """``<group>/group.json`` (``members``: names; ``requests``: per name what it was trained on), or ``{}``."""
-    path = Path(group) / GROUP_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def start_group(group: str | os.PathLike, names: list[str]) -> None:
     """Record that ``group`` is exactly the members ``names`` (this command's), keeping the requests
     recorded for reuse (:func:`reuse_refusal`); written atomically."""
@@ -193,162 +176,6 @@ def reuse_refusal(group: str | os.PathLike, name: str, request: dict) -> str | N
     return None
 
 
-def members_of(folder: str | os.PathLike) -> list[Path]:
-    """The members of a group folder: the names its ``group.json`` lists (:func:`start_group`: exactly what
-    the command asked for, other folders beside them are no members), else the kit-trained checkpoints in
-    its subfolders (two levels down: a group the training notebook filled fold by fold), sorted by path.
-
-    Raises:
-        GroupError: a member ``group.json`` names that is not a trained checkpoint.
-    """
-    from ..models.model import find_checkpoints
-
-    names = read_group(folder).get("members")
-    if names is None:
-        return sorted(find_checkpoints(folder, trained=True, max_depth=2))
-    missing = [n for n in names if not (Path(folder) / n / HISTORY_FILE).is_file()]
-    if missing:
-        raise GroupError(f"{folder}/{GROUP_FILE} names member(s) {', '.join(missing)} with no trained checkpoint: "
-                         "train them (make cv) before blending")
-    return sorted(Path(folder) / n for n in names)
-
-
-def check_settings(members: list[Path]) -> None:
-    """Refuse a group whose members were trained two ways: every :data:`SHARED_SETTINGS` value of their
-    ``train_history.json`` ``config`` (and the seed, for the folds of a cross-validation) must agree.
-
-    Raises:
-        GroupError: naming each setting that differs, its values and which members have them.
-    """
-    configs = {m: json.loads((m / HISTORY_FILE).read_text()).get("config") or {} for m in members}
-    folds = any("fold" in _tags(m) for m in members)
-    diffs = []
-    for key in SHARED_SETTINGS + (("seed",) if folds else ()):
-        by_value: dict[str, list[str]] = {}
-        for m, cfg in configs.items():
-            by_value.setdefault(repr(cfg.get(key, "(not recorded)")), []).append(m.name)
-        if len(by_value) > 1:
-            diffs.append(f"{key}: " + "; ".join(f"{v} ({', '.join(names)})" for v, names in by_value.items()))
-    if diffs:
-        raise GroupError(f"the group's members were trained two ways ({' | '.join(diffs)}): a blend or report of them "
-                         "is no one run; train them again with one setting (make cv) or blend the files on purpose "
-                         "(python -m kitlib.blend)")
-
-
-def check_group(members: list[Path]) -> list[Path]:
-    """``members`` sorted by path, after checking that every cross-validation run among them (by its
-    ``cv`` tag) is there whole: folds ``0..K-1``, each once.
-
-    Raises:
-        GroupError: a fold missing or twice, or folds of one run disagreeing on K; naming the run,
-            the folds and the folders; members trained two ways (:func:`check_settings`).
-    """
-    runs: dict[str, list] = {}
-    for m in members:
-        t = _tags(m)
-        if "cv" in t:
-            runs.setdefault(t["cv"], []).append((t.get("fold"), t.get("folds"), m))
-    for cv_id, got in runs.items():
-        ks = {k for _, k, _ in got}
-        folds = sorted(f for f, _, _ in got)
-        k = max(ks)
-        if len(ks) > 1 or folds != list(range(k)):
-            where = ", ".join(f"fold {f}: {m}" for f, _, m in sorted(got, key=lambda x: x[0]))
-            raise GroupError(f"cross-validation run {cv_id}: folds {folds} of {sorted(ks)}, not 0..{k - 1} each once "
-                             f"({where}); attach or train every fold (make cv, kaggle_kit run --folds {k})")
-    check_settings(members)
-    return sorted(members)
-
-
-def member_labels(members: list[Path]) -> list[str]:
-    """A short unique name per member: its folder's name (``fold-0``), or its path below the folders'
-    common part with ``/`` as ``-`` when names repeat (seed kernels' ``<slug>/artifacts/xlmr-toxic``)."""
-    names = [m.name for m in members]
-    if len(set(names)) == len(names):
-        return names
-    common = Path(os.path.commonpath([str(m) for m in members]))
-    return [str(m.relative_to(common)).replace(os.sep, "-") for m in members]
-
-
-def resolve_members(model: str, **resolve_kwargs) -> list[Path]:
-    """The checkpoint(s) the inference notebook predicts with: one, or a group to blend.
-
-    * a folder without ``config.json`` whose subfolders are kit-trained checkpoints (a group folder:
-      ``artifacts/cv``): every one of them;
-    * ``"auto"``, where the working folder holds no trained checkpoint and more than one kit-trained
-      checkpoint is attached under ``search_dir`` (``/kaggle/input``: the fold or seed kernels of
-      ``kaggle_kit run --folds/--seeds``): every one of them;
-    * else the one :func:`kitlib.models.model.resolve_checkpoint` gives.
-
-    Every member is checked as a named folder is (:func:`kitlib.models.model.check_ready_for_inference`).
-
-    Raises:
-        GroupError: a group with a fold missing or twice (:func:`check_group`), attached for ``"auto"``
-            too (one fold of three attached is refused, not used alone; a fold whose run did not finish is
-            skipped, so missing).
-        FileNotFoundError: a folder with no checkpoint in it or below; what :func:`kitlib.models.model.resolve_checkpoint` raises.
-    """
-    from ..models.model import check_ready_for_inference, find_checkpoints, resolve_checkpoint
-
-    p = Path(model)
-    if model != "auto" and p.is_dir() and not (p / "config.json").is_file():
-        found = members_of(p)
-        if not found:
-            raise FileNotFoundError(f"model={model!r}: a folder with no config.json and no checkpoint written by the "
-                                    "training notebook in its subfolders; pass a checkpoint folder or a group folder (artifacts/cv)")
-        return [check_ready_for_inference(m, f"model={model!r}, member {m.name}") for m in check_group(found)]
-    trained, search = resolve_kwargs.get("trained_dir"), resolve_kwargs.get("search_dir")
-    if model == "auto" and not (trained and (Path(trained) / "config.json").is_file()) and search is not None:
-        found = check_group(find_checkpoints(search, trained=True))  # a fold group refused with any fold missing, one fold attached too
-        if len(found) > 1:
-            return [check_ready_for_inference(m, f"model='auto', attached member {m}") for m in found]
-    return [resolve_checkpoint(model, **resolve_kwargs)]
-
-
-def predict_members(job, members: list[Path], rt, start_method: str = "fork", *, blend: str = "mean",
-                    pred_dir: str | os.PathLike):
-    """Predict ``job``'s test rows with every member, keep each member's predictions, blend them.
-
-    Each member runs :func:`kitlib.infer.predict` with ``job``'s settings (its ``checkpoint`` and
-    ``output_csv`` replaced: ``<pred_dir>/<label>.csv``, :func:`member_labels`); the predictions are
-    then blended by :func:`kitlib.outputs.blend.blend` (``blend="rank"``: the rank mean) into ``job.output_csv``,
-    with the merger's guarantees (the sample submission's ids, each once, finite values).
-
-    Returns:
-        The last member's :class:`kitlib.outputs.merge.MergeResult`, with ``output`` the blend and ``notes`` every
-        member's notes plus one line naming the blend; None on a host that does not merge (multi-host).
-
-    Raises:
-        ValueError: ``blend`` not in :data:`BLENDS`; what :func:`kitlib.infer.predict` and
-            :func:`kitlib.outputs.blend.blend` raise (nothing is written to ``job.output_csv`` then).
-    """
-    from ..outputs import blend as blending
-    from ..infer import predict
-
-    if blend not in BLENDS:
-        raise ValueError(f"blend must be one of {', '.join(BLENDS)}, not {blend!r}")
-    pred_dir = Path(pred_dir)
-    pred_dir.mkdir(parents=True, exist_ok=True)
-    outputs, notes, result = [], [], None
-    for member, label in zip(members, member_labels(members)):
-        print(f"== member {label}: {member}")
-        result = predict(replace(job, checkpoint=str(member), output_csv=str(pred_dir / f"{label}.csv")), rt, start_method)
-        if result is None:
-            continue
-        outputs.append(result.output)
-        notes += [f"{label}: {n}" for n in result.notes]
-    if result is None:
-        return None
-    if len(outputs) == 1:
-        import shutil
-
-        shutil.copyfile(outputs[0], job.output_csv)
-        return replace(result, output=Path(job.output_csv), notes=notes)
-    b = blending.blend(outputs, job.output_csv, rank=blend == "rank", sample_submission=job.sample_submission)
-    notes.append(f"blend ({blend}) of {len(outputs)} models' predictions, each kept in {pred_dir}")
-    return replace(result, output=b.output, notes=notes)
-
-
 def auc_by_language(frame: pd.DataFrame, pred: str = "pred", label: str = "label", lang: str = "lang") -> dict:
     """``{"all": auc, <lang>: auc, ...}``: :func:`kitlib.metrics.roc_auc` overall and per language
     (NaN where a language's rows hold one class)."""
@@ -366,7 +193,7 @@ def collect_oof(group: str | os.PathLike, members: list[Path]) -> pd.DataFrame |
     ``<group>/folds/folds.csv`` (:func:`check_oof`); None when the members are no folds (a seed group)."""
     from ..data import read_csv_strings
 
-    if not any("fold" in _tags(m) for m in members):
+    if not any("fold" in member_tags(m) for m in members):
         return None
     folds_csv = Path(group) / FOLDS_DIR / FOLDS_FILE
     if not folds_csv.is_file():
@@ -441,12 +268,12 @@ def report(group: str | os.PathLike, *, single: str | os.PathLike | None = None,
         ``seconds``.
 
     Raises:
-        GroupError: no members, a fold missing (:func:`check_group`), bad out-of-fold predictions
+        GroupError: no members, a fold missing (:func:`kitlib.infer.check_group`), bad out-of-fold predictions
             (:func:`check_oof`), a member without held-out predictions.
         kitlib.outputs.blend.BlendError: the members' held-out predictions differ in their ids.
     """
+    from ..atomic import atomic_write
     from ..outputs import blend as blending
-    from ..training.runs import RUNS_FILE, update_run
 
     group = Path(group)
     members = check_group(members_of(group))
@@ -455,47 +282,74 @@ def report(group: str | os.PathLike, *, single: str | os.PathLike | None = None,
     labels = member_labels(members)
     rows = _heldout_rows(members, heldout_csv, label_col)
     expected = {"expected": rows.assign(**{label_col: 0.0})[["id", label_col]], "expected_name": "the held-out rows"}
+    preds = _member_predictions(members)
+    _, _, aligned = blending.read_aligned(preds, **expected)  # every member predicted exactly the held-out rows
+    out = {"group": str(group), "members": [], "blend_method": blend}
+    for m, label, values in zip(members, labels, aligned):
+        out["members"].append(_member_entry(m, label, rows.assign(pred=values[label_col])))
+    blended = aligned[0][label_col]
+    if len(preds) > 1:
+        b = blending.blend(preds, group / HELDOUT_BLEND_FILE, rank=blend == "rank")
+        blended = blending.read_aligned([b.output], **expected)[2][0][label_col]
+    out["blend"] = auc_by_language(rows.assign(pred=blended))
+    out["oof"] = _oof_figures(group, members)
+    out["single"], out["single_note"] = single_on_rows(single, rows, label_col) if single is not None else (None, None)
+    out["compare"] = _earlier_round(compare)
+    out["seconds"] = time.time() - started if started else None
+    _record_runs(group, members, out)
+    atomic_write(group / REPORT_FILE, lambda tmp: Path(tmp).write_text(json.dumps(out, indent=1)))
+    return out
+
+
+def _member_predictions(members: list[Path]) -> list[Path]:
+    """Each member's held-out predictions file; refuses a member without one."""
     preds = []
     for m in members:
         p = m / HELDOUT_PREDICTIONS_FILE
         if not p.is_file():
             raise GroupError(f"{m}: no {HELDOUT_PREDICTIONS_FILE} (the training notebook writes it when it has held-out rows)")
         preds.append(p)
-    _, _, aligned = blending.read_aligned(preds, **expected)  # every member predicted exactly the held-out rows
-    out = {"group": str(group), "members": [], "blend_method": blend}
-    for m, label, values in zip(members, labels, aligned):
-        h = json.loads((m / HISTORY_FILE).read_text())
-        out["members"].append({"label": label, "folder": str(m), "tags": h.get("tags") or {},
-                               "kept_epoch": (h.get("best") or {}).get("epoch"), "train_seconds": h.get("train_seconds"),
-                               "heldout": auc_by_language(rows.assign(pred=values[label_col]))})
-    blended = aligned[0][label_col]
-    if len(preds) > 1:
-        b = blending.blend(preds, group / HELDOUT_BLEND_FILE, rank=blend == "rank")
-        blended = blending.read_aligned([b.output], **expected)[2][0][label_col]
-    out["blend"] = auc_by_language(rows.assign(pred=blended))
-    oof = collect_oof(group, members)
-    out["oof"] = None
-    if oof is not None:
-        from ..atomic import atomic_write
+    return preds
 
-        atomic_write(group / OOF_FILE, lambda tmp: oof.to_csv(tmp, index=False, float_format="%.9g"))
-        out["oof"] = {"rows": len(oof), **auc_by_language(oof)}
-    out["single"], out["single_note"] = single_on_rows(single, rows, label_col) if single is not None else (None, None)
-    out["compare"] = None
-    if compare is not None and (Path(compare) / REPORT_FILE).is_file():
-        c = json.loads((Path(compare) / REPORT_FILE).read_text())
-        out["compare"] = {"group": str(compare), "blend": c["blend"], "oof": c.get("oof")}
-    out["seconds"] = time.time() - started if started else None
+
+def _member_entry(m: Path, label: str, scored: pd.DataFrame) -> dict:
+    """One member's line of the report: label, folder, tags, kept epoch, train seconds, and the
+    held-out AUC per language of its predictions (``scored``: the held-out rows with ``pred``)."""
+    h = json.loads((m / HISTORY_FILE).read_text())
+    return {"label": label, "folder": str(m), "tags": h.get("tags") or {},
+            "kept_epoch": (h.get("best") or {}).get("epoch"), "train_seconds": h.get("train_seconds"),
+            "heldout": auc_by_language(scored)}
+
+
+def _oof_figures(group: Path, members: list[Path]) -> dict | None:
+    """The out-of-fold AUC per language (its predictions written to ``<group>/oof.csv``); None for a seed group."""
+    oof = collect_oof(group, members)
+    if oof is None:
+        return None
+    from ..atomic import atomic_write
+
+    atomic_write(group / OOF_FILE, lambda tmp: oof.to_csv(tmp, index=False, float_format="%.9g"))
+    return {"rows": len(oof), **auc_by_language(oof)}
+
+
+def _earlier_round(compare: str | os.PathLike | None) -> dict | None:
+    """An earlier group's blend and out-of-fold figures, from its report; None without one."""
+    if compare is None or not (Path(compare) / REPORT_FILE).is_file():
+        return None
+    c = json.loads((Path(compare) / REPORT_FILE).read_text())
+    return {"group": str(compare), "blend": c["blend"], "oof": c.get("oof")}
+
+
+def _record_runs(group: Path, members: list[Path], out: dict) -> None:
+    """Fill each member's row of the group's runs table with its held-out (and the out-of-fold) AUC."""
+    from ..training.runs import RUNS_FILE, update_run
+
     table = group / RUNS_FILE
     for m, rec in zip(members, out["members"]):
         run_id = json.loads((m / HISTORY_FILE).read_text()).get("run_id")
         if run_id and table.is_file():
             update_run(table, run_id, heldout_auc=rec["heldout"]["all"],
                        oof_auc=out["oof"]["all"] if out["oof"] else None)
-    from ..atomic import atomic_write
-
-    atomic_write(group / REPORT_FILE, lambda tmp: Path(tmp).write_text(json.dumps(out, indent=1)))
-    return out
 
 
 def format_report(r: dict) -> str:

@@ -77,17 +77,9 @@ def _check_own_folder(out_dir: Path, names: tuple[str, ...]) -> None:
             raise ValueError(f"{out_dir}: holds other files ({', '.join(extra[:5])}); give the split a folder of its own")
 
 
-def english_holdout_split(
-    train_csv: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    frac: float = 0.2,
-    seed: int = 0,
-    *,
-    lang_col: str | None = None,
-    lang: str = "en",
-    label_col: str = "toxic",
-    text_col: str | None = None,
-) -> tuple[Path, Path]:
+def english_holdout_split(train_csv: str | os.PathLike, out_dir: str | os.PathLike, frac: float = 0.2, seed: int = 0, *,
+                          lang_col: str | None = None, lang: str = "en", label_col: str = "toxic",
+                          text_col: str | None = None) -> tuple[Path, Path]:
     """Split the English rows of ``train_csv`` into a training part and a held-out part.
 
     Which rows are English:
@@ -131,64 +123,69 @@ def english_holdout_split(
         raise ValueError(f"frac must be between 0 and 1 (exclusive), not {frac}")
     checked = read_csv_checked(train_csv, text_col=text_col, label_cols=(label_col,))  # ids, text and label column checked
     raw = pd.read_csv(train_csv, dtype=str, keep_default_na=False)
+    idx, rule = _language_rows(raw, train_csv, lang_col, lang)
+    labels = hard_labels(checked[label_col].to_numpy())
+    tr, ho = _stratified_holdout(idx, labels[idx], frac, seed, f"among {len(idx)} ({rule})", train_csv, label_col)
+    _check_own_folder(out_dir, (TRAIN_FILE, HOLDOUT_FILE))
+    meta = {"source": str(train_csv), "frac": frac, "seed": seed, "language_rule": rule, "label_col": label_col,
+            "train_rows": len(tr), "train_positives": int(labels[tr].sum()),
+            "holdout_rows": len(ho), "holdout_positives": int(labels[ho].sum())}
+    return _write_split(out_dir, {TRAIN_FILE: raw.iloc[tr], HOLDOUT_FILE: raw.iloc[ho]}, meta)
+
+
+def _language_rows(raw: pd.DataFrame, train_csv: Path, lang_col: str | None, lang: str) -> tuple[np.ndarray, str]:
+    """The positions of the rows in language ``lang`` (:func:`english_holdout_split`'s rule) and
+    the rule in words, for ``split.json``."""
     if lang_col is None:
         if "lang" in raw.columns:
             langs = ", ".join(sorted(raw["lang"].unique())[:10])
             raise ValueError(
                 f"{train_csv}: has a 'lang' column (values {langs}); pass lang_col='lang' to keep its {lang!r} rows"
             )
-        keep = np.ones(len(raw), dtype=bool)
-        rule = "whole file (no language column)"
-    else:
-        if lang_col not in raw.columns:
-            raise ValueError(
-                f"{train_csv}: no language column {lang_col!r} (found {', '.join(raw.columns)}); "
-                "pass lang_col=None if the whole file is English"
-            )
-        keep = (raw[lang_col] == lang).to_numpy()
-        if not keep.any():
-            langs = ", ".join(sorted(raw[lang_col].unique())[:10])
-            raise ValueError(f"{train_csv}: no row has {lang_col} == {lang!r} (values: {langs})")
-        rule = f"{lang_col} == {lang!r}"
-    idx = np.flatnonzero(keep)
-    y = hard_labels(checked[label_col].to_numpy()[idx])
-    n_hold = int(round(frac * len(idx)))
+        return np.arange(len(raw)), "whole file (no language column)"
+    if lang_col not in raw.columns:
+        raise ValueError(
+            f"{train_csv}: no language column {lang_col!r} (found {', '.join(raw.columns)}); "
+            "pass lang_col=None if the whole file is English"
+        )
+    keep = (raw[lang_col] == lang).to_numpy()
+    if not keep.any():
+        langs = ", ".join(sorted(raw[lang_col].unique())[:10])
+        raise ValueError(f"{train_csv}: no row has {lang_col} == {lang!r} (values: {langs})")
+    return np.flatnonzero(keep), f"{lang_col} == {lang!r}"
+
+
+def _stratified_holdout(idx: np.ndarray, y: np.ndarray, frac: float, seed: int, among: str, train_csv: Path,
+                        label_col: str, *, hint: str = "", stratify: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``idx`` split into (training, held-out) positions, each in file order: ``round(frac * n)``
+    held out, stratified on the hard labels ``y`` (or ``stratify``), seeded. Refuses a class too
+    small for both parts to have one of its rows (AUC on a part would be undefined)."""
     for cls in (0, 1):
         count = int((y == cls).sum())
-        # each part needs at least one row of each class, or AUC on it is undefined
         if count < 2 or round(frac * count) < 1 or count - round(frac * count) < 1:
             raise ValueError(
-                f"{train_csv}: {count} row(s) with {label_col} = {cls} among {len(idx)} ({rule}); "
-                f"too few to hold out {frac:.0%} of them with some left for training"
+                f"{train_csv}: {count} row(s) with {label_col} = {cls} {among}; "
+                f"too few to hold out {frac:.0%} of them with some left for training{hint}"
             )
     from sklearn.model_selection import train_test_split
 
-    tr, ho = train_test_split(idx, test_size=n_hold, stratify=y, random_state=seed)
-    tr, ho = np.sort(tr), np.sort(ho)
+    tr, ho = train_test_split(idx, test_size=int(round(frac * len(idx))), stratify=y if stratify is None else stratify,
+                              random_state=seed)
+    return np.sort(tr), np.sort(ho)
 
-    _check_own_folder(out_dir, (TRAIN_FILE, HOLDOUT_FILE))
-    labels = hard_labels(checked[label_col].to_numpy())
-    meta = {"source": str(train_csv), "frac": frac, "seed": seed, "language_rule": rule, "label_col": label_col,
-            "train_rows": len(tr), "train_positives": int(labels[tr].sum()),
-            "holdout_rows": len(ho), "holdout_positives": int(labels[ho].sum())}
+
+def _write_split(out_dir: Path, parts: dict[str, pd.DataFrame], meta: dict) -> tuple[Path, Path]:
+    """Write the two parts and ``split.json`` into ``out_dir`` atomically; returns the parts' paths."""
     with atomic_dir(out_dir) as tmp:
-        raw.iloc[tr].to_csv(tmp / TRAIN_FILE, index=False)
-        raw.iloc[ho].to_csv(tmp / HOLDOUT_FILE, index=False)
+        for name, part in parts.items():
+            part.to_csv(tmp / name, index=False)
         (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
-    return out_dir / TRAIN_FILE, out_dir / HOLDOUT_FILE
+    return tuple(out_dir / name for name in parts)
 
 
-def holdout_split(
-    train_csv: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    frac: float = 0.2,
-    seed: int = 0,
-    *,
-    label_col: str = "toxic",
-    text_col: str | None = None,
-    id_col: str = "id",
-    lang_col: str = "lang",
-) -> tuple[Path, Path]:
+def holdout_split(train_csv: str | os.PathLike, out_dir: str | os.PathLike, frac: float = 0.2, seed: int = 0, *,
+                  label_col: str = "toxic", text_col: str | None = None, id_col: str = "id",
+                  lang_col: str = "lang") -> tuple[Path, Path]:
     """Hold out a stratified share of every row of ``train_csv`` (split ``"holdout"``: no validation file).
 
     The held-out part is ``round(frac * n)`` rows drawn by ``sklearn.model_selection.train_test_split(
@@ -215,8 +212,6 @@ def holdout_split(
         ValueError: ``frac`` not in (0, 1) (``holdout_frac`` named); a bad column, id or label; a class
             too small for both parts; ``out_dir`` holds other files.
     """
-    from sklearn.model_selection import train_test_split
-
     from .folds import strata
 
     train_csv, out_dir = Path(train_csv), Path(out_dir)
@@ -226,41 +221,25 @@ def holdout_split(
     checked = read_csv_checked(train_csv, id_col=id_col, text_col=text_col, label_cols=(label_col,))
     raw = pd.read_csv(train_csv, dtype=str, keep_default_na=False)
     y = hard_labels(checked[label_col].to_numpy())
-    for cls in (0, 1):
-        count = int((y == cls).sum())
-        if count < 2 or round(frac * count) < 1 or count - round(frac * count) < 1:
-            raise ValueError(f"{train_csv}: {count} row(s) with {label_col} = {cls} among {len(y)}; too few to hold "
-                             f"out {frac:.0%} of them with some left for training (holdout_frac, or more rows)")
     langs = raw[lang_col].to_numpy() if lang_col in raw.columns else None
-    idx = np.arange(len(raw))
-    tr, ho = train_test_split(idx, test_size=int(round(frac * len(idx))), stratify=strata(y, langs, 2), random_state=seed)
-    tr, ho = np.sort(tr), np.sort(ho)
+    tr, ho = _stratified_holdout(np.arange(len(raw)), y, frac, seed, f"among {len(y)}", train_csv, label_col,
+                                 hint=" (holdout_frac, or more rows)", stratify=strata(y, langs, 2))
     _check_own_folder(out_dir, (TRAIN_PART_FILE, HOLDOUT_PART_FILE))
-
-    def counts(rows: np.ndarray) -> dict:
-        per = {} if langs is None else {str(k): int(v) for k, v in pd.Series(langs[rows]).value_counts().sort_index().items()}
-        return {"rows": len(rows), "positives": int(y[rows].sum()), "per_language": per}
-
     meta = {"split": "holdout", "rule": f"{frac:.0%} of {train_csv.name}'s rows held out, stratified by {label_col}"
             + (f" x {lang_col}" if langs is not None else "") + f", seed {seed}", "source": str(train_csv), "frac": frac,
             "seed": seed, "id_col": id_col, "label_col": label_col, "lang_col": lang_col if langs is not None else None,
-            "train": counts(tr), "holdout": counts(ho)}
-    with atomic_dir(out_dir) as tmp:
-        raw.iloc[tr].to_csv(tmp / TRAIN_PART_FILE, index=False)
-        raw.iloc[ho].to_csv(tmp / HOLDOUT_PART_FILE, index=False)
-        (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
-    return out_dir / TRAIN_PART_FILE, out_dir / HOLDOUT_PART_FILE
+            "train": _part_counts(tr, y, langs), "holdout": _part_counts(ho, y, langs)}
+    return _write_split(out_dir, {TRAIN_PART_FILE: raw.iloc[tr], HOLDOUT_PART_FILE: raw.iloc[ho]}, meta)
 
 
-def validation_split(
-    train_csv: str | os.PathLike,
-    valid_csv: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    train_frac: float = 0.5,
-    *,
-    label_col: str = "toxic",
-    text_col: str | None = None,
-) -> tuple[Path, Path]:
+def _part_counts(rows: np.ndarray, y: np.ndarray, langs: np.ndarray | None) -> dict:
+    """A part's rows, positive rows and rows per language (``split.json`` of :func:`holdout_split`)."""
+    per = {} if langs is None else {str(k): int(v) for k, v in pd.Series(langs[rows]).value_counts().sort_index().items()}
+    return {"rows": len(rows), "positives": int(y[rows].sum()), "per_language": per}
+
+
+def validation_split(train_csv: str | os.PathLike, valid_csv: str | os.PathLike, out_dir: str | os.PathLike,
+                     train_frac: float = 0.5, *, label_col: str = "toxic", text_col: str | None = None) -> tuple[Path, Path]:
     """Train on every row of ``train_csv`` plus the first rows of ``valid_csv``; hold out the rest.
 
     The first ``round(train_frac * n)`` rows of ``valid_csv`` (file order, no shuffle: the split is
@@ -303,14 +282,9 @@ def validation_split(
     if n_train < 1 or len(held) < 1 or (held[label_col].astype(float) >= 0.5).nunique() < 2:
         raise ValueError(f"{valid_csv}: holding out its last {len(held)} of {len(va)} rows leaves "
                          "no training rows or a held-out part with one class; change train_frac")
-
-    def columns(raw: pd.DataFrame, checked: pd.DataFrame, lang) -> pd.DataFrame:
-        return pd.DataFrame({"id": checked["id"].to_numpy(), text_col or "comment_text": checked["text"].to_numpy(),
-                             "lang": lang, label_col: raw[label_col].to_numpy()})
-
     lang_va = raw_va["lang"].to_numpy() if "lang" in raw_va.columns else ""
-    valid_part = columns(raw_va, va, lang_va)
-    train_part = pd.concat([columns(raw_en, en, "en"), valid_part.iloc[:n_train]], ignore_index=True)
+    valid_part = _split_columns(raw_va, va, lang_va, text_col, label_col)
+    train_part = pd.concat([_split_columns(raw_en, en, "en", text_col, label_col), valid_part.iloc[:n_train]], ignore_index=True)
     holdout_part = valid_part.iloc[n_train:]
     _check_own_folder(out_dir, (MIXED_TRAIN_FILE, VALID_HOLDOUT_FILE))
     y_tr, y_ho = train_part[label_col].astype(float) >= 0.5, holdout_part[label_col].astype(float) >= 0.5
@@ -320,11 +294,13 @@ def validation_split(
             "train_rows": len(train_part), "train_positives": int(y_tr.sum()), "train_english_rows": len(en),
             "holdout_rows": len(holdout_part), "holdout_positives": int(y_ho.sum()),
             "holdout_languages": holdout_part["lang"].value_counts().to_dict()}
-    with atomic_dir(out_dir) as tmp:
-        train_part.to_csv(tmp / MIXED_TRAIN_FILE, index=False)
-        holdout_part.to_csv(tmp / VALID_HOLDOUT_FILE, index=False)
-        (tmp / SPLIT_FILE).write_text(json.dumps(meta, indent=1))
-    return out_dir / MIXED_TRAIN_FILE, out_dir / VALID_HOLDOUT_FILE
+    return _write_split(out_dir, {MIXED_TRAIN_FILE: train_part, VALID_HOLDOUT_FILE: holdout_part}, meta)
+
+
+def _split_columns(raw: pd.DataFrame, checked: pd.DataFrame, lang, text_col: str | None, label_col: str) -> pd.DataFrame:
+    """A file's rows in :func:`validation_split`'s columns: ``id``, the text, ``lang``, the label (original strings)."""
+    return pd.DataFrame({"id": checked["id"].to_numpy(), text_col or "comment_text": checked["text"].to_numpy(),
+                         "lang": lang, label_col: raw[label_col].to_numpy()})
 
 
 def training_columns(split: str, train_csv: str | os.PathLike, text_col: str | None = None,

@@ -42,17 +42,9 @@ def _to_int32(x: dict):
     return {k: v.astype(np.int32) if hasattr(v, "astype") else v for k, v in x.items()}
 
 
-def make_dataset(
-    texts: Sequence[str],
-    labels: Sequence[float] | np.ndarray | None,
-    preprocessor,
-    global_batch: int,
-    *,
-    shuffle: bool = False,
-    seed: int = 0,
-    drop_remainder: bool = True,
-    sample_weight: Sequence[float] | np.ndarray | None = None,
-):
+def make_dataset(texts: Sequence[str], labels: Sequence[float] | np.ndarray | None, preprocessor, global_batch: int, *,
+                 shuffle: bool = False, seed: int = 0, drop_remainder: bool = True,
+                 sample_weight: Sequence[float] | np.ndarray | None = None):
     """A batched, preprocessed dataset for ``model.fit``/``evaluate``/``predict``.
 
     Args:
@@ -79,6 +71,18 @@ def make_dataset(
     """
     texts = [str(t) for t in texts]
     n = len(texts)
+    targets = _targets(n, labels, sample_weight)
+    if global_batch < 1:
+        raise ValueError(f"global_batch must be >= 1, not {global_batch}")
+    if drop_remainder and n < global_batch:
+        raise ValueError(f"{n} rows make no full batch of {global_batch}; lower the batch size or use more rows")
+    build = _tf_dataset if _backend() == "tensorflow" else _grain_dataset
+    return build(texts, targets, preprocessor, global_batch, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder)
+
+
+def _targets(n: int, labels, sample_weight) -> tuple[np.ndarray, ...] | None:
+    """``(labels,)``, ``(labels, weights)`` as float32 arrays, or None without labels; refuses a
+    length other than ``n``, or weights without labels."""
     if labels is not None:
         labels = np.asarray(labels, dtype=np.float32)
         if len(labels) != n:
@@ -89,19 +93,25 @@ def make_dataset(
         sample_weight = np.asarray(sample_weight, dtype=np.float32)
         if len(sample_weight) != n:
             raise ValueError(f"{n} texts but {len(sample_weight)} sample weights")
-    targets = None if labels is None else (labels,) if sample_weight is None else (labels, sample_weight)
-    if global_batch < 1:
-        raise ValueError(f"global_batch must be >= 1, not {global_batch}")
-    if drop_remainder and n < global_batch:
-        raise ValueError(f"{n} rows make no full batch of {global_batch}; lower the batch size or use more rows")
-    if _backend() == "tensorflow":
-        import tensorflow as tf
+    return None if labels is None else (labels,) if sample_weight is None else (labels, sample_weight)
 
-        enc = tokenize_tf(texts, preprocessor) if _is_keras_layer(preprocessor) else _to_int32(dict(preprocessor(texts)))
-        ds = tf.data.Dataset.from_tensor_slices(enc if targets is None else (enc, *targets))
-        if shuffle:
-            ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
-        return ds.batch(global_batch, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+
+def _tf_dataset(texts: list[str], targets, preprocessor, global_batch: int, *, shuffle: bool, seed: int,
+                drop_remainder: bool):
+    """:func:`make_dataset` on the TF backend: every row tokenized once, a ``tf.data.Dataset``."""
+    import tensorflow as tf
+
+    enc = tokenize_tf(texts, preprocessor) if _is_keras_layer(preprocessor) else _to_int32(dict(preprocessor(texts)))
+    ds = tf.data.Dataset.from_tensor_slices(enc if targets is None else (enc, *targets))
+    if shuffle:
+        ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(global_batch, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+
+
+def _grain_dataset(texts: list[str], targets, preprocessor, global_batch: int, *, shuffle: bool, seed: int,
+                   drop_remainder: bool):
+    """:func:`make_dataset` on the JAX backend: a ``grain.MapDataset`` of row indices, batched,
+    then mapped to tokens (keras-hub: per batch; a Hugging Face tokenizer: all rows at once, here)."""
     text_arr = np.asarray(texts, dtype=object)
     # A Hugging Face tokenizer tokenizes everything once, here: its Rust object is not safe to call
     # from grain's reader threads at once ("Already borrowed"); keras-hub's preprocessor runs per batch.
@@ -127,7 +137,7 @@ def make_dataset(
     # ("You cannot add new elements of state ... to a layer that is already built").
     if pre_tokenized is None:
         preprocessor(texts[:1])
-    ds = grain.MapDataset.range(n)
+    ds = grain.MapDataset.range(len(texts))
     if shuffle:
         ds = ds.shuffle(seed=seed)
     return ds.batch(global_batch, drop_remainder=drop_remainder).map(prep_rows)

@@ -127,14 +127,8 @@ def tiny_tokenizer_proto(data_dir: str | os.PathLike, cache_dir: str | os.PathLi
     return out
 
 
-def build_classifier(
-    cfg: KerasModelConfig,
-    *,
-    data_dir: str | os.PathLike,
-    cache_dir: str | os.PathLike,
-    scope: Callable[[], ContextManager] = contextlib.nullcontext,
-    freeze_word_embeddings: bool = False,
-):
+def build_classifier(cfg: KerasModelConfig, *, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
+                     scope: Callable[[], ContextManager] = contextlib.nullcontext, freeze_word_embeddings: bool = False):
     """Build ``(classifier, preprocessor)``: the classifier inside ``scope()``, the preprocessor outside it.
 
     The preprocessor must be made outside a ``MirroredStrategy`` scope: its tf-text
@@ -179,25 +173,31 @@ def build_classifier(
             model = build_pretrained_classifier(cfg.preset, freeze_word_embeddings=freeze_word_embeddings,
                                                 dropout=cfg.dropout, seed=cfg.seed)
     elif cfg.preset == "tiny":
-        proto = tiny_tokenizer_proto(data_dir, cache_dir, cfg.vocab_size)
-        preprocessor = h.Preprocessor(h.Tokenizer(proto=str(proto)), sequence_length=cfg.max_len)
-        with scope():
-            backbone = h.Backbone(
-                vocabulary_size=preprocessor.tokenizer.vocabulary_size(),
-                num_layers=cfg.num_layers,
-                num_heads=cfg.num_heads,
-                hidden_dim=cfg.hidden_dim,
-                intermediate_dim=cfg.intermediate_dim,
-                dropout=cfg.dropout,
-                max_sequence_length=cfg.max_positions,
-            )
-            model = _float32_head(h.Classifier(backbone, num_classes=1, preprocessor=None))
+        model, preprocessor = _tiny_classifier(h, cfg, data_dir, cache_dir, scope)
     else:
         preprocessor = h.Preprocessor.from_preset(cfg.preset, sequence_length=cfg.max_len)
         with scope():
             model = _float32_head(h.Classifier.from_preset(cfg.preset, num_classes=1, preprocessor=None))
     check_max_len(model, cfg.max_len)
     return model, preprocessor
+
+
+def _tiny_classifier(h, cfg: KerasModelConfig, data_dir, cache_dir, scope):
+    """``preset="tiny"``: a small XLM-R from ``cfg``'s sizes with a SentencePiece tokenizer trained
+    on ``data_dir`` (:func:`tiny_tokenizer_proto`); returns ``(classifier, preprocessor)``."""
+    proto = tiny_tokenizer_proto(data_dir, cache_dir, cfg.vocab_size)
+    preprocessor = h.Preprocessor(h.Tokenizer(proto=str(proto)), sequence_length=cfg.max_len)
+    with scope():
+        backbone = h.Backbone(
+            vocabulary_size=preprocessor.tokenizer.vocabulary_size(),
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            hidden_dim=cfg.hidden_dim,
+            intermediate_dim=cfg.intermediate_dim,
+            dropout=cfg.dropout,
+            max_sequence_length=cfg.max_positions,
+        )
+        return _float32_head(h.Classifier(backbone, num_classes=1, preprocessor=None)), preprocessor
 
 
 def check_max_len(model, max_len: int) -> None:

@@ -242,15 +242,8 @@ class KerasRuntime:
         )
 
 
-def keras_runtime(
-    backend: str = "auto",
-    per_replica_batch: int = 16,
-    *,
-    mixed_precision: bool = False,
-    virtual_replicas: int = 0,
-    probes: Probes | None = None,
-    log: Callable[[str], None] | None = print,
-) -> KerasRuntime:
+def keras_runtime(backend: str = "auto", per_replica_batch: int = 16, *, mixed_precision: bool = False,
+                  virtual_replicas: int = 0, probes: Probes | None = None, log: Callable[[str], None] | None = print) -> KerasRuntime:
     """Choose the backend, set it up for data parallelism, and say what was chosen.
 
     Args:
@@ -276,40 +269,50 @@ def keras_runtime(
         raise ValueError(f"per_replica_batch must be >= 1, not {per_replica_batch}")
     choice = choose_backend(backend, virtual_replicas=virtual_replicas, probes=probes)
     select_backend(choice.backend, virtual_replicas=virtual_replicas)
-    if choice.backend == "tensorflow":
-        info = tf_strategy.detect_strategy(
-            per_replica_batch, mixed_precision=mixed_precision, virtual_cpu_replicas=virtual_replicas, log=None
-        )
-        rt = KerasRuntime(
-            "tensorflow", info.accelerator, info.num_replicas, info.per_replica_batch, info.global_batch, info.scope,
-            False if info.virtual_replicas else "auto", info.precision_policy,
-            f"{choice.reason}; {info.reason}", strategy=info.strategy, virtual_replicas=info.virtual_replicas,
-        )
-    else:
-        import keras
-
-        devices = keras.distribution.list_devices()
-        if virtual_replicas and len(devices) < virtual_replicas:
-            raise RuntimeError(f"JAX sees {len(devices)} device(s), {virtual_replicas} asked for")
-        if virtual_replicas:
-            devices = devices[:virtual_replicas]
-        accelerator = accelerator_kind(devices[0])  # "cpu:0", "tpu:0", "cuda:0" (Keras's device strings)
-        dist = None
-        if len(devices) > 1:
-            dist = keras.distribution.DataParallel(devices=devices)
-            keras.distribution.set_distribution(dist)
-        policy = mixed_precision_policy(accelerator) if mixed_precision else None
-        if policy:
-            keras.mixed_precision.set_global_policy(policy)
-        n = len(devices)
-        rt = KerasRuntime(
-            "jax", accelerator, n, per_replica_batch, per_replica_batch * n, contextlib.nullcontext, "auto", policy,
-            f"{choice.reason}; {n} JAX {accelerator} device(s)", distribution=dist,
-            virtual_replicas=virtual_replicas if accelerator == "cpu" else 0,
-        )
+    build = _tf_runtime if choice.backend == "tensorflow" else _jax_runtime
+    rt = build(choice.reason, per_replica_batch, mixed_precision, virtual_replicas)
     if log is not None:
         log(rt.describe())
     return rt
+
+
+def _tf_runtime(why: str, per_replica_batch: int, mixed_precision: bool, virtual_replicas: int) -> KerasRuntime:
+    """TensorFlow: the distribution strategy :func:`kitlib.keras.strategy.detect_strategy` finds
+    (``why``: the reason the backend was chosen)."""
+    info = tf_strategy.detect_strategy(
+        per_replica_batch, mixed_precision=mixed_precision, virtual_cpu_replicas=virtual_replicas, log=None
+    )
+    return KerasRuntime(
+        "tensorflow", info.accelerator, info.num_replicas, info.per_replica_batch, info.global_batch, info.scope,
+        False if info.virtual_replicas else "auto", info.precision_policy,
+        f"{why}; {info.reason}", strategy=info.strategy, virtual_replicas=info.virtual_replicas,
+    )
+
+
+def _jax_runtime(why: str, per_replica_batch: int, mixed_precision: bool, virtual_replicas: int) -> KerasRuntime:
+    """JAX: every device (or the first ``virtual_replicas``), Keras's global ``DataParallel``
+    distribution set when there are two or more, and the mixed precision policy when asked."""
+    import keras
+
+    devices = keras.distribution.list_devices()
+    if virtual_replicas and len(devices) < virtual_replicas:
+        raise RuntimeError(f"JAX sees {len(devices)} device(s), {virtual_replicas} asked for")
+    if virtual_replicas:
+        devices = devices[:virtual_replicas]
+    accelerator = accelerator_kind(devices[0])  # "cpu:0", "tpu:0", "cuda:0" (Keras's device strings)
+    dist = None
+    if len(devices) > 1:
+        dist = keras.distribution.DataParallel(devices=devices)
+        keras.distribution.set_distribution(dist)
+    policy = mixed_precision_policy(accelerator) if mixed_precision else None
+    if policy:
+        keras.mixed_precision.set_global_policy(policy)
+    n = len(devices)
+    return KerasRuntime(
+        "jax", accelerator, n, per_replica_batch, per_replica_batch * n, contextlib.nullcontext, "auto", policy,
+        f"{why}; {n} JAX {accelerator} device(s)", distribution=dist,
+        virtual_replicas=virtual_replicas if accelerator == "cpu" else 0,
+    )
 
 
 class _CompileCounter(logging.Handler):
@@ -343,25 +346,40 @@ def count_compiles(model=None):
 
     ns = SimpleNamespace(count=0, messages=[])
     if keras.backend.backend() == "jax":
-        import jax
-
-        handler = _CompileCounter()
-        logger = logging.getLogger("jax")
-        old_flag, old_propagate = jax.config.jax_log_compiles, logger.propagate
-        logger.addHandler(handler)
-        logger.propagate = False  # the log lines list every argument's shape: count them, don't print them
-        jax.config.update("jax_log_compiles", True)
-        try:
-            yield ns
-        finally:
-            jax.config.update("jax_log_compiles", old_flag)
-            logger.removeHandler(handler)
-            logger.propagate = old_propagate
-            ns.messages = handler.messages
-            ns.count = len(handler.messages)
-        return
-    if model is None:
+        counting = _jax_compiles(ns)
+    elif model is None:
         raise ValueError("count_compiles needs the model under the TensorFlow backend")
+    else:
+        counting = _tf_step_traces(model, ns)
+    with counting:
+        yield ns
+
+
+@contextlib.contextmanager
+def _jax_compiles(ns: SimpleNamespace):
+    """Count JAX's "Compiling ..." log lines (``jax_log_compiles``) into ``ns``, without printing them."""
+    import jax
+
+    handler = _CompileCounter()
+    logger = logging.getLogger("jax")
+    old_flag, old_propagate = jax.config.jax_log_compiles, logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False  # the log lines list every argument's shape: count them, don't print them
+    jax.config.update("jax_log_compiles", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_log_compiles", old_flag)
+        logger.removeHandler(handler)
+        logger.propagate = old_propagate
+        ns.messages = handler.messages
+        ns.count = len(handler.messages)
+
+
+@contextlib.contextmanager
+def _tf_step_traces(model, ns: SimpleNamespace):
+    """Count the traces of ``model``'s train/test/predict steps into ``ns`` (per replica), the steps
+    wrapped in the block and restored after it."""
     import tensorflow as tf
 
     calls = [0]
@@ -378,7 +396,7 @@ def count_compiles(model=None):
     for n in names:
         setattr(model, n, wrap(getattr(model, n)))
     try:
-        yield ns
+        yield
     finally:
         for n, old in saved.items():
             if old is None:

@@ -144,17 +144,61 @@ def _try_tpu(tf, tpu_address: str | None) -> tuple[Any, str] | tuple[None, list[
     return None, errors
 
 
-def detect_strategy(
-    per_replica_batch: int = 16,
-    *,
-    global_batch: int | None = None,
-    mixed_precision: bool = False,
-    virtual_cpu_replicas: int = 0,
-    tpu_address: str | None = None,
-    try_tpu: bool = True,
-    on_unusable_tpu: str = "raise",
-    log: Callable[[str], None] | None = print,
-) -> StrategyInfo:
+def _find_strategy(virtual_cpu_replicas: int, try_tpu: bool, tpu_address: str | None,
+                   on_unusable_tpu: str) -> tuple[Any, str, str]:
+    """The strategy in the module docstring's order (virtual CPUs, TPU, several GPUs, the default),
+    as ``(strategy, accelerator, reason)``."""
+    import tensorflow as tf
+
+    if virtual_cpu_replicas:
+        set_virtual_cpu_replicas(virtual_cpu_replicas)
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:virtual_cpu_replicas]
+        return (tf.distribute.MirroredStrategy(devices=devices), "cpu",
+                f"{virtual_cpu_replicas} virtual CPU replica(s) (test hook)")
+    if try_tpu:
+        strategy, how = _try_tpu(tf, tpu_address)
+        if strategy is not None:
+            return strategy, "tpu", f"TPU found by {how}"
+        _unusable_tpu(how, on_unusable_tpu)
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) >= 2:
+        return tf.distribute.MirroredStrategy(), "cuda", f"{len(gpus)} GPUs"
+    return tf.distribute.get_strategy(), "cuda" if gpus else "cpu", "1 GPU" if gpus else "no TPU or GPU"
+
+
+def _unusable_tpu(errors: list[str], on_unusable_tpu: str) -> None:
+    """When a TPU is present though no resolver worked: raise :class:`TPUUnusableError`, or with
+    ``on_unusable_tpu="warn"`` warn and print the message in a banner."""
+    evidence = tpu_evidence()
+    if not evidence:
+        return
+    msg = (
+        f"A TPU is present ({evidence}) but TensorFlow cannot use it "
+        f"(installed: {installed_tensorflow()}; {'; '.join(errors)}). Kaggle's TPU image ships "
+        "tensorflow-cpu: train with the JAX backend instead (notebook parameter backend='jax' "
+        "or 'auto', or KERAS_BACKEND=jax; see kitlib.keras.runtime). Do not pip install the "
+        "full tensorflow wheel over the image's tensorflow-cpu."
+    )
+    if on_unusable_tpu == "raise":
+        raise TPUUnusableError(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=4)  # detect_strategy's caller
+    print("!" * 80 + "\n" + msg + "\n" + "!" * 80, file=sys.stderr)
+
+
+def _split_batch(global_batch: int, n: int, reason: str) -> int:
+    """The per-replica batch of ``global_batch`` over ``n`` replicas; refuses one that does not divide."""
+    if global_batch % n:
+        lo, hi = (global_batch // n) * n, -(-global_batch // n) * n
+        raise ValueError(
+            f"global batch {global_batch} does not divide by {n} replicas ({reason}); "
+            f"use {lo or n} or {hi}, or give per_replica_batch instead"
+        )
+    return global_batch // n
+
+
+def detect_strategy(per_replica_batch: int = 16, *, global_batch: int | None = None, mixed_precision: bool = False,
+                    virtual_cpu_replicas: int = 0, tpu_address: str | None = None, try_tpu: bool = True,
+                    on_unusable_tpu: str = "raise", log: Callable[[str], None] | None = print) -> StrategyInfo:
     """Pick the ``tf.distribute`` strategy for this machine (see the module docstring for the order).
 
     Args:
@@ -185,50 +229,10 @@ def detect_strategy(
         raise ValueError(f"per_replica_batch must be >= 1, not {per_replica_batch}")
     if global_batch is not None and global_batch < 1:
         raise ValueError(f"global_batch must be >= 1, not {global_batch}")
-    import tensorflow as tf
-
-    strategy = None
-    if virtual_cpu_replicas:
-        set_virtual_cpu_replicas(virtual_cpu_replicas)
-        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:virtual_cpu_replicas]
-        strategy = tf.distribute.MirroredStrategy(devices=devices)
-        accelerator, reason = "cpu", f"{virtual_cpu_replicas} virtual CPU replica(s) (test hook)"
-    if strategy is None and try_tpu:
-        strategy, how = _try_tpu(tf, tpu_address)
-        if strategy is not None:
-            accelerator, reason = "tpu", f"TPU found by {how}"
-        else:
-            evidence = tpu_evidence()
-            if evidence:
-                msg = (
-                    f"A TPU is present ({evidence}) but TensorFlow cannot use it "
-                    f"(installed: {installed_tensorflow()}; {'; '.join(how)}). Kaggle's TPU image ships "
-                    "tensorflow-cpu: train with the JAX backend instead (notebook parameter backend='jax' "
-                    "or 'auto', or KERAS_BACKEND=jax; see kitlib.keras.runtime). Do not pip install the "
-                    "full tensorflow wheel over the image's tensorflow-cpu."
-                )
-                if on_unusable_tpu == "raise":
-                    raise TPUUnusableError(msg)
-                warnings.warn(msg, RuntimeWarning, stacklevel=2)
-                print("!" * 80 + "\n" + msg + "\n" + "!" * 80, file=sys.stderr)
-    if strategy is None:
-        gpus = tf.config.list_physical_devices("GPU")
-        if len(gpus) >= 2:
-            strategy = tf.distribute.MirroredStrategy()
-            accelerator, reason = "cuda", f"{len(gpus)} GPUs"
-        else:
-            strategy = tf.distribute.get_strategy()
-            accelerator = "cuda" if gpus else "cpu"
-            reason = "1 GPU" if gpus else "no TPU or GPU"
+    strategy, accelerator, reason = _find_strategy(virtual_cpu_replicas, try_tpu, tpu_address, on_unusable_tpu)
     n = int(strategy.num_replicas_in_sync)
     if global_batch is not None:
-        if global_batch % n:
-            lo, hi = (global_batch // n) * n, -(-global_batch // n) * n
-            raise ValueError(
-                f"global batch {global_batch} does not divide by {n} replicas ({reason}); "
-                f"use {lo or n} or {hi}, or give per_replica_batch instead"
-            )
-        per_replica_batch = global_batch // n
+        per_replica_batch = _split_batch(global_batch, n, reason)
     policy = mixed_precision_policy(accelerator) if mixed_precision else None
     if policy:
         import keras

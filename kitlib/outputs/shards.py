@@ -93,19 +93,34 @@ def sampler_padding(rank: int, world_size: int, num_rows: int, num_samples: int)
     return rank + np.arange(num_samples, dtype=np.int64) * world_size >= num_rows
 
 
-def write_shard(
-    out_dir: str | os.PathLike,
-    *,
-    rank: int,
-    world_size: int,
-    num_rows: int,
-    rows: np.ndarray,
-    ids: list[str] | np.ndarray | pa.Array,
-    predictions: dict[str, np.ndarray],
-    run_id: str,
-    stats: dict | None = None,
-    padding: np.ndarray | None = None,
-) -> Path:
+def _check_shard(rank: int, num_rows: int, rows: np.ndarray, ids, predictions: dict, padding) -> np.ndarray | None:
+    """Refuse what :func:`write_shard` cannot store (see its Raises); returns ``padding`` as an array."""
+    n = len(rows)
+    if not predictions:
+        raise ValueError("write_shard: no prediction columns given")
+    reserved = sorted(set(predictions) & {"row", "id", "padding"})
+    if reserved:
+        raise ValueError(f"write_shard(rank={rank}): prediction column name(s) {reserved} are the shard's own columns")
+    if padding is not None:
+        padding = np.asarray(padding)
+        if padding.dtype != np.bool_ or padding.shape != (n,):
+            raise ValueError(
+                f"write_shard(rank={rank}): padding must be a bool array of shape ({n},), "
+                f"got {padding.dtype} {padding.shape}"
+            )
+    if len(ids) != n or any(len(v) != n for v in predictions.values()):
+        raise ValueError(
+            f"write_shard(rank={rank}): rows, ids and predictions must have one length; got "
+            f"{n} rows, {len(ids)} ids, " + ", ".join(f"{k}={len(v)}" for k, v in predictions.items())
+        )
+    if n and (rows.min() < 0 or rows.max() >= num_rows):
+        raise ValueError(f"write_shard(rank={rank}): row index outside [0, {num_rows})")
+    return padding
+
+
+def write_shard(out_dir: str | os.PathLike, *, rank: int, world_size: int, num_rows: int, rows: np.ndarray,
+                ids: list[str] | np.ndarray | pa.Array, predictions: dict[str, np.ndarray], run_id: str,
+                stats: dict | None = None, padding: np.ndarray | None = None) -> Path:
     """Write one rank's predictions atomically and return the shard's path.
 
     Args:
@@ -129,32 +144,13 @@ def write_shard(
             ``[n]``, no prediction column, or one is named ``row``, ``id`` or ``padding``.
     """
     rows = np.asarray(rows, dtype=np.int64)
-    n = len(rows)
-    if not predictions:
-        raise ValueError("write_shard: no prediction columns given")
-    reserved = sorted(set(predictions) & {"row", "id", "padding"})
-    if reserved:
-        raise ValueError(f"write_shard(rank={rank}): prediction column name(s) {reserved} are the shard's own columns")
-    if padding is not None:
-        padding = np.asarray(padding)
-        if padding.dtype != np.bool_ or padding.shape != (n,):
-            raise ValueError(
-                f"write_shard(rank={rank}): padding must be a bool array of shape ({n},), "
-                f"got {padding.dtype} {padding.shape}"
-            )
-    if len(ids) != n or any(len(v) != n for v in predictions.values()):
-        raise ValueError(
-            f"write_shard(rank={rank}): rows, ids and predictions must have one length; got "
-            f"{n} rows, {len(ids)} ids, " + ", ".join(f"{k}={len(v)}" for k, v in predictions.items())
-        )
-    if n and (rows.min() < 0 or rows.max() >= num_rows):
-        raise ValueError(f"write_shard(rank={rank}): row index outside [0, {num_rows})")
+    padding = _check_shard(rank, num_rows, rows, ids, predictions, padding)
     info = {
         "format": SHARD_FORMAT,
         "rank": rank,
         "world_size": world_size,
         "num_rows": num_rows,
-        "num_samples": n,
+        "num_samples": len(rows),
         "run_id": run_id,
         "prediction_columns": list(predictions),
         "stats": stats or {},

@@ -58,25 +58,20 @@ START_METHODS = ("fork", "spawn")
 
 MODES: dict[str, Backend] = {b.name: b for b in (
     Backend("tpu", launchers.XlaLaunch(), accelerators.Xla("TPU"), collectives.Xla,
-            "torch_xla.launch: one process per TPU chip", "torch_xla.launch, one process per TPU chip"),
+            "torch_xla.launch, one process per TPU chip"),
     Backend("tpu-pod", launchers.XlaLaunch(started_by="tpu-pod"), accelerators.Xla("TPU"), collectives.Xla,
-            "torch_xla.launch on every host of the slice: one process per TPU chip",
             "torch_xla.launch on every host of a TPU pod slice, one process per chip"),
-    Backend("cuda", launchers.Processes(), accelerators.Cuda(), collectives.Nccl,
-            "one process per GPU (torch.multiprocessing)", "one process per GPU, nccl"),
+    Backend("cuda", launchers.Processes(), accelerators.Cuda(), collectives.Nccl, "one process per GPU, nccl"),
     Backend("cuda-torchrun", launchers.Torchrun(), accelerators.Cuda(), collectives.Nccl,
-            "by torchrun: this process is one replica", "one process per GPU, started by torchrun, nccl"),
+            "one process per GPU, started by torchrun, nccl"),
     Backend("cpu", launchers.HereOrProcesses(), accelerators.Cpu(), collectives.TorchDistributed,
-            "in the calling process (one replica), or N processes with their share of the cores",
             "eager torch on the CPU, gloo"),
     Backend("cpu-torchrun", launchers.Torchrun(), accelerators.Cpu(), collectives.TorchDistributed,
-            "by torchrun: this process is one replica", "eager torch on the CPU, started by torchrun, gloo"),
+            "eager torch on the CPU, started by torchrun, gloo"),
     Backend("xla-cpu", launchers.XlaLaunch(threads_share_process=True), accelerators.Xla("CPU"), ThreadedXla,
-            "torch_xla.launch on PJRT CPU: N devices as threads of one process (a rehearsal of the TPU path)",
             "torch_xla on PJRT CPU, devices as threads of one process (a rehearsal of the TPU path)"),
     Backend("xla-cpu-processes", launchers.Processes(), accelerators.Xla("CPU", devices_per_process="one"),
-            collectives.NoCollectives, "N processes, one PJRT CPU device each (inference)",
-            "torch_xla on PJRT CPU, one process per device, no collectives"),
+            collectives.NoCollectives, "torch_xla on PJRT CPU, one process per device, no collectives"),
 )}
 # what a user may name (accelerator= / prefer=): the modes the kit starts itself
 ACCELERATORS = ("auto", *[name for name, b in MODES.items() if b.started_by == "kit"])
@@ -110,8 +105,6 @@ class Runtime:
     def backend(self) -> Backend:
         """The :data:`MODES` row of this runtime: its backend."""
         return MODES[self.mode]
-
-    launch_mode = backend
 
     @property
     def started_by(self) -> str:
@@ -176,17 +169,7 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runt
 
     tpu = hardware.tpu_evidence() if prefer in ("auto", "tpu") else None
     if tpu:
-        if not compat.has_torch_xla():
-            raise RuntimeError(f"a TPU is present ({tpu}) but torch_xla is not installed: pip install torch_xla[tpu]")
-        chips = hardware.tpu_chip_count()
-        if num_devices is not None and num_devices != chips:
-            raise ValueError(
-                f"num_devices={num_devices}, but torch_xla.launch runs one replica on every TPU chip of this "
-                f"host ({chips or 'count unknown'}); it cannot run a subset. Set num_devices=0 (every chip)."
-            )
-        hosts, host = hardware.tpu_hosts()
-        return Runtime("tpu-pod" if hosts > 1 else "tpu", chips or 0, f"{tpu}; {chips or 'unknown number of'} TPU chip(s)",
-                       num_hosts=hosts, host=host)
+        return _tpu_runtime(tpu, num_devices)
     if prefer == "tpu":
         raise RuntimeError("accelerator='tpu' but no TPU was found (no PJRT_DEVICE=TPU, TPU_* variable or /dev/accel*)")
 
@@ -211,6 +194,22 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runt
         raise RuntimeError(f"accelerator={prefer!r} runs torch_xla on PJRT CPU: pip install torch_xla")
     n = num_devices or max(1, min(cores, 8))
     return Runtime(prefer, n, f"{n} PJRT CPU device(s) on {cores} core(s), by request", threads=max(1, cores // n))
+
+
+def _tpu_runtime(tpu: str, num_devices: int | None) -> Runtime:
+    """The TPU's runtime (``tpu``: the evidence one is there): every chip of this host, and the
+    pod's host count and this host's index."""
+    if not compat.has_torch_xla():
+        raise RuntimeError(f"a TPU is present ({tpu}) but torch_xla is not installed: pip install torch_xla[tpu]")
+    chips = hardware.tpu_chip_count()
+    if num_devices is not None and num_devices != chips:
+        raise ValueError(
+            f"num_devices={num_devices}, but torch_xla.launch runs one replica on every TPU chip of this "
+            f"host ({chips or 'count unknown'}); it cannot run a subset. Set num_devices=0 (every chip)."
+        )
+    hosts, host = hardware.tpu_hosts()
+    return Runtime("tpu-pod" if hosts > 1 else "tpu", chips or 0, f"{tpu}; {chips or 'unknown number of'} TPU chip(s)",
+                   num_hosts=hosts, host=host)
 
 
 def _from_torchrun(mode: str, tr: dict[str, int], num_devices: int | None, threads: int, found: str) -> Runtime:

@@ -56,7 +56,7 @@ from .job import MONITORS, TrainJob
 from .plan import Plan
 from .runs import Tracker
 from ..atomic import atomic_write, real_target
-from ..checkpoint import HISTORY_FILE, with_text_prefix
+from ..checkpoint import HISTORY_FILE, save_checkpoint, with_text_prefix
 from ..data import plan_batches, read_csv_checked
 from ..metrics import auc_text, slice_name
 from ..models.model import keep_head_float32, load_classifier, prediction_column, probabilities
@@ -625,8 +625,6 @@ def _keep(replica, job: TrainJob, tokenizer, model, data: _Data, history: dict, 
     """Write the epoch that is the best so far as the run's checkpoint, ``out_dir`` (master only; every
     rank learns whether it worked): the model, the tokenizer, the history so far and this epoch's
     validation predictions (what the hand-off checks)."""
-    from .train import save_checkpoint  # (kitlib.training.train imports this module)
-
     with replica.together("saving the checkpoint"):
         if replica.is_master:
             save_checkpoint(model, tokenizer, job.out_dir, history, data.valid_df["id"].tolist(), probs, job.label_col,

@@ -12,8 +12,8 @@ inference path, a cross-validation's out-of-fold AUC). Read it with ``pandas.rea
 Two rules for a shared record (issue 33, item 6):
 
 * **Writes are locked** (:func:`locked`): every change reads the table, changes it and replaces it
-  while holding ``.runs.csv.lock`` beside it (``filelock.FileLock``: ``flock`` on POSIX, released
-  when the holder dies). The atomic replace alone keeps a file whole, not every writer's row: six
+  while holding ``.runs.csv.lock`` beside it (:func:`kitlib.locks.record_lock`: ``flock``, released
+  when the holder dies, the file removed when released). The atomic replace alone keeps a file whole, not every writer's row: six
   processes appending 25 rows each to one table kept 42 of 150 rows without the lock, 150 with it.
 * **A run id names one record, its latest state**: a run continued after a cut-off (same run id)
   replaces its earlier row (keeping when the run first started, :func:`append_run`); a table that
@@ -30,7 +30,6 @@ loaded before torch_xla aborts the process (``kitlib.run.backends.accelerators``
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import io
@@ -101,30 +100,16 @@ def _write(table: Path, rows: list[dict]) -> None:
     atomic_write(table, lambda tmp: Path(tmp).write_text(buf.getvalue()))
 
 
-@contextlib.contextmanager
 def locked(table: str | os.PathLike):
-    """Hold the lock of a shared record while reading, changing and replacing it (the module's rule).
-
-    The lock is the file ``.<name>.lock`` beside ``table`` (``filelock.FileLock``: ``flock`` on POSIX,
-    so a holder that dies releases it; a soft lock where the filesystem has no ``flock``).
+    """Hold the lock of a shared record while reading, changing and replacing it (the module's rule):
+    :func:`kitlib.locks.record_lock`, waiting up to :data:`LOCK_TIMEOUT_S` seconds.
 
     Raises:
         TimeoutError: another process held the lock for :data:`LOCK_TIMEOUT_S` seconds (named, with the fix).
     """
-    from filelock import FileLock, Timeout
+    from ..locks import record_lock
 
-    table = Path(table)
-    lock = FileLock(str(table.parent / f".{table.name}.lock"), timeout=LOCK_TIMEOUT_S)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise TimeoutError(f"{table}: another process has held its lock {lock.lock_file} for {LOCK_TIMEOUT_S:g} s; "
-                           "wait for the other run to finish writing, or remove the lock file if no process "
-                           "of the kit is running") from None
-    try:
-        yield table
-    finally:
-        lock.release()
+    return record_lock(table, LOCK_TIMEOUT_S)
 
 
 def _cell(v):
@@ -183,21 +168,26 @@ def read_runs(table: str | os.PathLike) -> list[dict]:
     return _latest(_read(Path(table)))
 
 
+def save_scores(out_dir: str | os.PathLike, scores: dict) -> Path:
+    """Write ``scores`` (the saved checkpoint's held-out ROC AUC, overall and per language, as the
+    training notebook measures it through the inference path) to ``<out_dir>/heldout_scores.json``,
+    atomically (:func:`kitlib.atomic.atomic_write`), and fill the run's ``heldout_auc`` in the runs
+    table beside ``out_dir`` (:func:`update_run`: the run's row was appended by
+    :func:`kitlib.training.train.train`, before these scores existed)."""
+    from ..atomic import atomic_write
+    from ..checkpoint import HISTORY_FILE, SCORES_FILE, read_history
+
+    path = Path(out_dir) / SCORES_FILE
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(scores, indent=1)))
+    run_id = read_history(out_dir).get("run_id") if (Path(out_dir) / HISTORY_FILE).is_file() else None
+    if run_id and runs_table(out_dir).is_file() and scores.get("roc_auc") is not None:
+        update_run(runs_table(out_dir), run_id, heldout_auc=scores["roc_auc"])
+    return path
+
+
 # --- which run a submission came from ---
 
 RUNS_TAG_RE = r"\[runs? ([0-9a-f]{6,32}(?:,[0-9a-f]{6,32})*)\]"  # in a Kaggle submission's description
-
-
-def run_ids_of(checkpoint: str | os.PathLike) -> list[str]:
-    """The training run(s) a checkpoint folder holds: its ``train_history.json``'s ``run_id``; [] for a
-    folder the kit did not train (a packaged or hub model) or that cannot be read."""
-    from ..checkpoint import HISTORY_FILE
-
-    try:
-        run_id = json.loads((Path(checkpoint) / HISTORY_FILE).read_text()).get("run_id")
-    except (OSError, ValueError, AttributeError, TypeError):
-        return []
-    return [run_id] if isinstance(run_id, str) and run_id else []
 
 
 def runs_tag(run_ids) -> str:

@@ -14,27 +14,23 @@ appends the run's row to the runs table (:mod:`kitlib.training.runs`). The job i
 :class:`kitlib.training.job.TrainJob`; what the replicas do, and what ``out_dir`` ends up holding, is
 :mod:`kitlib.training.loop`'s docstring.
 
-Below :func:`train`, the readers and writers of a trained folder: :func:`save_checkpoint`,
-:func:`read_history`, :func:`kept_epoch`, :func:`save_scores`, :func:`checkpoint_report`.
+The readers and writers of a trained folder are :mod:`kitlib.checkpoint`'s (``save_checkpoint``,
+``read_history``, ``kept_epoch``, ``checkpoint_report``); ``save_scores`` is :mod:`kitlib.training.runs`'s.
 """
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
 from . import resume
 from .job import TrainJob
-from .loop import _cpu, _mp_fn
+from .loop import _mp_fn
 from .plan import Plan, make_plan
 from .runs import append_run, code_fingerprint, git_commit, runs_table
 from .session import sigterm_saves
-from ..atomic import atomic_dir, check_replaceable
-from ..checkpoint import HISTORY_FILE, RECIPE_KEY, SCORES_FILE, VALID_PREDICTIONS_FILE
+from ..atomic import check_replaceable
+from ..checkpoint import HISTORY_FILE, kept_epoch, read_history
 from ..models.limits import preflight
 from ..run.runtime import Runtime, holds_global_rank0, launch
 
@@ -128,101 +124,3 @@ def _record_run(plan: Plan, history: dict, started: float) -> None:
         "tags": job.tags, "best_epoch": best.get("epoch"), "monitor": best.get("monitor"), "best_value": best.get("value"),
         "valid_auc": kept.get("valid_auc"), "train_seconds": round(float(history.get("train_seconds") or 0.0), 1),
         "params": asdict(job)})
-
-
-def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
-                    valid_probs: np.ndarray, label_col: str, recipe: str | None = None) -> Path:
-    """Write a trained checkpoint folder atomically (master only) and return its path.
-
-    The folder holds ``save_pretrained`` of ``model`` (a CPU copy of its weights: the model stays where
-    it is) and ``tokenizer``, ``train_history.json`` (``history``) and ``valid_predictions.csv`` (``id``
-    and ``label_col``: the kept epoch's validation probabilities, what the hand-off checks). ``recipe``:
-    the recipe the weights were trained with, written as ``config.json``'s
-    :data:`kitlib.checkpoint.RECIPE_KEY` (so a folder trained with ``e5-fast`` says so, and a run
-    continuing it takes the same recipe). It is built under a temporary name beside ``out_dir`` and
-    renamed into place, replacing an older one.
-    """
-    import pandas as pd
-
-    out_dir = Path(out_dir)
-    if recipe is not None:
-        setattr(model.config, RECIPE_KEY, recipe)
-    with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp, state_dict=_cpu(model.state_dict()))
-        tokenizer.save_pretrained(tmp)
-        (tmp / HISTORY_FILE).write_text(json.dumps(history, indent=1))
-        pd.DataFrame({"id": valid_ids, label_col: valid_probs}).to_csv(tmp / VALID_PREDICTIONS_FILE, index=False)
-    return out_dir
-
-
-def read_history(out_dir: str | os.PathLike) -> dict:
-    """The ``train_history.json`` of a trained checkpoint folder (see :func:`_mp_fn`).
-
-    Keys: ``run_id``, ``world_size``, ``mode``, ``collectives``, ``pattern``, ``ddp_wrapped``, ``precision``,
-    ``grad_scaler`` (True: fp16 steps went through a ``GradScaler``), ``config``, ``tags``, ``recipe``,
-    ``steps_per_epoch``, ``global_batch``, ``epochs`` (one dict per epoch: ``train_loss``, ``valid_loss``,
-    ``valid_auc``, ``train_seconds``, ``valid_seconds``, ``steps``, ``compile_count``),
-    ``step_loss`` (``[step, loss]`` pairs logged by the master), ``compile_counts`` (XLA: the
-    master's compile count after each step; None otherwise), ``monitor`` and ``best`` (the epoch kept
-    in the folder: ``epoch``, ``monitor``, ``value``, ``why``), ``finished``, ``stopped`` (None,
-    ``"early stopping"`` or ``"time budget"``), ``train_seconds``, and ``resumed`` when it did.
-
-    Raises:
-        FileNotFoundError: no history in ``out_dir`` (training did not finish).
-    """
-    p = Path(out_dir) / HISTORY_FILE
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: no training history (did the training launch finish?)")
-    return json.loads(p.read_text())
-
-
-def kept_epoch(history: dict) -> dict:
-    """The epoch record whose weights a checkpoint folder holds: ``history["best"]``'s epoch (older
-    histories: the last epoch); ``{}`` when none was recorded."""
-    epochs = history.get("epochs") or []
-    best = (history.get("best") or {}).get("epoch")
-    return next((e for e in epochs if e.get("epoch") == best), epochs[-1] if epochs else {})
-
-
-def save_scores(out_dir: str | os.PathLike, scores: dict) -> Path:
-    """Write ``scores`` (the saved checkpoint's held-out ROC AUC, overall and per language, as the
-    training notebook measures it through the inference path) to ``<out_dir>/heldout_scores.json``,
-    atomically (:func:`kitlib.atomic.atomic_write`), and fill the run's ``heldout_auc`` in the runs
-    table beside ``out_dir`` (:func:`kitlib.training.runs.update_run`: the run's row was appended by
-    :func:`train`, before these scores existed)."""
-    from ..atomic import atomic_write
-    from .runs import update_run
-
-    path = Path(out_dir) / SCORES_FILE
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(scores, indent=1)))
-    run_id = read_history(out_dir).get("run_id") if (Path(out_dir) / HISTORY_FILE).is_file() else None
-    if run_id and runs_table(out_dir).is_file() and scores.get("roc_auc") is not None:
-        update_run(runs_table(out_dir), run_id, heldout_auc=scores["roc_auc"])
-    return path
-
-
-def checkpoint_report(checkpoint: str | os.PathLike) -> dict | None:
-    """What a checkpoint trained by this kit recorded about its training, or None for any other folder.
-
-    Returns:
-        ``trained_from`` (the starting checkpoint), ``recipe`` and ``lr``, ``epochs``, ``max_len``,
-        ``batch_size``, ``world_size``, ``train_csv``, ``valid_csv``, ``run_id``, ``epochs_trained``,
-        ``best`` (why that epoch was kept), ``kept_epoch`` (the epoch whose weights the folder holds:
-        its ``train_loss``, ``valid_loss``, ``valid_auc``, ``train_seconds``), ``seconds_per_step``,
-        and ``heldout`` (``heldout_scores.json``, or None).
-    """
-    p = Path(checkpoint)
-    if not (p / HISTORY_FILE).is_file():
-        return None
-    h = read_history(p)
-    cfg, kept = h.get("config", {}), kept_epoch(h)
-    steps = sum(e.get("steps", 0) for e in h.get("epochs", []))
-    seconds = sum(e.get("train_seconds", 0.0) for e in h.get("epochs", []))
-    scores = p / SCORES_FILE
-    return {"checkpoint": str(p), "trained_from": cfg.get("checkpoint"), "recipe": cfg.get("recipe"), "lr": cfg.get("lr"),
-            "epochs": cfg.get("epochs"), "max_len": cfg.get("max_len"), "batch_size": cfg.get("batch_size"),
-            "world_size": h.get("world_size"), "train_csv": cfg.get("train_csv"), "valid_csv": cfg.get("valid_csv"),
-            "run_id": h.get("run_id"), "epochs_trained": len(h.get("epochs", [])), "best": h.get("best"),
-            "kept_epoch": {k: kept.get(k) for k in ("epoch", "train_loss", "valid_loss", "valid_auc", "train_seconds")},
-            "seconds_per_step": seconds / steps if steps else None,
-            "heldout": json.loads(scores.read_text()) if scores.is_file() else None}

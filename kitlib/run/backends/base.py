@@ -206,7 +206,6 @@ class Backend:
         launcher: how replicas start (:mod:`kitlib.run.backends.launchers`).
         accelerator: the device part (:mod:`kitlib.run.backends.accelerators`).
         collectives_class: the collectives each replica holds one of (:mod:`kitlib.run.backends.collectives`).
-        starts: how replicas start, in words (the table in :mod:`kitlib.run.runtime`).
         summary: one line for :meth:`kitlib.run.runtime.Runtime.describe`.
     """
 
@@ -214,7 +213,6 @@ class Backend:
     launcher: object
     accelerator: object
     collectives_class: type
-    starts: str
     summary: str
 
     def __repr__(self) -> str:
