@@ -245,3 +245,13 @@ def test_a_checkpoint_whose_run_did_not_finish_is_not_used_as_ready(kaggle_input
     (work / HISTORY_FILE).write_text(json.dumps({**history, "finished": True, "epochs": history["epochs"] * 2}))
     assert not_ready(work) == ("unchecked", "its hand-off passed run r1 at 1 epoch(s); the folder now holds run r1 at 2: "
                                             "run the training notebook's hand-off again")
+
+
+def test_a_cut_off_runs_folder_is_still_found_to_train_from(kaggle_input, tmp_path):
+    """A cut-off run's folder attached under /kaggle/input (the previous version's output) is what a training run
+    continues from: model="auto" for training still finds it; for inference it does not."""
+    from kitlib.models.model import find_checkpoints
+
+    root, _ = kaggle_input
+    attached = _cut_off(root / "xlmr-train-kernel" / "artifacts" / "xlmr-toxic")
+    assert find_checkpoints(root, trained=False) == [attached] and find_checkpoints(root, trained=True) == []

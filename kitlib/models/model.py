@@ -117,8 +117,9 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
         trained: only checkpoints written by :mod:`kitlib.training.train` (they hold :data:`kitlib.checkpoint.HISTORY_FILE`);
             False: any transformers checkpoint (a pretrained model to start training from).
 
-    A folder the training notebook's hand-off refused, or whose run did not finish, is never found
-    (:func:`kitlib.checkpoint.not_ready`: ``"refused"``, ``"unfinished"``); a note names each one skipped.
+    A folder the training notebook's hand-off refused is never found, and with ``trained`` (for inference) nor
+    is one whose run did not finish (:func:`kitlib.checkpoint.not_ready`: ``"refused"``, ``"unfinished"``); a note
+    names each one skipped. To train from, a cut-off run's folder is found: training from it continues that run.
     """
     root = Path(root)
     if not root.is_dir():
@@ -127,8 +128,8 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
     for dirpath, dirnames, filenames in os.walk(root):
         depth = len(Path(dirpath).relative_to(root).parts)
         if "config.json" in filenames and (not trained or HISTORY_FILE in filenames):
-            skip = not_ready(dirpath)
-            if skip is None or skip[0] == "unchecked":
+            skip = not_ready(dirpath)  # (to train from, a cut-off run's folder is found: training from it continues it)
+            if skip is None or skip[0] == "unchecked" or (not trained and skip[0] == "unfinished"):
                 found.append(Path(dirpath))
             else:
                 print(f"note: skipping {dirpath}: {skip[1]}", flush=True)
