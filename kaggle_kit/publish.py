@@ -55,6 +55,21 @@ def check_weights(folder: Path, what: str) -> None:
                        "folder the training notebook saved, after its run finished")
 
 
+def check_ready(folder: Path, what: str) -> None:
+    """Refuse a kit-trained folder that is not ready (:func:`kitlib.checkpoint.not_ready`): its run did not
+    finish, its hand-off refused it, or its hand-off has not passed. A data set is shared: nothing unchecked.
+
+    Raises:
+        PublishError: naming ``what``, the folder, why, and the fix.
+    """
+    from kitlib.checkpoint import not_ready
+
+    skip = not_ready(folder)
+    if skip is not None:
+        raise PublishError(f"{what}: {folder} is not ready to publish: {skip[1]}. Publish a folder whose training notebook "
+                           "finished and whose hand-off passed (it writes handoff_passed.json)")
+
+
 def _checkpoint_folder(source: str, api, scratch: Path) -> tuple[Path, str]:
     """The folder to publish for ``source`` and a description of it.
 
@@ -67,6 +82,7 @@ def _checkpoint_folder(source: str, api, scratch: Path) -> tuple[Path, str]:
         if not (folder / "config.json").is_file():
             raise PublishError(f"{folder}: not a checkpoint folder (no config.json)")
         check_weights(folder, "the folder")
+        check_ready(folder, "the folder")
         return folder, f"the folder {folder}"
     from kitlib.models.packaged import PRETRAINED
 
@@ -88,6 +104,7 @@ def _checkpoint_folder(source: str, api, scratch: Path) -> tuple[Path, str]:
             raise PublishError(f"{kernel}" + (f" version {version}" if version else "") + f": its output holds no "
                                f"{CHECKPOINT}/config.json (it holds: {', '.join(held) or 'nothing'})")
         check_weights(ckpt, f"{kernel}" + (f" version {version}" if version else ""))
+        check_ready(ckpt, f"{kernel}" + (f" version {version}" if version else ""))
         return ckpt, f"the checkpoint of {kernel}" + (f" version {version}" if version else "")
     raise PublishError(f"{source!r}: neither a checkpoint folder, a packaged name ({', '.join(PRETRAINED)}), nor a "
                        "kernel owner/slug[/version]")

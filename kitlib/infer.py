@@ -66,7 +66,7 @@ from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, r
 from .outputs.merge import MergeResult, merge_shards
 from .models.limits import preflight
 from .models.kinds import Encoder, Kind
-from .models.model import find_checkpoints, resolve_checkpoint
+from .models.model import check_ready_for_inference, find_checkpoints, resolve_checkpoint
 from .run.replica import PeerFailed
 from .run.runtime import Runtime, holds_global_rank0, launch
 from .outputs.shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
@@ -616,10 +616,14 @@ def resolve_members(model: str, **resolve_kwargs) -> list[Path]:
       ``kaggle_kit run --folds/--seeds``): every one of them;
     * else the one :func:`kitlib.models.model.resolve_checkpoint` gives.
 
+    Every member is checked as a named folder is (:func:`kitlib.models.model.check_ready_for_inference`).
+
     Raises:
         GroupError: a group with a fold missing or twice (:func:`check_group`), attached for ``"auto"``
-            too (one fold of three attached is refused, not used alone).
+            too (one fold of three attached is refused, not used alone; a fold whose run did not finish is
+            skipped, so missing).
         FileNotFoundError: a folder with no checkpoint in it or below; what :func:`kitlib.models.model.resolve_checkpoint` raises.
+        ValueError: a member that is not ready (:func:`kitlib.models.model.check_ready_for_inference`).
     """
     p = Path(model)
     if model != "auto" and p.is_dir() and not (p / "config.json").is_file():
@@ -627,12 +631,12 @@ def resolve_members(model: str, **resolve_kwargs) -> list[Path]:
         if not found:
             raise FileNotFoundError(f"model={model!r}: a folder with no config.json and no checkpoint written by the "
                                     "training notebook in its subfolders; pass a checkpoint folder or a group folder (artifacts/cv)")
-        return check_group(found)
+        return [check_ready_for_inference(m, f"model={model!r}, member {m.name}") for m in check_group(found)]
     trained, search = resolve_kwargs.get("trained_dir"), resolve_kwargs.get("search_dir")
     if model == "auto" and not (trained and (Path(trained) / "config.json").is_file()) and search is not None:
         found = check_group(find_checkpoints(search, trained=True))  # a fold group refused with any fold missing, one fold attached too
         if len(found) > 1:
-            return found
+            return [check_ready_for_inference(m, f"model='auto', attached member {m}") for m in found]
     return [resolve_checkpoint(model, **resolve_kwargs)]
 
 

@@ -107,7 +107,7 @@ from kitlib.outputs.collapse import check_ready, refuses_collapse
 from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
 from kitlib.data import kit_id_copy, read_csv_checked
-from kitlib.training.handoff import check_reload, refusal_marked
+from kitlib.training.handoff import check_reload, mark_passed, refusal_marked
 from kitlib.models.model import resolve_checkpoint
 from kitlib.infer import InferJob, predict
 from kitlib.run.runtime import detect_runtime
@@ -116,6 +116,7 @@ from kitlib.cv.splits import SPLITS, english_holdout_split, holdout_split, resol
 from kitlib.metrics import auc_text
 from kitlib.checkpoint import VALID_PREDICTIONS_FILE
 from kitlib.training.job import TrainJob
+from kitlib.training.resume import state_dir
 from kitlib.training.runs import save_scores
 from kitlib.training.train import train
 
@@ -251,12 +252,12 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 # the checkpoint (`<output_dir>/curves.png`, `kitlib/training/plots.py`).
 
 # %%
+if not history["finished"]:  # a time budget or SIGTERM: the state is saved; one line says where (kitlib.notebook shows it alone)
+    raise RuntimeError(f"training stopped ({history['stopped']}) before its last epoch; its state is in "
+                       f"{state_dir(out_dir)}: run this notebook again (resume='auto') to continue it")
 epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
 display(epochs_df)
 scored = f"fold {fold}" if folds else {"validation": "held-out multilingual", "holdout": "held-out", "english": "held-out English" if holdout_frac else "validation"}[split]
-if not history["finished"]:
-    raise RuntimeError(f"training stopped ({history['stopped']}) before its last epoch, with no epoch kept yet; its state "
-                       f"is saved beside {out_dir}: run this notebook again (resume='auto') to continue it")
 best = history["best"]
 kept_auc = epochs_df.loc[best["epoch"], "valid_auc"]
 print(f"kept epoch {best['epoch']} of {len(epochs_df)} ({best['why']}); {scored} ROC AUC "
@@ -341,4 +342,5 @@ with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never 
                           label=label_col)
 print(f"reloaded checkpoint vs in-memory model on {reload['rows']} validation rows, both at {reload['precision']}: "
       f"max |diff| = {reload['gap']:.2e} (a correct reload stays within {reload['tolerance']:g})")
+mark_passed(out_dir, {"reload": reload, "predictions": held, "heldout_auc": scores and scores["roc_auc"]})  # ready: model="auto" may pick it
 print(f"checkpoint ready for the inference notebook: {out_dir}")

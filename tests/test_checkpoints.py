@@ -195,3 +195,63 @@ def test_a_refused_checkpoint_named_for_inference_is_refused_saying_why(tmp_path
                                          r"checkpoint not ready.*delete .*handoff_refused.json to predict with it anyway"):
         resolve_checkpoint(str(folder), data_dir=SAMPLE, cache_dir=tmp_path / "cache")
     assert resolve_checkpoint(str(folder), data_dir=SAMPLE, cache_dir=tmp_path / "cache", purpose="training") == folder
+
+
+def _cut_off(folder: Path) -> Path:
+    """A kit-trained folder as a run killed after its first kept epoch leaves it (before the held-out scoring and
+    the hand-off): its history says the run did not finish."""
+    _checkpoint(folder, trained=True)
+    (folder / HISTORY_FILE).write_text(json.dumps({"run_id": "r1", "epochs": [{"epoch": 1, "valid_auc": 0.41}],
+                                                   "config": {"epochs": 2}, "finished": False, "stopped": None}))
+    return folder
+
+
+def test_a_checkpoint_whose_run_did_not_finish_is_not_used_as_ready(kaggle_input, tmp_path, capsys):
+    """Issue 33 item 3: a run killed after its first kept epoch, before its hand-off ran, was picked by
+    model="auto", predicted with and published with no word. Auto skips it (saying so), a run that names it
+    is refused, and so is publishing it; once finished, it is used only with a warning until its hand-off
+    passes (handoff_passed.json), then silently."""
+    from kaggle_kit.publish import PublishError, check_ready
+    from kitlib.checkpoint import not_ready
+    from kitlib.models.model import find_checkpoints
+    from kitlib.training.handoff import mark_passed
+
+    root, comp = kaggle_input
+    work = _cut_off(tmp_path / "work" / "xlmr-toxic")
+    attached = _cut_off(root / "xlmr-train-kernel" / "artifacts" / "xlmr-toxic")
+    why = f"its run did not finish (cut off, 1 of 2 epoch(s) done); its state is in {work}.state: train again"
+    assert not_ready(work)[0] == "unfinished" and not_ready(work)[1].startswith(why)
+    with pytest.raises(FileNotFoundError, match=r"looked in .*xlmr-toxic \(skipped: its run did not finish \(cut off"):
+        resolve_checkpoint("auto", data_dir=comp, cache_dir=tmp_path / "cache", trained_dir=work, search_dir=root,
+                           real_data=True)
+    out = capsys.readouterr().out
+    assert f"note: model='auto' skips {work}: {why}" in out and f"note: skipping {attached}: its run did not finish" in out
+    assert find_checkpoints(root, trained=True) == []
+    with pytest.raises(ValueError, match=rf"model='{work}': {work} is not ready: its run did not finish \(cut off, 1 of 2"):
+        resolve_checkpoint(str(work), data_dir=SAMPLE, cache_dir=tmp_path / "cache")
+    with pytest.raises(PublishError, match=r"the folder: .*xlmr-toxic is not ready to publish: its run did not finish"):
+        check_ready(work, "the folder")
+    history = json.loads((work / HISTORY_FILE).read_text())
+    (work / HISTORY_FILE).write_text(json.dumps({**history, "finished": True}))  # the run finished; no hand-off yet
+    assert resolve_checkpoint(str(work), data_dir=SAMPLE, cache_dir=tmp_path / "cache") == work
+    assert (f"WARNING: predicting with {work}, but its hand-off has not passed (no handoff_passed.json"
+            in capsys.readouterr().out)
+    with pytest.raises(PublishError, match=r"not ready to publish: its hand-off has not passed"):
+        check_ready(work, "the folder")
+    mark_passed(work, {"reload": {"gap": 0.0}})
+    assert not_ready(work) is None and resolve_checkpoint(str(work), data_dir=SAMPLE, cache_dir=tmp_path / "cache") == work
+    assert "WARNING" not in capsys.readouterr().out
+    check_ready(work, "the folder")  # publishable
+    (work / HISTORY_FILE).write_text(json.dumps({**history, "finished": True, "epochs": history["epochs"] * 2}))
+    assert not_ready(work) == ("unchecked", "its hand-off passed run r1 at 1 epoch(s); the folder now holds run r1 at 2: "
+                                            "run the training notebook's hand-off again")
+
+
+def test_a_cut_off_runs_folder_is_still_found_to_train_from(kaggle_input, tmp_path):
+    """A cut-off run's folder attached under /kaggle/input (the previous version's output) is what a training run
+    continues from: model="auto" for training still finds it; for inference it does not."""
+    from kitlib.models.model import find_checkpoints
+
+    root, _ = kaggle_input
+    attached = _cut_off(root / "xlmr-train-kernel" / "artifacts" / "xlmr-toxic")
+    assert find_checkpoints(root, trained=False) == [attached] and find_checkpoints(root, trained=True) == []

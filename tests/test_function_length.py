@@ -37,3 +37,16 @@ def test_the_check_counts_nested_functions_and_docstrings(tmp_path):
         f'def outer():\n    """Doc."""\n    def inner():\n        """Doc."""\n{body}\n    return 0\n\n\ndef short():\n    return 1\n')
     assert long_functions(tmp_path) == [f"kitlib/long.py:1 outer {MAX_LINES + 4}", f"kitlib/long.py:3 inner {MAX_LINES + 1}"]
     assert long_functions(tmp_path, limit=MAX_LINES + 1) == [f"kitlib/long.py:1 outer {MAX_LINES + 4}"]
+
+
+def test_the_package_map_names_every_module():
+    """Issue 31: ``kitlib/__init__.py`` is the map: every module of kitlib is named there."""
+    import kitlib
+
+    root = Path(kitlib.__file__).parent
+    doc = kitlib.__doc__
+    missing = [".".join(p.relative_to(root.parent).with_suffix("").parts) for p in sorted(root.rglob("*.py"))
+               if p.name not in ("__init__.py", "__main__.py")
+               and ".".join(p.relative_to(root.parent).with_suffix("").parts) not in doc
+               and f"~{'.'.join(p.relative_to(root.parent).with_suffix('').parts)}" not in doc]
+    assert not missing, f"kitlib/__init__.py's map does not name: {', '.join(missing)}"

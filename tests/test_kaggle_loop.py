@@ -405,7 +405,7 @@ def test_rehearsed_outputs_hold_only_what_the_user_needs(tmp_path, repo_project)
     assert train_out == {ckpt + f for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                                             "heldout_scores.json", "train_history.json", "valid_predictions.csv",
                                             "heldout_predictions.csv", "heldout_predictions.csv.writer.json", "curves.png",
-                                            ".kitlib-owned")} | {  # what the kit wrote there (kitlib.atomic.MANIFEST)
+                                            "handoff_passed.json", ".kitlib-owned")} | {  # the ready mark; what the kit wrote there (kitlib.atomic.MANIFEST)
         "artifacts/xlmr-toxic.state/" + f for f in ("run.json", "tensors.pt", "model.pt", ".kitlib-owned")} | {
         "artifacts/runs.csv"}, sorted(train_out)  # no lock files: removed when released (kitlib.locks)
     assert infer_out == {"submission.csv", "submission.csv.writer.json"}, sorted(infer_out)

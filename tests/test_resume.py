@@ -29,8 +29,16 @@ JOB = dict(train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validati
 
 def _settings(**changes) -> resume.Settings:
     base = dict(recipe="e5", lr=3e-5, head_lr=1e-3, weight_decay=0.0, param_groups=((199, 21_000_000), (2, 385)),
-                world_size=1, batch_size=16, steps_per_epoch=174, epochs=2, precision="fp32", train_rows="abc")
+                world_size=1, batch_size=16, steps_per_epoch=174, epochs=2, precision="fp32", train_rows="abc",
+                valid_rows="def", model="/models/e5", model_print="e5e5e5e5e5e5e5e5")
     return resume.Settings(**{**base, **changes})
+
+
+def _identity(checkpoint: Path) -> dict:
+    """The :class:`resume.Settings` fields naming the run of ``JOB``'s rows started from ``checkpoint``."""
+    return dict(model=str(checkpoint), model_print=resume.model_identity(checkpoint, "train_history.json")[0],
+                train_rows=resume.rows_fingerprint(JOB["train_csv"], JOB["train_limit"]),
+                valid_rows=resume.rows_fingerprint(JOB["valid_csv"], JOB["valid_limit"]))
 
 
 def _saved(settings: resume.Settings, epoch: int, batch: int, finished: bool = False) -> tuple[Path, dict]:
@@ -73,6 +81,31 @@ def test_another_recipe_or_other_parameter_groups_are_refused_naming_the_fix():
     with pytest.raises(ValueError, match=r"already trained 2 epoch\(s\), and epochs=2 counts the whole run"):
         resume.plan(_settings(), _saved(_settings(), 2, 0, finished=True))
     assert resume.plan(_settings(), None) is None
+
+
+def test_a_state_continues_only_the_run_it_belongs_to():
+    """Issue 33 item 2: a state continued a run started from another model ("continued exactly", A's weights
+    trained under B's name) or on other rows (a fold re-split: validation rows its weights trained on)."""
+    saved = _saved(_settings(), 0, 10)
+    saved[1]["history"]["run_id"] = "run-a"
+    with pytest.raises(ValueError, match=r"xlmr-toxic.state: that run started from /models/e5 \(fingerprint "
+                                         r"e5e5e5e5e5e5e5e5\); this one starts from /models/b \(fingerprint bbbb\): a "
+                                         r"saved state continues only the run it belongs to. Start from /models/e5 to "
+                                         r"continue it \(model=...\), or pass resume='never'"):
+        resume.plan(_settings(model="/models/b", model_print="bbbb"), saved)
+    # the run's own folder (its history's run_id) continues it, whatever that folder's fingerprint now is
+    own = resume.plan(_settings(model="/runs/xlmr-toxic", model_print="kept", model_run="run-a"), saved)
+    assert own.how == "exact"
+    with pytest.raises(ValueError, match=r"that run trains on rows abc and validates on rows def \(fold 0 of 3 \(cv "
+                                         r"aaa\)\); this one trains on rows abd and validates on rows deg \(fold 0 of 4 "
+                                         r"\(cv bbb\)\): continuing it would validate on rows its weights may have "
+                                         r"trained on"):
+        resume.plan(_settings(train_rows="abd", valid_rows="deg", fold="fold 0 of 4 (cv bbb)"),
+                    _saved(_settings(fold="fold 0 of 3 (cv aaa)"), 0, 10))
+    with pytest.raises(ValueError, match=r"validates on rows other"):  # the validation rows alone changed
+        resume.plan(_settings(valid_rows="other"), saved)
+    assert resume.fold_label({"cv": "aaa", "fold": 0, "folds": 3}) == "fold 0 of 3 (cv aaa)"
+    assert resume.fold_label({"seed_group": "x"}) == ""
 
 
 def test_a_cut_off_run_is_found_beside_its_output_and_a_finished_one_from_its_folder(tmp_path):
@@ -129,6 +162,9 @@ def test_a_finished_schedule_is_rebuilt_for_the_new_batch_and_the_weights_move(o
     out = capsys.readouterr().out
     assert "the schedule is rebuilt for global batch 16: 3 steps an epoch, 9 in all, 3 done" in out
     assert history["recipe"]["name"] == "e5" and [e["epoch"] for e in history["epochs"]] == [1, 2, 3]
+    # issue 33 item 8: the steps go on (6 at batch 8, then 6 more at batch 16), never back to the rebuilt schedule's 4
+    assert [s for s, _ in history["step_loss"]] == [2, 4, 6, 8, 10, 12]
+    assert resume.read_run(resume.state_dir(again.out_dir))["steps"] == 12
     after = rank_states(tmp_path / "states", 1)[0]
     assert max_diff(after, before) > 1e-4  # epochs 2-3 trained at the rebuilt schedule's rates
 
@@ -153,7 +189,8 @@ def test_another_recipe_is_refused_before_any_replica_starts(tiny_checkpoint, tm
     state = resume.state_dir(out)
     state.mkdir(parents=True)
     groups = ((41, 1_372_161),)
-    settings = _settings(recipe="tiny", lr=1e-3, head_lr=1e-3, param_groups=groups, batch_size=8, steps_per_epoch=6)
+    settings = _settings(recipe="tiny", lr=1e-3, head_lr=1e-3, param_groups=groups, batch_size=8, steps_per_epoch=6,
+                         **_identity(tiny_checkpoint))
     (state / resume.RUN_FILE).write_text(json.dumps(_saved(settings, 0, 3)[1]))
     (state / MANIFEST).write_text(f"{resume.RUN_FILE}\n")  # a state folder the kit wrote (kitlib.atomic)
     job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(out), epochs=2, recipe="standard", **JOB)
@@ -208,6 +245,33 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_weights(accele
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], abs=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("replicas, term_at, stopped_at", [(1, 5, 5), (2, 3, 4)])
+def test_sigterm_saves_the_state_at_the_step_reached_and_the_run_continues(replicas, term_at, stopped_at, sharp_checkpoint,
+                                                                            tmp_path):
+    """Issue 34 item 4: kill -TERM of a training (what Kaggle and Colab send) exited without saving: up to 30
+    minutes lost. SIGTERM to the training process during a step: the replicas save the state at their next stop
+    decision (every step with one replica, every log_every = 2 steps with two) and the call returns, saying
+    where the state is; the same call then continues from it."""
+    common = dict(checkpoint=str(sharp_checkpoint), epochs=2, save_every_minutes=0,
+                  **{**JOB, "batch_size": JOB["batch_size"] // replicas})
+    job = TrainJob(out_dir=str(tmp_path / "run"), **common)
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "support" / "kill_worker.py"), json.dumps(asdict(job)),
+                           "cpu", str(replicas), "fork", str(term_at), "TERM"], cwd=ROOT, start_new_session=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    state = resume.state_dir(job.out_dir)
+    assert (f"note: the run stopped (SIGTERM) before its last epoch; its state is in {state}: run the same again "
+            "to continue it") in proc.stdout
+    run = resume.read_run(state)
+    assert run["position"] == {"epoch": 0, "batch": stopped_at, "global_step": stopped_at} and not run["finished"]
+    assert run["history"]["stopped"] == "SIGTERM"
+    _worker(job, "cpu", replicas, "fork", 0)
+    history = read_history(job.out_dir)
+    assert history["resumed"][0]["how"] == "exact" and history["resumed"][0]["at_step"] == stopped_at
+    assert [e["epoch"] for e in history["epochs"]] == [1, 2] and history["finished"] and history["stopped"] is None
+
+
 # --- the best epoch, early stopping, the time budget, the record of runs ---
 
 
@@ -227,6 +291,28 @@ def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
             for v in event.summary.value:
                 out.setdefault(v.tag, []).append((event.step, v.simple_value))
     return out
+
+
+def test_a_resumed_runs_tensorboard_writer_purges_the_steps_after_its_state(tmp_path):
+    """Issue 33 item 8: a run killed after logging steps its state does not hold logs them again when resumed;
+    the writer opens with purge_step (TensorBoard then drops the earlier events from that step on)."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+    from kitlib.training.runs import Tracker
+
+    tracker = Tracker("tensorboard", tmp_path / "tb", purge_step=4)
+    tracker.log(4, {"loss/step": 0.5})
+    tracker.close()
+    (f,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    data, i, events = f.read_bytes(), 0, []
+    while i < len(data):
+        (n,) = struct.unpack("<Q", data[i:i + 8])
+        events.append(Event.FromString(data[i + 12:i + 12 + n]))
+        i += 12 + n + 4
+    starts = [e.step for e in events if e.HasField("session_log") and e.session_log.status == SessionLog.START]
+    assert starts == [4]
 
 
 @pytest.mark.slow
@@ -287,6 +373,66 @@ def test_a_time_budget_stops_with_a_state_and_the_same_call_finishes_the_run(sha
     assert done["resumed"][0]["how"] == "exact" and done["run_id"] == history["run_id"]
     # one run, one row: the continued run's latest state (issue 33), not a row per call
     assert [(r["run_id"], r["status"], r["epochs"]) for r in read_runs(runs_table(out))] == [(history["run_id"], "finished", "2")]
+
+
+def test_a_run_cut_off_from_model_a_is_not_continued_from_model_b(sharp_checkpoint, tiny_checkpoint, tmp_path, capsys):
+    """Issue 33 item 2: cut off while training from A (the spread tiny model), then started from B (the tiny
+    model: same architecture and recipe) into the same folder, the run printed "continued exactly" and
+    trained A's weights under B's name. Refused before any replica, naming both; the state is kept."""
+    out = tmp_path / "ckpt"
+    job = TrainJob(checkpoint=str(sharp_checkpoint), out_dir=str(out), epochs=2, time_budget_s=1.0, **JOB)
+    assert not train(job, detect_runtime(1, "cpu"))["finished"]
+    state = resume.read_run(resume.state_dir(out))
+    capsys.readouterr()
+    with pytest.raises(ValueError, match=rf"that run started from {sharp_checkpoint} \(fingerprint [0-9a-f]{{16}}\); "
+                                         rf"this one starts from {tiny_checkpoint} \(fingerprint [0-9a-f]{{16}}\)"):
+        train(TrainJob(**{**asdict(job), "checkpoint": str(tiny_checkpoint), "time_budget_s": None}), detect_runtime(1, "cpu"))
+    assert "continued exactly" not in capsys.readouterr().out
+    assert resume.read_run(resume.state_dir(out)) == state  # the cut-off run's state, untouched
+
+
+def _fold_files(tmp_path: Path, k: int) -> tuple[Path, Path]:
+    """Fold 0 of ``k`` of the first 120 sample rows, written where the training notebook writes a fold's
+    two CSVs (the same paths for any K: only their rows differ)."""
+    import pandas as pd
+
+    from kitlib.cv.folds import fold_split, write_folds
+
+    rows = tmp_path / "rows.csv"
+    if not rows.is_file():
+        pd.read_csv(SAMPLE / "train.csv", dtype=str, keep_default_na=False).head(120).to_csv(rows, index=False)
+    folds_csv = write_folds(rows, tmp_path / f"cv-{k}" / "folds", k)
+    return fold_split(rows, folds_csv, 0, tmp_path / "scratch" / "fold-0")
+
+
+def test_a_fold_run_is_not_continued_after_the_rows_are_split_into_other_folds(sharp_checkpoint, tmp_path, capsys):
+    """Issue 33 item 2: a fold run cut off, then the rows split into other folds (3 -> 4), continued the old
+    state "with a note": the new fold's validation rows held rows its weights trained on. Refused."""
+    train_csv, valid_csv = _fold_files(tmp_path, 3)
+    common = dict(JOB, train_csv=str(train_csv), valid_csv=str(valid_csv), train_limit=None, valid_limit=None)
+    job = TrainJob(checkpoint=str(sharp_checkpoint), out_dir=str(tmp_path / "fold-0"), epochs=2, time_budget_s=1.0,
+                   **common)
+    assert not train(job, detect_runtime(1, "cpu"))["finished"]
+    _fold_files(tmp_path, 4)  # the same paths, fold 0 of 4 now
+    capsys.readouterr()
+    with pytest.raises(ValueError, match=r"fold-0.state: that run trains on rows [0-9a-f]{16} and validates on rows "
+                                         r"[0-9a-f]{16}; this one trains on rows [0-9a-f]{16} and validates on rows "
+                                         r"[0-9a-f]{16}: continuing it would validate on rows its weights may have "
+                                         r"trained on"):
+        train(TrainJob(**{**asdict(job), "time_budget_s": None}), detect_runtime(1, "cpu"))
+    assert "resuming" not in capsys.readouterr().out
+
+
+def test_the_time_budgets_reserve_holds_the_validation_and_saves_after_the_epochs_last_batch():
+    """Issue 33 item 8: the reserve was two saves, log_every steps and 30 s: a stop decision one step before an
+    epoch's end let the run go on into a validation of 60 s and two saves it had no time for."""
+    from kitlib.training.session import LEAVE_S, reserve_s
+
+    mid = reserve_s(step_s=1.0, save_s=2.0, valid_s=60.0, steps_to_check=1, steps_left_in_epoch=5)
+    assert mid == 1.0 + 2 * 2.0 + LEAVE_S == 35.0
+    last = reserve_s(step_s=1.0, save_s=2.0, valid_s=60.0, steps_to_check=1, steps_left_in_epoch=1)
+    assert last == 35.0 + 60.0 + 2 * 2.0 == 99.0  # the epoch's last batch, then its validation, checkpoint and state
+    assert reserve_s(step_s=1.0, save_s=2.0, valid_s=60.0, steps_to_check=10, steps_left_in_epoch=4) == 10 + 4 + 30 + 64
 
 
 def test_the_time_budget_on_kaggle_is_the_sessions_limit_less_a_margin(monkeypatch):

@@ -296,6 +296,12 @@ def test_notebook_end_to_end(tmp_path, sharp_checkpoint):
     assert counts[steps:] == [history["epochs"][0]["compile_count"]] * steps  # epoch 2 compiles nothing
     assert all(0.0 <= e["valid_auc"] <= 1.0 for e in history["epochs"])
     assert (out_dir / "config.json").is_file() and (out_dir / "tokenizer.json").is_file()
+    # issue 33 item 3: the hand-off passed, so it marked the folder ready (the run's id and epochs)
+    from kitlib.checkpoint import READY_FILE, not_ready
+
+    mark = json.loads((out_dir / READY_FILE).read_text())
+    assert (mark["run_id"], mark["epochs"]) == (history["run_id"], 2) and mark["checks"]["reload"]["precision"] == "bf16"
+    assert not_ready(out_dir) is None
     executed = json.loads((tmp_path / "executed.ipynb").read_text())
     outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     text = "".join("".join(o.get("text", "")) for o in outputs)
@@ -475,7 +481,8 @@ def test_train_resolves_each_fact_once_in_the_calling_process(tiny_checkpoint, t
 
     for module, attr, name in ((hardware, "precision_hardware", "hardware probe"), (recipe, "resolve", "recipe resolved"),
                                (recipe, "recipe_for", "recipe lookup"), (resume, "find", "saved-run lookup"),
-                               (resume, "rows_fingerprint", "data fingerprint")):
+                               (resume, "rows_fingerprint", "data fingerprint"),
+                               (resume, "model_identity", "model identity")):
         monkeypatch.setattr(module, attr, counted(name, getattr(module, attr)))
     read_csv, read_checked, launch = pd.read_csv, loop.read_csv_checked, train_module.launch
 
@@ -500,8 +507,9 @@ def test_train_resolves_each_fact_once_in_the_calling_process(tiny_checkpoint, t
     history = train(job, rt)
     start, end = events.index("launch"), events.index("launched")
     assert events[:start] == ["saved-run lookup", "recipe resolved", "recipe lookup", "training CSV read",
-                              "hardware probe", "data fingerprint"]
-    assert Counter(events[:start]) == Counter({name: 1 for name in events[:start]})  # each exactly once
+                              "hardware probe", "data fingerprint", "data fingerprint", "model identity"]
+    # each exactly once (the data fingerprint once per file: the training rows, then the validation rows)
+    assert Counter(events[:start]) == Counter({**{name: 1 for name in events[:start]}, "data fingerprint": 2})
     in_replica = events[start + 1:end]  # the replica's own rows only (kitlib.data.read_csv_checked: pandas reads in it)
     assert in_replica[0] == "replica's rows" and set(in_replica) == {"replica's rows", "training CSV read"}
     assert in_replica.count("replica's rows") == 1

@@ -40,8 +40,15 @@ class LoraSpec:
                              "alpha > 0 and 0 <= dropout < 1")
 
 
-def fingerprint(base: str | os.PathLike) -> str:
+SAMPLED_BLOCK = 1 << 16  # fingerprint(sampled=True): bytes read at each of 4 places of every weight file
+
+
+def fingerprint(base: str | os.PathLike, *, sampled: bool = False) -> str:
     """sha256 (hex) of ``base``'s ``config.json`` bytes and its weight files' names and sizes (cheap: no weight is read).
+
+    ``sampled``: also hash :data:`SAMPLED_BLOCK` bytes at the start, a third, two thirds and the end of every
+    weight file (256 KiB a file, whatever its size): two fine-tunes of one base have the same config and
+    sizes, never the same weights there (a training run's state records this one: :mod:`kitlib.training.resume`).
 
     Raises:
         FileNotFoundError: ``base`` has no ``config.json``.
@@ -50,7 +57,13 @@ def fingerprint(base: str | os.PathLike) -> str:
     h = hashlib.sha256((base / "config.json").read_bytes())
     for f in sorted(base.iterdir()):
         if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES):
-            h.update(f"{f.name}:{f.stat().st_size}\n".encode())
+            size = f.stat().st_size
+            h.update(f"{f.name}:{size}\n".encode())
+            if sampled:
+                with open(f, "rb") as r:
+                    for at in (0, size // 3, 2 * size // 3, max(0, size - SAMPLED_BLOCK)):
+                        r.seek(at)
+                        h.update(r.read(SAMPLED_BLOCK))
     return h.hexdigest()
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 # first (kitlib.run.backends.xla_threads.import_model_classes).
 from .. import compat, sample
 from ..atomic import atomic_dir
-from ..checkpoint import HISTORY_FILE, POOLING_KEY, REFUSED_FILE, SOURCE_FILE, refusal
+from ..checkpoint import HISTORY_FILE, POOLING_KEY, REFUSED_FILE, SOURCE_FILE, not_ready, refusal
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, tokenizer_training_texts, train_sentencepiece
 
 @dataclass(frozen=True)
@@ -117,7 +117,9 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
         trained: only checkpoints written by :mod:`kitlib.training.train` (they hold :data:`kitlib.checkpoint.HISTORY_FILE`);
             False: any transformers checkpoint (a pretrained model to start training from).
 
-    A folder the training notebook's hand-off refused (:func:`kitlib.checkpoint.refusal`) is never found.
+    A folder the training notebook's hand-off refused is never found, and with ``trained`` (for inference) nor
+    is one whose run did not finish (:func:`kitlib.checkpoint.not_ready`: ``"refused"``, ``"unfinished"``); a note
+    names each one skipped. To train from, a cut-off run's folder is found: training from it continues that run.
     """
     root = Path(root)
     if not root.is_dir():
@@ -126,8 +128,11 @@ def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int =
     for dirpath, dirnames, filenames in os.walk(root):
         depth = len(Path(dirpath).relative_to(root).parts)
         if "config.json" in filenames and (not trained or HISTORY_FILE in filenames):
-            if refusal(dirpath) is None:
+            skip = not_ready(dirpath)  # (to train from, a cut-off run's folder is found: training from it continues it)
+            if skip is None or skip[0] == "unchecked" or (not trained and skip[0] == "unfinished"):
                 found.append(Path(dirpath))
+            else:
+                print(f"note: skipping {dirpath}: {skip[1]}", flush=True)
             dirnames.clear()
         elif depth >= max_depth:
             dirnames.clear()
@@ -161,8 +166,8 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
         FileNotFoundError: ``"auto"`` found nothing and the data is not the bundled sample (the
             message names the file, where it looked and what to attach or pass); ``model`` is a
             folder without ``config.json``.
-        ValueError: for inference, ``model`` names a folder the training notebook's hand-off
-            refused (:func:`kitlib.checkpoint.refusal`; ``"auto"`` skips such folders).
+        ValueError: for inference, ``model`` names a folder that is not ready: its hand-off refused it or
+            its run did not finish (:func:`check_ready_for_inference`; ``"auto"`` skips such folders).
     """
     if model == "auto":
         found = _auto_checkpoint(purpose, trained_dir, search_dir, data_dir, data_files, real_data)
@@ -182,24 +187,20 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
 
 def _auto_checkpoint(purpose: str, trained_dir, search_dir, data_dir, data_files, real_data: bool) -> Path | None:
     """``model="auto"``: the training notebook's output (for inference, unless its hand-off refused
-    it), else the newest checkpoint under ``search_dir``; None (``tiny-random``) only on the bundled
-    sample, else :func:`_refuse_auto` says where it looked."""
+    it or its run did not finish: :func:`_auto_trained_dir`), else the newest checkpoint under ``search_dir``
+    (the same rule: :func:`find_checkpoints`); None (``tiny-random``) only on the bundled sample, else
+    :func:`_refuse_auto` says where it looked. A checkpoint for inference whose hand-off has not passed is
+    named in a warning (:func:`warn_unchecked`)."""
     looked = []
-    if purpose == "inference" and trained_dir is not None:
-        refused = refusal(trained_dir) if _is_checkpoint(Path(trained_dir)) else None
-        looked.append(str(trained_dir) + (f" (skipped: the hand-off refused it; {refused})" if refused else ""))
-        if _is_checkpoint(Path(trained_dir)) and refused is None:
-            return Path(trained_dir)
-        if refused:
-            print(f"note: model='auto' skips {trained_dir}: the training notebook's hand-off refused it "
-                  f"({Path(trained_dir) / REFUSED_FILE} says why)", flush=True)
+    if purpose == "inference" and trained_dir is not None and _auto_trained_dir(Path(trained_dir), looked):
+        return warn_unchecked(Path(trained_dir))
     if search_dir is not None:
         looked.append(f"{search_dir} (every folder, {'kit-trained checkpoints' if purpose == 'inference' else 'any checkpoint'})")
         found = find_checkpoints(search_dir, trained=purpose == "inference")
         if purpose == "training":
             found.sort(key=lambda p: "xlm-roberta" not in str(p).lower())  # prefer XLM-R, else newest
         if found:
-            return found[0]
+            return warn_unchecked(found[0]) if purpose == "inference" else found[0]
     other = sample.not_sample(sample.data_files(data_dir) if data_files is None else data_files)
     if real_data or other:
         _refuse_auto(purpose, looked, real_data, other)
@@ -239,16 +240,55 @@ def _tiny_checkpoint(data_dir, cache_dir) -> Path:
 
 
 def _folder_checkpoint(p: Path, model: str, purpose: str) -> Path:
-    """A folder named as ``model``: it must hold ``config.json``, and for inference not carry the
-    training notebook's hand-off refusal."""
+    """A folder named as ``model``: it must hold ``config.json``, and for inference be ready
+    (:func:`check_ready_for_inference`)."""
     if not _is_checkpoint(p):
         raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json)")
-    refused = refusal(p)
-    if refused is not None and purpose == "inference":
-        raise ValueError(f"model={model!r}: the training notebook's hand-off refused this checkpoint ({refused}). "
-                         f"Train again into it (that replaces the folder and the mark), or delete "
-                         f"{p / REFUSED_FILE} to predict with it anyway")
-    return p
+    return check_ready_for_inference(p, f"model={model!r}") if purpose == "inference" else p
+
+
+def _auto_trained_dir(trained_dir: Path, looked: list) -> bool:
+    """Whether ``model="auto"`` takes the working folder's checkpoint ``trained_dir`` for inference: not when
+    there is none, its hand-off refused it, or its run did not finish (:func:`kitlib.checkpoint.not_ready`;
+    a note names it). Appends what it looked at to ``looked``."""
+    skip = not_ready(trained_dir) if _is_checkpoint(trained_dir) else None
+    skip = skip if skip is not None and skip[0] != "unchecked" else None
+    refused = refusal(trained_dir) if skip and skip[0] == "refused" else None
+    looked.append(str(trained_dir) + (f" (skipped: the hand-off refused it; {refused})" if refused else
+                                      f" (skipped: {skip[1]})" if skip else ""))
+    if refused:
+        print(f"note: model='auto' skips {trained_dir}: the training notebook's hand-off refused it "
+              f"({trained_dir / REFUSED_FILE} says why)", flush=True)
+    elif skip:
+        print(f"note: model='auto' skips {trained_dir}: {skip[1]}", flush=True)
+    return _is_checkpoint(trained_dir) and skip is None
+
+
+def check_ready_for_inference(folder: Path, what: str) -> Path:
+    """``folder`` when an inference run may use it (:func:`kitlib.checkpoint.not_ready`): refused when the
+    hand-off refused it or its run did not finish; a warning naming it when its hand-off has not passed.
+
+    Raises:
+        ValueError: naming ``what``, the folder, why, and the fix.
+    """
+    skip = not_ready(folder)
+    if skip is not None and skip[0] == "refused":
+        raise ValueError(f"{what}: the training notebook's hand-off refused this checkpoint ({refusal(folder)}). Train "
+                         f"again into it (that replaces the folder and the mark), or delete "
+                         f"{folder / REFUSED_FILE} to predict with it anyway")
+    if skip is not None and skip[0] == "unfinished":
+        raise ValueError(f"{what}: {folder} is not ready: {skip[1]} (the training notebook's hand-off then checks it "
+                         "and marks it ready)")
+    return warn_unchecked(folder)
+
+
+def warn_unchecked(folder: Path) -> Path:
+    """``folder``, after a warning naming it when its hand-off has not passed (:func:`kitlib.checkpoint.not_ready`
+    ``"unchecked"``): used, but loudly."""
+    skip = not_ready(folder)
+    if skip is not None and skip[0] == "unchecked":
+        print(f"WARNING: predicting with {folder}, but {skip[1]}", flush=True)
+    return folder
 
 
 def attached_packaged(model: str, search_dir: str | os.PathLike, max_depth: int = 4) -> Path | None:

@@ -11,7 +11,9 @@ figures. Whether the predictions say anything at all is :func:`kitlib.outputs.co
 
 A folder the hand-off refused must not be used later by accident: :func:`refusal_marked` writes
 :data:`kitlib.checkpoint.REFUSED_FILE` into it, which ``model="auto"`` skips and an inference run
-that names the folder refuses (:func:`kitlib.models.model.resolve_checkpoint`), and the error says so.
+that names the folder refuses (:func:`kitlib.models.model.resolve_checkpoint`), and the error says so. A folder
+every check passed is marked ready by :func:`mark_passed` (:data:`kitlib.checkpoint.READY_FILE`): the rule of
+ready is :func:`kitlib.checkpoint.not_ready`'s.
 """
 from __future__ import annotations
 
@@ -88,6 +90,26 @@ def reload(checkpoint: str | os.PathLike, label: str = "toxic"):
     kind = kind.bind_model(model)
     kind.keep_head_float32(model)
     return kind, model, tok
+
+
+def mark_passed(out_dir: str | os.PathLike, checks: dict) -> Path:
+    """Mark ``out_dir`` ready: write :data:`kitlib.checkpoint.READY_FILE` (atomically) with the run's id and epoch
+    count from its history and ``checks`` (what passed: JSON values), after every hand-off check passed. The
+    training notebook calls it last; :func:`kitlib.checkpoint.not_ready` reads it. A new training run into
+    ``out_dir`` replaces the folder and the mark with it.
+
+    Raises:
+        FileNotFoundError: ``out_dir`` holds no training history (nothing was trained there).
+    """
+    from ..atomic import atomic_write
+    from ..checkpoint import HISTORY_FILE, READY_FILE
+
+    history = json.loads((Path(out_dir) / HISTORY_FILE).read_text(encoding="utf-8"))
+    record = json.dumps({"run_id": history.get("run_id"), "epochs": len(history.get("epochs") or []),
+                         "checks": checks}, indent=1, default=float)
+    mark = Path(out_dir) / READY_FILE
+    atomic_write(mark, lambda tmp: Path(tmp).write_text(record, encoding="utf-8"))
+    return mark
 
 
 @contextlib.contextmanager

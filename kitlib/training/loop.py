@@ -225,10 +225,13 @@ class _Loop:
     stale: int = 0  # epochs since the best
     stopped: str | None = None  # why the run stopped before its last epoch ("time budget", "early stopping")
     seconds_before: float = 0.0  # trained in earlier calls of a resumed run
+    steps: int = 0  # optimizer steps taken over every call: the history's and the tracker's step axis, never going back
+                    # (position.global_step counts in this call's batch, so a rebuilt schedule sets it back)
     started: float = field(default_factory=time.monotonic)
     last_save: float = field(default_factory=time.monotonic)
     save_seconds: float = 0.0  # the longest state save so far
     step_seconds: float = 0.0  # the longest step so far
+    valid_seconds: float | None = None  # the longest validation so far (prediction and keeping the epoch; None: none yet)
     epoch_seconds: float = 0.0  # the epoch in progress, in this call
     head: list | None = None  # the head's parameters when the epoch began (None: a resumed epoch)
     rng: dict | None = None  # RNG states to set once the resumed epoch's loader has started (:func:`_train_epoch`)
@@ -260,6 +263,14 @@ def _mp_fn(replica, plan: Plan) -> None:
         RuntimeError: an epoch changed no trained parameter (:func:`_validate`); the loader's steps per
             epoch differ from the plan's (:func:`_start`).
     """
+    from .session import sigterm_saves
+
+    with sigterm_saves():  # SIGTERM: the state saved at the next step, then the run returns (stopped "SIGTERM")
+        _run(replica, plan)
+
+
+def _run(replica, plan: Plan) -> None:
+    """:func:`_mp_fn`'s phases, in order."""
     job = plan.job
     replica.use_compile_cache(job.compile_cache_dir)
     with replica.together("reading the data and loading the model"):
@@ -375,8 +386,9 @@ def _start(replica, plan: Plan, run: _Training, data: _Data) -> _Loop:
                  torch.zeros((), device=replica.device))
     if decision is not None:
         _restore(replica, run, decision, loop)
-    if replica.is_master:  # (train() printed the plan's notes)
-        loop.tracker = Tracker(job.tracker, Path(str(real_target(job.out_dir)) + ".tensorboard") / loop.history["run_id"])
+    if replica.is_master:  # (train() printed the plan's notes); a resumed run's curves drop what came after its state
+        loop.tracker = Tracker(job.tracker, Path(str(real_target(job.out_dir)) + ".tensorboard") / loop.history["run_id"],
+                               purge_step=loop.steps + 1 if decision is not None else None)
     return loop
 
 
@@ -393,6 +405,7 @@ def _restore(replica, run: _Training, decision: resume.Resume, loop: _Loop) -> N
     loop.history["run_id"] = old.get("run_id", loop.history["run_id"])
     loop.history["resumed"] = [*old.get("resumed", []), {"from": str(decision.folder), "how": decision.how,
                                                          "at_step": decision.position.global_step, "note": decision.note}]
+    loop.steps = decision.position.global_step  # (an older kit's folder: its epochs' steps)
     if decision.how == "weights":  # an older kit's folder: its weights are the model already loaded
         return
     weights, tensors = resume.load_tensors(decision.folder)
@@ -412,6 +425,7 @@ def _restore(replica, run: _Training, decision: resume.Resume, loop: _Loop) -> N
     loop.best, loop.stale, loop.done_loss = saved.get("best"), int(saved.get("stale", 0)), float(saved["done_loss"])
     loop.history["best"] = loop.best
     loop.seconds_before = float(saved.get("seconds", 0.0))
+    loop.steps = int(saved.get("steps", saved["position"]["global_step"]))
     loop.loss_total += float(saved["loss_sum"]) / replica.world_size  # all-reduced, it is the saved sum again
     if decision.how == "exact":
         loop.rng = tensors["rng"]  # set after the epoch's loader has started: starting it draws a random number
@@ -453,14 +467,14 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loo
             if run.scheduler is not None:
                 run.scheduler.step()
             loop.loss_total += loss.detach()
-            step = loop.position.global_step + 1
-            if master and step % job.log_every == 0:
-                replica.after_step(log_loss, (step, loss))
-        loop.position = resume.Position(epoch, loop.position.batch + 1, step)
+            loop.steps += 1
+            if master and loop.steps % job.log_every == 0:
+                replica.after_step(log_loss, (loop.steps, loss))
+        loop.position = resume.Position(epoch, loop.position.batch + 1, loop.position.global_step + 1)
         loop.step_seconds = max(loop.step_seconds, time.monotonic() - t0)
         if master and history["compile_counts"] is not None:
             history["compile_counts"].append(replica.compile_count())
-        if loop.position.batch < len(data.loader) and _save_point(replica, job, run, loop):
+        if loop.position.batch < len(data.loader) and _save_point(replica, job, run, loop, data):
             break
     loop.epoch_seconds = time.monotonic() - started
 
@@ -488,26 +502,44 @@ def _head_snapshot(model, kind) -> list:
     return [p.detach().cpu().clone() for head in heads for p in head.parameters() if p.requires_grad]
 
 
-def _save_point(replica, job: TrainJob, run: _Training, loop: _Loop) -> bool:
+def _reserve(replica, job: TrainJob, loop: _Loop, data: _Data) -> float:
+    """:func:`kitlib.training.session.reserve_s` for this save point (a validation not yet measured is
+    estimated at the step time per validation batch: a forward pass takes less than a step)."""
+    from .session import reserve_s
+
+    valid_s = loop.valid_seconds
+    if valid_s is None:
+        valid_s = len(data.valid_rows) // job.batch_size * loop.step_seconds + loop.save_seconds
+    return reserve_s(step_s=loop.step_seconds, save_s=loop.save_seconds, valid_s=valid_s,
+                     steps_to_check=job.log_every if replica.world_size > 1 else 1,
+                     steps_left_in_epoch=len(data.loader) - loop.position.batch)
+
+
+def _save_point(replica, job: TrainJob, run: _Training, loop: _Loop, data: _Data) -> bool:
     """Save the run's state when a save point is due (every ``save_every_steps`` steps, every
     ``save_every_minutes``); stop (True, ``loop.stopped``) when the time budget would run out before
-    the next one. Time-based decisions are the master's, agreed by every rank every ``log_every`` steps."""
+    the next one, or when SIGTERM arrived (:func:`kitlib.training.session.stop_requested`). These decisions are
+    the master's, agreed by every rank every ``log_every`` steps (every step with one replica)."""
+    from .session import STOPPED_BY_SIGTERM, stop_requested
+
     step = loop.position.global_step
     by_steps = job.save_every_steps and step % job.save_every_steps == 0
     timed = job.save_every_minutes or job.time_budget_s
-    if not by_steps and not (timed and (step % job.log_every == 0 or replica.world_size == 1)):
+    check = step % job.log_every == 0 or replica.world_size == 1
+    if not by_steps and not check:
         return False
-    save, stop = bool(by_steps), False
+    save, stop, term = bool(by_steps), False, False
     if replica.is_master and timed:
         now = time.monotonic()
         save = save or bool(job.save_every_minutes and now - loop.last_save >= 60 * job.save_every_minutes)
         if job.time_budget_s:
-            reserve = 2 * loop.save_seconds + job.log_every * loop.step_seconds + 30  # room to save and leave
-            stop = now - loop.started + reserve >= job.time_budget_s
-    if timed and replica.world_size > 1:
+            stop = now - loop.started + _reserve(replica, job, loop, data) >= job.time_budget_s
+    if replica.is_master and stop_requested():
+        stop = term = True
+    if check and replica.world_size > 1:
         save, stop = replica.agree_on(save, stop)  # the master's decision, on every rank
     if stop:
-        loop.stopped = "time budget"
+        loop.stopped = STOPPED_BY_SIGTERM if term or stop_requested() else "time budget"
     if save or stop:
         _save_state(replica, job, run, loop, finished=False)
     return stop
@@ -527,7 +559,7 @@ def _save_state(replica, job: TrainJob, run: _Training, loop: _Loop, finished: b
             resume.save_state(resume.state_dir(job.out_dir), settings=loop.settings, position=loop.position,
                               history=loop.history, best=loop.best, loss_sum=loss_sum, done_loss=loop.done_loss,
                               seconds=loop.seconds, finished=finished, model_state=_cpu(run.model.state_dict()),
-                              tensors=_cpu(tensors), stale=loop.stale)
+                              tensors=_cpu(tensors), stale=loop.stale, steps=loop.steps)
     loop.last_save = time.monotonic()
     loop.save_seconds = max(loop.save_seconds, loop.last_save - t0)
 
@@ -581,11 +613,12 @@ def _validate(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, lo
         loop.stale += 1
     if job.patience and loop.stale >= job.patience and loop.position.epoch < job.epochs:
         loop.stopped = "early stopping"
+    loop.valid_seconds = max(loop.valid_seconds or 0.0, time.monotonic() - t0)  # prediction and keeping (the reserve)
     if replica.is_master:
         mark = " (best so far: kept)" if improved else f" (best: epoch {loop.best['epoch']})" if loop.best else ""
         tqdm.write(f"epoch {epoch + 1}: train loss {train_loss:.4f}, valid loss {valid_loss:.4f}, "
                    f"valid ROC AUC {auc_shown}{mark}")
-        loop.tracker.log(loop.position.global_step, {"loss/train": train_loss, "loss/valid": valid_loss, "auc/valid": auc})
+        loop.tracker.log(loop.steps, {"loss/train": train_loss, "loss/valid": valid_loss, "auc/valid": auc})
     _save_state(replica, job, run, loop, finished=loop.position.epoch >= job.epochs or loop.stopped == "early stopping")
 
 

@@ -11,7 +11,9 @@ Each fact has one home here and is resolved once per run (``tests/test_train.py`
 * the recipe and learning rate (:func:`kitlib.training.recipe.resolve`; ``"auto"`` takes the recipe of the
   run it continues, else the checkpoint's: :func:`_recipe_of_run`);
 * the training labels (:func:`kitlib.training.job.check_labels`: the one read of the training CSV here),
-  their row count and the data fingerprint (:func:`kitlib.training.resume.rows_fingerprint`, hashed once);
+  their row count and the data fingerprints (:func:`kitlib.training.resume.rows_fingerprint`: the training
+  rows, then the validation rows, each hashed once), and the starting model's identity
+  (:func:`kitlib.training.resume.model_identity`): what the run's state records and a later run is checked against;
 * the compute precision (:meth:`kitlib.run.backends.base.Backend.resolve_precision`: the hardware probed
   once; the launch hands the same object to every replica as ``replica.precision``);
 * the world size, the global batch and the steps per epoch (:func:`steps_per_epoch`, the one formula);
@@ -57,6 +59,8 @@ class Plan:
         train_rows: the training rows the replicas will read (``train_limit`` applied); None when the
             CSV cannot be read here (the replicas' read then names the problem).
         data_fingerprint: :func:`kitlib.training.resume.rows_fingerprint` of those rows (None with them).
+        valid_fingerprint: the same of the validation rows (None when the training rows are).
+        model_identity: ``(fingerprint, run_id)`` of the starting folder (:func:`kitlib.training.resume.model_identity`).
         found: the saved state the run would continue, ``(folder, run)`` (:func:`kitlib.training.resume.find`),
             or None (``resume="never"``, or nothing saved).
         world_size: replicas in all; None until a TPU host's launch counts its chips (:meth:`for_world`).
@@ -78,6 +82,8 @@ class Plan:
     train_rows: int | None
     data_fingerprint: str | None
     found: tuple[Path, dict] | None
+    valid_fingerprint: str | None = None
+    model_identity: tuple = ("", None)
     world_size: int | None = None
     global_batch: int | None = None
     steps_per_epoch: int | None = None
@@ -130,7 +136,10 @@ class Plan:
                                weight_decay=job.weight_decay, param_groups=tuple(param_groups),
                                world_size=self.world_size, batch_size=job.batch_size,
                                steps_per_epoch=self.steps_per_epoch, epochs=job.epochs,
-                               precision=self.precision.name, train_rows=self.data_fingerprint)
+                               precision=self.precision.name, train_rows=self.data_fingerprint,
+                               valid_rows=self.valid_fingerprint, model=job.checkpoint,
+                               model_print=self.model_identity[0], model_run=self.model_identity[1],
+                               fold=resume.fold_label(job.tags))
 
 
 def _recipe_of_run(job: TrainJob, found: tuple[Path, dict] | None) -> TrainJob:
@@ -165,8 +174,10 @@ def make_plan(job: TrainJob, rt) -> Plan:
     weights = memory_plan(job, rt, precision, kind)
     rows = None if labels is None else len(labels)
     fingerprint = None if rows is None else resume.rows_fingerprint(job.train_csv, job.train_limit)
+    valid = None if rows is None or not Path(job.valid_csv).is_file() else resume.rows_fingerprint(job.valid_csv, job.valid_limit)
     recipe = recipes.RECIPES[job.recipe]
-    plan = Plan(job, recipe, precision, rows, fingerprint, found, kind=kind, weights=weights).for_world(rt.world_size)
+    plan = Plan(job, recipe, precision, rows, fingerprint, found, valid,
+                resume.model_identity(job.checkpoint, HISTORY_FILE), kind=kind, weights=weights).for_world(rt.world_size)
     return replace(plan, notes=_notes(plan))
 
 

@@ -7,7 +7,7 @@ minutes, at the end of every epoch, and when the run stops for its ``time_budget
 (:class:`kitlib.training.job.TrainJob`). It holds:
 
 * :data:`RUN_FILE` (``run.json``, read in the calling process without torch): the run's
-  :class:`Settings`, its position (epoch, batch within it, global step), the history so far, the
+  :class:`Settings` (among them what it started from and the rows it trains and validates on), its position (epoch, batch within it, global step), the history so far, the
   best epoch so far, the loss summed so far, the seconds trained, and whether the run finished;
 * :data:`TENSORS_FILE`: the ``state_dict()`` of the optimizer, the scheduler and the ``GradScaler``,
   and the RNG states (torch's CPU generator and the device's), as CPU tensors;
@@ -36,7 +36,10 @@ Before any replica starts, :func:`plan` checks the saved :class:`Settings` again
   to the step reached (the rows done in the epoch, counted in the new global batch), e.g. "the
   schedule is rebuilt for global batch 32: 87 steps an epoch, 174 in all, 65 done". A schedule
   that had ended is never restored as it was (every step would run at learning rate 0);
-* **refused**, naming the cause and the fix, when the state cannot belong to this run: another
+* **refused**, naming the cause and the fix, when the state cannot belong to this run (:func:`belongs`):
+  another starting model (its folder's fingerprint differs, and it is not the state's own run's folder),
+  other training or validation rows (another file, limit, fold, folds file or pseudo rows: a fold's
+  validation rows are never rows its weights trained on), another
   recipe, parameter groups of other counts or sizes (what torch would report inside a replica as
   "loaded state dict has a different number of parameter groups"), or nothing left to train.
 
@@ -55,7 +58,7 @@ STATE_SUFFIX = ".state"
 RUN_FILE = "run.json"
 TENSORS_FILE = "tensors.pt"
 WEIGHTS_FILE = "model.pt"
-STATE_FORMAT = 2
+STATE_FORMAT = 3  # 3: Settings record the run's model and validation rows (issue 33)
 RESUME_MODES = ("auto", "never")
 
 
@@ -73,6 +76,9 @@ def state_dir(out_dir: str | os.PathLike) -> Path:
 class Settings:
     """What a run's schedule, optimizer state and data order depend on (compared on resume).
 
+    The last five say which run this is (:func:`belongs`): a state continues only a run that starts from
+    what it started from and trains and validates on the rows it did.
+
     Attributes:
         recipe: the recipe trained with (:data:`kitlib.training.recipe.RECIPES`).
         lr, head_lr, weight_decay: the optimizer's rates.
@@ -80,7 +86,13 @@ class Settings:
         world_size, batch_size: replicas and rows per replica per step.
         steps_per_epoch, epochs: the schedule's shape.
         precision: the compute precision's name.
-        train_rows: a fingerprint of the training rows (file content and row limit).
+        train_rows, valid_rows: fingerprints of the training and validation rows (:func:`rows_fingerprint`:
+            file content and row limit; a fold's rows, pseudo-labelled rows added, are in them).
+        model: the folder the run started from (``TrainJob.checkpoint``).
+        model_print: :func:`model_identity`'s fingerprint of it (16 hex digits: config and sampled weights).
+        model_run: the ``run_id`` in that folder's history when it is kit-trained (a run continued from
+            its own folder starts from itself), else None.
+        fold: ``"fold i of K (cv <id>)"`` from ``TrainJob.tags`` for one fold of a cross-validation, else ``""``.
     """
 
     recipe: str
@@ -94,6 +106,11 @@ class Settings:
     epochs: int
     precision: str
     train_rows: str
+    valid_rows: str | None = None
+    model: str = ""
+    model_print: str = ""
+    model_run: str | None = None
+    fold: str = ""
 
     @property
     def global_batch(self) -> int:
@@ -119,6 +136,26 @@ def rows_fingerprint(path: str | os.PathLike, limit: int | None) -> str:
             h.update(block)
     h.update(f"limit={limit}".encode())
     return h.hexdigest()[:16]
+
+
+def model_identity(checkpoint: str | os.PathLike, history_file: str) -> tuple[str, str | None]:
+    """``(model_print, model_run)`` of a starting folder for :class:`Settings`: 16 hex digits of
+    :func:`kitlib.models.adapters.fingerprint` with ``sampled=True`` (its config, its weight files' names
+    and sizes, and 256 KiB of each: two fine-tunes of one base differ there), and the ``run_id`` of its
+    history when it is kit-trained (else None)."""
+    from ..models.adapters import fingerprint
+
+    history = Path(checkpoint) / history_file
+    try:
+        run_id = json.loads(history.read_text()).get("run_id") if history.is_file() else None
+    except (ValueError, AttributeError):
+        run_id = None
+    return fingerprint(checkpoint, sampled=True)[:16], run_id
+
+
+def fold_label(tags: dict) -> str:
+    """:attr:`Settings.fold` of ``TrainJob.tags``: ``"fold i of K (cv <id>)"``, or ``""`` when not a fold."""
+    return f"fold {tags['fold']} of {tags.get('folds')} (cv {tags.get('cv')})" if "fold" in tags else ""
 
 
 @dataclass(frozen=True)
@@ -228,6 +265,7 @@ def plan(new: Settings, found: tuple[Path, dict] | None) -> Resume | None:
     old = Settings.from_json(run["settings"])
     pos = Position(**run["position"])
     fix = f"or pass resume='never' to start afresh (the state in {folder} is then replaced)"
+    belongs(folder, old, new, (run.get("history") or {}).get("run_id"), fix)
     if old.recipe != new.recipe:
         raise ValueError(f"{folder}: that run trained with recipe {old.recipe!r}, this one asks for {new.recipe!r}; "
                          f"pass recipe={old.recipe!r} to continue it, {fix}")
@@ -243,9 +281,7 @@ def plan(new: Settings, found: tuple[Path, dict] | None) -> Resume | None:
     changed = [f"{k} {getattr(old, k)!r} -> {getattr(new, k)!r}" for k in
                ("world_size", "batch_size", "steps_per_epoch", "epochs", "lr", "head_lr", "weight_decay")
                if getattr(old, k) != getattr(new, k)]
-    notes = [f"the training rows changed since ({old.train_rows} -> {new.train_rows})"] if old.train_rows != new.train_rows else []
-    if old.precision != new.precision:
-        notes.append(f"precision {old.precision} -> {new.precision}")
+    notes = [f"precision {old.precision} -> {new.precision}"] if old.precision != new.precision else []
     if not changed:
         note = (f"{head}: continued exactly (weights, optimizer, schedule, scaler and RNG states restored); "
                 f"training epoch(s) {pos.epoch + 1}-{new.epochs}")
@@ -263,6 +299,34 @@ def plan(new: Settings, found: tuple[Path, dict] | None) -> Resume | None:
     return Resume(folder, "rebuilt", start, "; ".join([note, *notes]), run)
 
 
+def _rows(s: Settings) -> str:
+    return f"trains on rows {s.train_rows} and validates on rows {s.valid_rows}" + (f" ({s.fold})" if s.fold else "")
+
+
+def belongs(folder: Path, old: Settings, new: Settings, run_id: str | None, fix: str) -> None:
+    """Refuse to continue a saved state (``old``, of run ``run_id``) with a run (``new``) it does not belong to.
+
+    The rule (issue 33): a state continues only the run it belongs to. That run starts from the state's
+    model (the same folder fingerprint, or the state's own run's folder: ``new.model_run == run_id``) and
+    trains and validates on the same rows (the fingerprints, so the same fold of the same folds file with
+    the same pseudo-labelled rows). Anything else is refused, never continued with a note: the state's
+    weights are another model's, or were trained on rows the new run validates on (and the best epoch
+    would be picked across two row sets). Refusing keeps the state (a cut-off run's only copy of its work).
+
+    Raises:
+        ValueError: naming both models or both row sets, the state folder and the fix.
+    """
+    same_run = run_id is not None and new.model_run == run_id
+    if not same_run and old.model_print != new.model_print:
+        raise ValueError(f"{folder}: that run started from {old.model} (fingerprint {old.model_print}); this one starts "
+                         f"from {new.model} (fingerprint {new.model_print}): a saved state continues only the run it "
+                         f"belongs to. Start from {old.model} to continue it (model=...), {fix}")
+    if (old.train_rows, old.valid_rows, old.fold) != (new.train_rows, new.valid_rows, new.fold):
+        raise ValueError(f"{folder}: that run {_rows(old)}; this one {_rows(new)}: continuing it would validate on rows "
+                         "its weights may have trained on and pick the best epoch across two row sets. Train on the rows "
+                         f"it trained on (the same files, split, folds and pseudo rows) to continue it, {fix}")
+
+
 def _check_left(folder: Path, done: int, epochs: int) -> None:
     if epochs <= done:
         raise ValueError(f"{folder}: this run already trained {done} epoch(s), and epochs={epochs} counts the "
@@ -271,7 +335,7 @@ def _check_left(folder: Path, done: int, epochs: int) -> None:
 
 def save_state(folder: str | os.PathLike, *, settings: Settings, position: Position, history: dict,
                best: dict | None, loss_sum: float, done_loss: float, seconds: float, finished: bool,
-               model_state: dict, tensors: dict, stale: int = 0) -> Path:
+               model_state: dict, tensors: dict, stale: int = 0, steps: int | None = None) -> Path:
     """Write the run's state folder atomically (the module doc's three files); master only.
 
     Args:
@@ -283,6 +347,8 @@ def save_state(folder: str | os.PathLike, *, settings: Settings, position: Posit
         seconds: seconds trained so far, over every resumption.
         finished: the run trained every epoch (or stopped early by its patience).
         stale: epochs since the best (early stopping's count).
+        steps: optimizer steps taken over every call (the history's step axis, which never goes back when a
+            rebuilt schedule counts ``position.global_step`` in a new batch); None: ``position.global_step``.
         model_state: the model's ``state_dict()`` (CPU tensors).
         tensors: name -> state (``optimizer``, ``scheduler``, ``scaler`` state_dicts; ``rng``), CPU tensors.
     """
@@ -292,7 +358,8 @@ def save_state(folder: str | os.PathLike, *, settings: Settings, position: Posit
 
     run = {"format": STATE_FORMAT, "settings": settings.to_json(), "position": asdict(position),
            "history": history, "best": best, "loss_sum": float(loss_sum), "done_loss": float(done_loss),
-           "seconds": float(seconds), "finished": bool(finished), "stale": int(stale)}
+           "seconds": float(seconds), "finished": bool(finished), "stale": int(stale),
+           "steps": int(position.global_step if steps is None else steps)}
     with atomic_dir(folder) as tmp:
         torch.save(model_state, tmp / WEIGHTS_FILE)
         torch.save(tensors, tmp / TENSORS_FILE)

@@ -248,12 +248,14 @@ class Tracker:
 
     ``kind="none"`` does nothing. ``kind="tensorboard"``: ``tensorboardX.SummaryWriter`` in ``folder``
     (scalars: ``loss/step``, ``loss/train``, ``loss/valid``, ``auc/valid``, by optimizer step).
+    ``purge_step``: a resumed run's first step; TensorBoard then drops the events a cut-off call wrote at
+    that step and after (``SummaryWriter(purge_step=...)``), so a curve never holds a step twice.
 
     Raises:
         ImportError: ``tensorboard`` asked for but the ``tensorboardX`` package is missing (named, with the fix).
     """
 
-    def __init__(self, kind: str, folder: str | os.PathLike):
+    def __init__(self, kind: str, folder: str | os.PathLike, purge_step: int | None = None):
         if kind not in TRACKERS:
             raise ValueError(f"tracker must be one of {', '.join(TRACKERS)}, not {kind!r}")
         self.kind, self.folder, self._writer = kind, Path(folder), None
@@ -263,7 +265,7 @@ class Tracker:
             except ImportError as e:
                 raise ImportError(f"tracker='tensorboard' needs the tensorboardX package ({e}): pip install tensorboardX, "
                                   "or tracker='none'") from None
-            self._writer = SummaryWriter(log_dir=str(self.folder))
+            self._writer = SummaryWriter(log_dir=str(self.folder), purge_step=purge_step)
 
     def log(self, step: int, values: dict) -> None:
         if self._writer is not None:

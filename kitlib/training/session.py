@@ -8,14 +8,23 @@ notebook's ``time_budget_minutes`` into ``TrainJob.time_budget_s``: by default, 
 left of the session less :data:`MARGIN_S` (for the held-out scoring, the hand-off and saving the
 output); elsewhere no limit. A Kaggle session is recognised by ``KAGGLE_KERNEL_RUN_TYPE``, which
 Kaggle sets in every kernel (``Interactive`` or ``Batch``).
+
+A session that ends, or a user who stops it, sends SIGTERM (Kaggle and Colab stop a kernel with it): inside
+:func:`sigterm_saves` it no longer ends the process; it asks the run to stop (:func:`stop_requested`), and
+the replicas save the run's state at their next step and return (:func:`kitlib.training.loop._save_point`),
+so the same call continues it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
 
 SESSION_LIMIT_S = {"tpu": 9 * 3600, "cuda": 12 * 3600, "cpu": 12 * 3600}  # by the session's hardware
 MARGIN_S = 20 * 60
+LEAVE_S = 30  # kept in hand at every stop decision besides the measured work (reserve_s)
 
 
 def on_kaggle() -> bool:
@@ -64,3 +73,63 @@ def time_budget(minutes: float, hardware: str) -> float | None:
         raise ValueError(f"this Kaggle session has {left / 60:.0f} min left before its limit less a {MARGIN_S // 60}-min "
                          "margin: nothing to train in. Start a new session (the run continues from its saved state)")
     return left
+
+
+def reserve_s(*, step_s: float, save_s: float, valid_s: float, steps_to_check: int, steps_left_in_epoch: int) -> float:
+    """Seconds a run with a time budget keeps in hand at a save point: it stops there (saving its state) when
+    fewer are left, since the budget must hold everything up to the next save point.
+
+    That is the steps to the next check (``steps_to_check`` at the longest step so far, ``step_s``), a state
+    save (twice the longest, ``save_s``) and :data:`LEAVE_S`; and, when the epoch's last batch comes before the
+    next check (``steps_left_in_epoch <= steps_to_check``), what follows that batch: the validation
+    (``valid_s``) and two more saves (the kept checkpoint and the epoch's state).
+
+    Args:
+        step_s, save_s: the longest optimizer step and state save so far (seconds).
+        valid_s: the longest validation so far, prediction and keeping the checkpoint (seconds); before the
+            first, an estimate (the caller's: its validation batches at the step time).
+        steps_to_check: steps until the next stop decision; steps_left_in_epoch: steps until the epoch ends.
+    """
+    reserve = steps_to_check * step_s + 2 * save_s + LEAVE_S
+    if steps_left_in_epoch <= steps_to_check:
+        reserve += valid_s + 2 * save_s
+    return reserve
+
+
+STOPPED_BY_SIGTERM = "SIGTERM"  # history["stopped"] of a run stopped by SIGTERM
+_STOP = threading.Event()
+
+
+def stop_requested() -> bool:
+    """Whether SIGTERM arrived inside :func:`sigterm_saves` (in this process)."""
+    return _STOP.is_set()
+
+
+def _on_sigterm(signum, frame) -> None:
+    """Ask the run to stop, and pass SIGTERM on to this process's child processes (the replicas)."""
+    import multiprocessing as mp
+
+    _STOP.set()
+    for child in mp.active_children():
+        with contextlib.suppress(OSError):
+            os.kill(child.pid, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def sigterm_saves():
+    """Within the block, SIGTERM asks the run to stop with its state saved instead of ending the process.
+
+    Installed in the main thread only (Python's rule for signal handlers; thread replicas share the
+    process's flag); a block inside another (an in-process replica under :func:`kitlib.training.train.train`)
+    or in a forked replica (which inherits the handler) keeps the one installed. The previous handler is
+    put back at the end, so a notebook's kernel is left as it was.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        yield
+        return
+    _STOP.clear()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

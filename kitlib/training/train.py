@@ -28,6 +28,7 @@ from .job import TrainJob
 from .loop import _mp_fn
 from .plan import Plan, make_plan
 from .runs import append_run, code_fingerprint, git_commit, runs_table
+from .session import sigterm_saves
 from ..atomic import check_replaceable
 from ..checkpoint import HISTORY_FILE, kept_epoch, read_history
 from ..models.limits import preflight
@@ -50,7 +51,9 @@ def train(job: TrainJob, rt: Runtime, start_method: str = "fork") -> dict | None
     ``out_dir`` ends up holding the epoch kept by ``job.monitor`` (the history says which, and why).
     A run that was cut off, or a run started from an earlier run's folder, continues that run
     (:mod:`kitlib.training.resume` states the rule) and prints how; a run stopped by its ``time_budget_s``
-    returns with ``history["finished"]`` False, to be continued by the same call. Every run appends a
+    returns with ``history["finished"]`` False, to be continued by the same call, and so does a run sent
+    SIGTERM (``history["stopped"]`` ``"SIGTERM"``: the replicas save the state at their next step,
+    :func:`kitlib.training.session.sigterm_saves`). Every run appends a
     row to the runs table beside ``out_dir`` (:mod:`kitlib.training.runs`).
 
     Raises:
@@ -85,7 +88,8 @@ def _train(job: TrainJob, rt: Runtime, start_method: str) -> dict | None:
     for note in plan.notes:
         print(note)
     started = time.time()
-    launch(_mp_fn, plan, rt, start_method, precision=plan.precision)
+    with sigterm_saves():  # SIGTERM (Kaggle, Colab): passed to the replicas, which save the state and return
+        launch(_mp_fn, plan, rt, start_method, precision=plan.precision)
     if not holds_global_rank0(rt):
         return None
     kept = Path(job.out_dir) / HISTORY_FILE

@@ -1,6 +1,9 @@
 """Subprocess body for the survive-a-kill tests: ``kitlib.training.train.train`` that SIGKILLs its own process group.
 
-Usage: ``python tests/support/kill_worker.py JOB_JSON ACCELERATOR NUM_REPLICAS START_METHOD KILL_AT``
+Usage: ``python tests/support/kill_worker.py JOB_JSON ACCELERATOR NUM_REPLICAS START_METHOD KILL_AT [SIGNAL]``
+
+``SIGNAL`` ``TERM``: at step ``KILL_AT`` SIGTERM goes to this worker's process alone (what Kaggle and Colab
+send a kernel: the run saves its state and returns), instead of SIGKILL to the group.
 
 Trains ``TrainJob(**JOB_JSON)`` on ``detect_runtime(NUM_REPLICAS, ACCELERATOR)``. With ``KILL_AT`` > 0,
 every replica counts its training steps (calls of ``kitlib.training.loop.classification_loss``) and the first
@@ -26,6 +29,7 @@ if __name__ == "__main__":
     from kitlib.run.runtime import Runtime, detect_runtime
 
     job_json, accelerator, replicas, start_method, kill_at = sys.argv[1:6]
+    term, main = sys.argv[6:7] == ["TERM"], os.getpid()
     kill_at = int(kill_at)
     if kill_at:
         loss, counts = loop.classification_loss, threading.local()
@@ -33,7 +37,10 @@ if __name__ == "__main__":
         def counting_loss(*args, **kwargs):
             counts.n = getattr(counts, "n", 0) + 1
             if counts.n == kill_at:
-                os.killpg(os.getpgid(0), signal.SIGKILL)
+                if term:
+                    os.kill(main, signal.SIGTERM)
+                else:
+                    os.killpg(os.getpgid(0), signal.SIGKILL)
             return loss(*args, **kwargs)
 
         loop.classification_loss = counting_loss
