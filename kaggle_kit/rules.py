@@ -274,7 +274,8 @@ MODEL_RESOLVERS = ("resolve_checkpoint", "resolve_members")
 
 def model_purpose(nb) -> str | None:
     """What the notebook resolves its ``model`` for: the ``purpose=`` literal of its call of one of
-    :data:`MODEL_RESOLVERS` (``"training"``; kitlib.models.model's default ``"inference"`` when the call
+    :data:`MODEL_RESOLVERS` on ``model`` (another parameter resolved so, the inference notebook's ``base_model``,
+    is not what it predicts with) (``"training"``; kitlib.models.model's default ``"inference"`` when the call
     names none); None when the notebook calls none."""
     import ast
 
@@ -287,7 +288,8 @@ def model_purpose(nb) -> str | None:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in MODEL_RESOLVERS:
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in MODEL_RESOLVERS
+                    and getattr(node.args[0] if node.args else None, "id", "model") == "model"):  # (not base_model's)
                 kw = {k.arg: k.value for k in node.keywords}
                 found = kw["purpose"].value if isinstance(kw.get("purpose"), ast.Constant) else "inference"
     return found

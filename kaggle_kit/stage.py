@@ -61,6 +61,11 @@ class Staged:
         return self.metadata["id"]
 
 
+# notebook parameters naming a model (a packaged name among them attaches its published data set): the model,
+# and an adapter checkpoint's base (the inference notebook's base_model)
+MODEL_PARAMETERS = ("model", "base_model")
+
+
 def notebook_paths(args: list[str] | None, notebooks_dir: Path) -> list[Path]:
     """The ``.py`` side of each named notebook (``X``, ``X.py``, ``X.ipynb``); default every pair in ``notebooks_dir``.
 
@@ -156,11 +161,11 @@ def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Pat
     nb = inject_parameters(nb, values)
     notes = []
     published = project.get("packaged_sources") or {}
-    model = notebook_parameter(nb, "model")
-    if isinstance(model, str) and model in published:  # a packaged checkpoint published as a dataset: attach it by name
-        if published[model] not in (meta.get("dataset_sources") or []):
+    for name in MODEL_PARAMETERS:  # a packaged checkpoint published as a dataset: attach it by name
+        model = notebook_parameter(nb, name)
+        if isinstance(model, str) and model in published and published[model] not in (meta.get("dataset_sources") or []):
             meta["dataset_sources"] = list(meta.get("dataset_sources") or []) + [published[model]]
-            notes.append(f"attached dataset {published[model]} (model={model!r} as published by kaggle_kit publish; "
+            notes.append(f"attached dataset {published[model]} ({name}={model!r} as published by kaggle_kit publish; "
                          "kernel-metadata.json packaged_sources)")
     attached = tuple(m for m, ds in published.items() if ds in (meta.get("dataset_sources") or []))
     kernel = vendor_notebook(nb, kitlib_files(kitlib_dir))

@@ -149,7 +149,8 @@ def replacing_message(out_dir: str | os.PathLike, checkpoint: str | os.PathLike)
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict, valid_ids: list[str],
-                    valid_probs: np.ndarray, label_col: str, recipe: str | None = None) -> Path:
+                    valid_probs: np.ndarray, label_col: str, recipe: str | None = None, kind: dict | None = None,
+                    adapter: tuple | None = None) -> Path:
     """Write a trained checkpoint folder atomically (master only) and return its path.
 
     The folder holds ``save_pretrained`` of ``model`` (a CPU copy of its weights: the model stays where
@@ -157,7 +158,11 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
     and ``label_col``: the kept epoch's validation probabilities, what the hand-off checks). ``recipe``:
     the recipe the weights were trained with, written as ``config.json``'s
     :data:`kitlib.checkpoint.RECIPE_KEY` (so a folder trained with ``e5-fast`` says so, and a run
-    continuing it takes the same recipe). It is built under a temporary name beside ``out_dir`` and
+    continuing it takes the same recipe). ``kind``: the model kind's ``config.json`` keys
+    (:meth:`kitlib.models.kinds.Kind.config_keys`: the kind it was trained as wins over detection). ``adapter``: ``(base, kind, spec)`` of a
+    LoRA run: the folder then holds only the adapters and the head (:func:`kitlib.models.adapters.write_adapter`:
+    peft's files and the record naming the base) beside the base's ``config.json`` (what the kind and the
+    preflight read) and the tokenizer. It is built under a temporary name beside ``out_dir`` and
     renamed into place, replacing an older one.
     """
     import pandas as pd
@@ -168,13 +173,29 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
     out_dir = Path(out_dir)
     if recipe is not None:
         setattr(model.config, RECIPE_KEY, recipe)
+    for key, value in (kind or {}).items():
+        setattr(model.config, key, value)
     with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp, state_dict={k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
-                                               for k, v in model.state_dict().items()})
+        if adapter is None:
+            model.save_pretrained(tmp, state_dict={k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                                                   for k, v in model.state_dict().items()})
+        else:
+            _save_adapter_folder(model, tmp, *adapter)
         tokenizer.save_pretrained(tmp)
         (tmp / HISTORY_FILE).write_text(json.dumps(history, indent=1))
         pd.DataFrame({"id": valid_ids, label_col: valid_probs}).to_csv(tmp / VALID_PREDICTIONS_FILE, index=False)
     return out_dir
+
+
+def _save_adapter_folder(model, folder: Path, base, kind, spec) -> None:
+    """The adapters and head of the peft-wrapped ``model`` and the base's ``config.json`` (its architecture
+    the loaded class's, so the preflight builds what inference loads) into ``folder``."""
+    from .models.adapters import write_adapter
+
+    write_adapter(model, folder, base=base, kind=kind, spec=spec)
+    inner = model.get_base_model()
+    inner.config.architectures = [type(inner).__name__]
+    inner.config.save_pretrained(folder)
 
 
 def read_history(out_dir: str | os.PathLike) -> dict:

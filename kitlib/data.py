@@ -415,13 +415,16 @@ def tokenize(tokenizer, texts: list[str], max_len: int, chunk_rows: int = CHUNK_
 
 
 def tokenize_csv(tokenizer, path: str | os.PathLike, folder: str | os.PathLike, max_len: int, *,
-                 text_col: str | None = None, chunk_rows: int = CHUNK_ROWS, prefix: str = "") -> Tokens:
+                 text_col: str | None = None, chunk_rows: int = CHUNK_ROWS, prefix: str = "", encode=None) -> Tokens:
     """Read ``path`` (:func:`iter_csv_checked`) and tokenize it chunk by chunk into ``folder``.
 
     What :func:`tokenize` gives for the file's text column, written as :meth:`Tokens.save` writes it,
     with bounded memory: at any time one chunk's texts and encodings, the row lengths (8 bytes a
     row) and the ids being checked; the packed ids go to ``folder`` as they come. ``prefix`` is put
     before every text (:func:`kitlib.checkpoint.text_prefix`: ``"query: "`` for multilingual-e5-small).
+    ``encode``: None (the tokenizer, as :func:`tokenize`), or a callable ``texts -> (lengths, ids)``
+    as :meth:`kitlib.models.kinds.Kind.packed` gives them (a model kind's own rows: a prompt around the
+    text); the filler slot is then ``encode([""])``'s row.
 
     Returns:
         ``Tokens.load(folder)`` (ids memory-mapped, not read back into memory).
@@ -436,10 +439,12 @@ def tokenize_csv(tokenizer, path: str | os.PathLike, folder: str | os.PathLike, 
     try:
         with open(folder / Tokens.IDS, "wb") as f:
             for chunk in iter_csv_checked(path, text_col=text_col, chunk_rows=chunk_rows):
-                n, ids = _encode(tokenizer, [prefix + t for t in chunk["text"].tolist()], max_len)
+                texts = [prefix + t for t in chunk["text"].tolist()]
+                n, ids = _encode(tokenizer, texts, max_len) if encode is None else encode(texts)
                 ids.astype("<i4", copy=False).tofile(f)
                 lengths.append(n)
-        _save_index(folder, _offsets(lengths), int(tokenizer.pad_token_id), _filler(tokenizer, max_len))
+        filler = _filler(tokenizer, max_len) if encode is None else encode([prefix])[1]
+        _save_index(folder, _offsets(lengths), int(tokenizer.pad_token_id), filler)
     except BaseException:
         for name in (Tokens.IDS, Tokens.OFFSETS, Tokens.META):
             (folder / name).unlink(missing_ok=True)

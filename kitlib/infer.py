@@ -20,6 +20,12 @@ device (:func:`kitlib.run.runtime.launch`) runs :func:`_mp_fn`: it takes its row
 sampler's padding rows. Last, the shards of this run alone are merged into the submission
 (:func:`merge_run`: a shard of another run in the folder is refused, never merged).
 
+The model is asked of its kind (:mod:`kitlib.models.kinds`: encoder, decoder, answer tokens), never branched
+on: :func:`model_kind` finds it and binds it to the tokenizer once in the calling process (the rows are
+tokenized as it renders them: the answer-token prompt); each replica loads the model through it
+(:func:`load_for_inference`: an adapter checkpoint's base once, the LoRA adapters on top, merged or not)
+and reads each row's float32 positive logit from it.
+
 A replica that fails raises :class:`kitlib.run.runtime.ReplicaError` naming its rank: nothing is merged
 and an existing submission is left as it was.
 
@@ -55,19 +61,19 @@ from .run import heap
 from .run.backends.precision import check as check_precision
 from .run.backends.precision import check_float32_logits, check_inference
 from .outputs.collapse import POLICIES
-from .checkpoint import HISTORY_FILE, run_ids_of, text_prefix
+from .checkpoint import HISTORY_FILE, run_ids_of
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .outputs.merge import MergeResult, merge_shards
 from .models.limits import preflight
-from .models.model import (check_ready_for_inference, find_checkpoints, keep_head_float32, load_model, prediction_column,
-                           probabilities, resolve_checkpoint)
+from .models.kinds import Encoder, Kind
+from .models.model import check_ready_for_inference, find_checkpoints, resolve_checkpoint
 from .run.replica import PeerFailed
 from .run.runtime import Runtime, holds_global_rank0, launch
 from .outputs.shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
 from .outputs.submission_csv import NO_SAMPLE
 
 TOKENS_DIR = "tokens"  # kitlib.data.Tokens, in a local temporary folder of the calling process
-PATH_FIELDS = ("checkpoint", "test_csv", "shard_dir", "output_csv", "sample_submission")  # InferJob's paths
+PATH_FIELDS = ("checkpoint", "test_csv", "shard_dir", "output_csv", "sample_submission", "base")  # InferJob's paths
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,14 @@ class InferJob:
             (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written); the notebook asks
             :func:`kitlib.outputs.collapse.policy_for` (it knows whether the random model was named); None:
             decided by the test set and the sample submission (:func:`kitlib.outputs.collapse.check_predictions`).
+        kind: the model kind (:data:`kitlib.models.kinds.KINDS`: ``"encoder"``, ``"decoder"``, ``"answer-tokens"``);
+            ``"auto"``: what the checkpoint's ``config.json`` says (:func:`kitlib.models.kinds.detect`).
+        prompt: the answer-token form's template (``{text}`` once; :class:`kitlib.models.kinds.Prompt`);
+            ``""``: :data:`kitlib.models.kinds.DEFAULT_TEMPLATE`. Other kinds ignore it.
+        base: an adapter checkpoint's base model folder (:mod:`kitlib.models.adapters`); None: the folder its
+            record names (the one it was trained on). Refused when it is not that base (its fingerprint).
+        merge_adapters: fold an adapter checkpoint's LoRA matrices into the base's weights once loaded (a
+            plain model, as fast as the base); False: keep them beside it (peft's ``PeftModel``).
     """
 
     checkpoint: str
@@ -118,6 +132,10 @@ class InferJob:
     text_col: str | None = None
     collapsed: str | None = None
     label: str | None = None
+    kind: str = "auto"
+    prompt: str = ""
+    base: str | None = None
+    merge_adapters: bool = True
 
     @property
     def head_label(self) -> str:
@@ -146,6 +164,8 @@ class _Plan:
     tokens_file: str
     num_rows: int
     bucket_lengths: tuple[int, ...]
+    kind: Kind = field(default_factory=Encoder)  # bound to the tokenizer (model_kind)
+    base: str | None = None  # an adapter checkpoint's base folder (model_kind)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     multi_host: bool = False  # True: every host runs predict(); the replicas clear, agree and wait (see predict)
 
@@ -177,14 +197,17 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
             replica starts), or the submission cannot be written at the end (full disk).
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
-    checked = preflight(job.checkpoint, max_len=job.max_len, device=rt.backend.device, target=job.head_label)
+    kind, tokenizer, base = model_kind(job)
+    folder = config_folder(job.checkpoint, base)
+    checked = preflight(folder, max_len=job.max_len, device=rt.backend.device, target=job.head_label,
+                        tokenizer=tokenizer, read_head=bool(kind.head))
     check_inference(job.precision, rt.backend.device)
     check_outputs(job, rt)  # what the merge at the end needs, before any work
     with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
-        tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR, checked.tokenizer)
-        checked.check_tokens(job.checkpoint, tokens.ids, job.test_csv)  # every id below the embedding's rows
+        tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR, tokenizer, kind)
+        checked.check_tokens(folder, tokens.ids, job.test_csv)  # every id below the embedding's rows
         plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
-                     padded_lengths(tokens.lengths, job, rt),
+                     padded_lengths(tokens.lengths, job, rt), kind, base,
                      multi_host=rt.multi_host)
         del tokens  # the replicas map the folder; this process keeps no token of the test set
         heap.give_back_freed()  # what tokenizing freed, before a replica runs here (kitlib.run.heap)
@@ -223,18 +246,54 @@ def check_outputs(job: InferJob, rt: Runtime) -> None:
                                 test_path=job.test_csv)
 
 
-def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None) -> Tokens:
+def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None, kind: Kind | None = None) -> Tokens:
     """``job.test_csv`` checked and tokenized into ``folder`` (:func:`kitlib.data.tokenize_csv`) by
-    ``tokenizer`` (None: the checkpoint's, loaded here).
+    ``tokenizer`` and ``kind`` (None: :func:`model_kind`'s, worked out here): the rows as the kind
+    renders them (:meth:`kitlib.models.kinds.Kind.packed`: its text prefix, the answer-token prompt).
 
     Memory in the calling process stays bounded: chunks of :data:`kitlib.data.CHUNK_ROWS` rows,
     the packed ids written to ``folder`` as they come (the replicas map them).
     """
-    from transformers import AutoTokenizer
+    if tokenizer is None or kind is None:
+        kind, tokenizer, _ = model_kind(job)
+    return tokenize_csv(tokenizer, job.test_csv, folder, job.max_len, text_col=job.text_col,
+                        encode=lambda texts: kind.packed(tokenizer, texts, job.max_len))
 
-    tokenizer = AutoTokenizer.from_pretrained(job.checkpoint) if tokenizer is None else tokenizer
-    return tokenize_csv(tokenizer, job.test_csv, folder, job.max_len,
-                        text_col=job.text_col, prefix=text_prefix(job.checkpoint))
+
+def config_folder(checkpoint: str | os.PathLike, base: str | os.PathLike | None) -> str:
+    """The folder whose ``config.json`` and tokenizer describe the model: the checkpoint, or, for an
+    adapter checkpoint that holds none (written by :func:`kitlib.models.adapters.save_adapter` alone), its base."""
+    return str(checkpoint if (Path(checkpoint) / "config.json").is_file() or base is None else base)
+
+
+def model_kind(job: InferJob) -> tuple[Kind, object, str | None]:
+    """``(kind, tokenizer, base)``: the checkpoint's model kind (``job.kind``, ``job.prompt``, ``job.head_label``)
+    bound to its tokenizer (:meth:`kitlib.models.kinds.Kind.bind`), and, for an adapter checkpoint
+    (:func:`kitlib.models.adapters.is_adapter`), the base folder its adapters load onto (else None).
+
+    Raises:
+        ValueError: an unknown kind, or one ``"auto"`` cannot tell (:func:`kitlib.models.kinds.kind_for`);
+            a tokenizer the kind cannot read (:meth:`kitlib.models.kinds.Kind.bind`).
+        FileNotFoundError: an adapter checkpoint whose base is not here (:func:`kitlib.models.adapters.base_of`).
+    """
+    from .models import adapters
+    from .models.kinds import Prompt, kind_for
+
+    base = str(adapters.base_of(job.checkpoint, job.base)) if adapters.is_adapter(job.checkpoint) else None
+    folder = config_folder(job.checkpoint, base)
+    kind = kind_for(folder, job.kind, prompt=Prompt(template=job.prompt) if job.prompt else None, label=job.head_label)
+    tokenizer = kind.load_tokenizer(folder)
+    return kind.bind(tokenizer), tokenizer, base
+
+
+def what_the_model_sees(job: InferJob, row: int = 0) -> str:
+    """What the model of ``job`` sees for row ``row`` of ``job.test_csv`` (:meth:`kitlib.models.kinds.Kind.seen`),
+    to print before a run: the prompt and the text as tokenized, special tokens shown."""
+    from .data import read_csv_checked
+
+    kind, tokenizer, _ = model_kind(job)
+    text = read_csv_checked(job.test_csv, text_col=job.text_col, limit=row + 1)["text"].iloc[row]
+    return kind.seen(tokenizer, text, job.max_len)
 
 
 def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult:
@@ -278,8 +337,10 @@ def padded_lengths(lengths: np.ndarray, job: InferJob, rt: Runtime) -> tuple[int
     return choose_bucket_lengths(lengths, job.max_len, EAGER_LENGTHS, multiple=1)
 
 
-def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) -> tuple[np.ndarray, np.ndarray]:
-    """Run the model over ``rows`` (token rows, repeats allowed) in fixed-shape batches.
+def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica, kind: Kind | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Run the model over ``rows`` (token rows, repeats allowed) in fixed-shape batches; ``kind`` (None:
+    ``plan.kind``, bound to ``model``'s head) reads each row's float32 positive logit.
 
     Batches are sorted by length when there are several bucket lengths; on XLA the last one is
     filled up with filler slots (which are dropped), so every batch has a configured shape.
@@ -292,7 +353,7 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
     from torch.utils.data import DataLoader
     from tqdm.auto import tqdm
 
-    job = plan.job
+    job, kind = plan.job, kind or plan.kind.bind_model(model)
     buckets = plan.bucket_lengths if len(plan.bucket_lengths) > 1 else ()
     positions = np.arange(len(rows), dtype=np.int64)
     plans = plan_batches(positions, job.batch_size, plan.bucket_lengths[-1], tokens.lengths[rows], buckets,
@@ -305,9 +366,9 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
     logits, at = None, 0
     with torch.no_grad(), replica.autocast():
         for i, batch in enumerate(tqdm(loader, total=len(plans), desc="predict (master)", disable=not replica.is_master)):
-            out = model(**replica.to_device(batch)).logits.cpu()
+            out = kind.positive_logit(model, **replica.to_device(batch)).cpu()[:, None]
             if logits is None:
-                logits = torch.empty((sum(len(p.rows) for p in plans), out.shape[-1]), dtype=out.dtype)
+                logits = torch.empty((sum(len(p.rows) for p in plans), 1), dtype=out.dtype)
             logits[at : at + len(out)] = out
             at += len(out)
             del out, batch
@@ -315,7 +376,7 @@ def predict_rows(model, tokens: Tokens, rows: np.ndarray, plan: _Plan, replica) 
                 heap.give_back_freed()
     logits = logits if logits is not None else torch.zeros(0, 1)
     check_float32_logits(logits, f"replica rank {replica.rank}")  # the float32 head, checked, not assumed
-    probs = probabilities(logits, prediction_column(model.config, job.head_label)[0]).numpy()
+    probs = torch.sigmoid(logits[:, 0]).numpy()  # (the kind's positive logit: Kind.probabilities' rule)
     order = np.concatenate([p.rows for p in plans]) if plans else np.zeros(0, np.int64)
     keep = order >= 0
     return order[keep], probs[keep].astype(np.float32)
@@ -343,11 +404,9 @@ def _mp_fn(replica, plan: _Plan) -> None:
     rows = np.fromiter(iter(sampler), dtype=np.int64)
     padding = sampler_padding(rank, world, plan.num_rows, len(rows))
     tokens = Tokens.load(plan.tokens_file)
-    model = load_model(job.checkpoint, xla=replica.xla)
-    keep_head_float32(model)
-    model = model.to(replica.device)
+    kind, model = load_for_inference(plan, replica)
     start = time.perf_counter()
-    positions, probs = predict_rows(model, tokens, rows, plan, replica)
+    positions, probs = predict_rows(model, tokens, rows, plan, replica, kind)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
              "seconds": round(time.perf_counter() - start, 3), "device": replica.device_name(),
              "precision": replica.precision.name, **replica.compile_stats()}
@@ -364,6 +423,25 @@ def _mp_fn(replica, plan: _Plan) -> None:
         return
     with _across_hosts(replica, "writing the shards"):  # the barrier: every shard is written before rank 0 merges
         write()
+
+
+def load_for_inference(plan: _Plan, replica) -> tuple[Kind, object]:
+    """``(kind, model)``: the plan's model loaded as its kind says, its head float32, on the replica's device.
+
+    An adapter checkpoint (``plan.base`` set) loads the base once and the adapters on top, merged into
+    its weights when ``job.merge_adapters`` (:func:`kitlib.models.adapters.load_adapted`). The kind
+    comes back bound to the model's head (:meth:`kitlib.models.kinds.Kind.bind_model`).
+    """
+    from .models import adapters
+
+    job, kind = plan.job, plan.kind
+    if plan.base is None:
+        model = kind.load(job.checkpoint, xla=replica.xla)
+    else:
+        model = adapters.load_adapted(job.checkpoint, plan.base, kind, merge=job.merge_adapters, xla=replica.xla)
+    kind = kind.bind_model(model)
+    kind.keep_head_float32(model)
+    return kind, model.to(replica.device)
 
 
 @contextlib.contextmanager

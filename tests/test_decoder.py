@@ -3,7 +3,6 @@ Llama, Qwen3 and Gemma2 models built offline from configs with a word-level toke
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -11,55 +10,8 @@ import torch
 
 from conftest import SAMPLE
 from kitlib.models import adapters, memory
-from kitlib.models.kinds import DEFAULT_RULE, DEFAULT_TEMPLATE, Prompt, detect, kind_for
-
-FAMILIES = ("llama", "qwen3", "gemma2")
-TINY = dict(vocab_size=0, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1)
-
-
-def tiny_tokenizer(out: Path):
-    """A word-level tokenizer of the prompt's words and the sample's 1,500 commonest, with <unk>, <eos>, Yes/No; no pad token."""
-    import pandas as pd
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = Counter(w for t in pd.read_csv(SAMPLE / "train.csv")["comment_text"][:2000] for w in str(t).split())
-    vocab = ["<unk>", "<eos>", "Yes", "No", "yes", "no"]
-    vocab += [w for w in dict.fromkeys((DEFAULT_TEMPLATE + " " + DEFAULT_RULE).split()) if w not in vocab and "{" not in w]
-    vocab += [w for w, _ in words.most_common(1500) if w not in vocab]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
-    fast.save_pretrained(out)
-    return fast
-
-
-def tiny_config(family: str, vocab: int, causal: bool):
-    from transformers import Gemma2Config, LlamaConfig, Qwen3Config
-
-    cls = {"llama": LlamaConfig, "qwen3": Qwen3Config, "gemma2": Gemma2Config}[family]
-    extra = {"head_dim": 16} if family != "llama" else {}
-    arch = f"{cls.__name__[:-6]}{'ForCausalLM' if causal else 'ForSequenceClassification'}"
-    return cls(**{**TINY, "vocab_size": vocab}, **extra, eos_token_id=1, architectures=[arch], num_labels=1,
-               id2label={0: "toxic"}, label2id={"toxic": 0})
-
-
-def build(out: Path, family: str, causal: bool, seed: int = 0) -> Path:
-    """A tiny random decoder folder; weights redrawn at std 0.3 so that predictions spread over rows."""
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    tok = tiny_tokenizer(out)
-    config = tiny_config(family, len(tok), causal)
-    torch.manual_seed(seed)
-    model = (AutoModelForCausalLM if causal else AutoModelForSequenceClassification).from_config(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.3)
-    model.save_pretrained(out)
-    return out
-
+from kitlib.models.kinds import Prompt, detect, kind_for
+from support.tiny_decoders import FAMILIES, build
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):

@@ -340,3 +340,33 @@ def test_publish_refuses_a_checkpoint_without_weights(tmp_path):
         check_weights(folder, "the folder")
     (folder / "adapter_model.safetensors").write_bytes(b"w")
     check_weights(folder, "the folder")
+
+
+# --- issue 32: a LoRA training kernel and an inference kernel that loads base + adapters ---------
+def test_lora_chain_trains_adapters_and_predicts_on_the_attached_base(tmp_path):
+    """SmolLM2 published once as a data set; the chain's training kernel fine-tunes it with LoRA (its parameters
+    reach that kernel only) and the inference kernel loads the base (base_model, attached by name) + the adapters."""
+    proj = make_project(tmp_path / "p", ["xla_ddp_train", "xla_multicore_inference"])
+    base = tmp_path / "smollm2"  # what kitlib.models.packaged writes for smollm2-135m (small stand-ins)
+    base.mkdir()
+    (base / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    (base / "model.safetensors").write_bytes(b"base weights")
+    (base / "kitlib-source.json").write_text('{"model": "smollm2-135m"}')
+    labels, _, data = labels_and_predictions()
+    adapter = {"artifacts/xlmr-toxic/config.json": b"{}", "artifacts/xlmr-toxic/adapter_config.json": b"{}",
+               "artifacts/xlmr-toxic/adapter_model.safetensors": b"lora", "artifacts/xlmr-toxic/kitlib-adapter.json": b"{}"}
+    with FakeKaggle(labels=labels, kernel_outputs={TRAIN_SLUG: {1: adapter}, INFER_SLUG: {2: {"submission.csv": data}}}) as fake:
+        env = fake.client_env(tmp_path / "cfg")
+        r = cli(["publish", str(base), "--dataset", "tester/smollm2-135m", "--metadata", str(proj / "kernel-metadata.json")], env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = cli(["run", "xlmr", "--submit", *meta_args(proj, tmp_path / "b"), "--output", str(tmp_path / "o"),
+                 "-p", "xla_ddp_train:model=smollm2-135m", "-p", "xla_ddp_train:kind=decoder", "-p", "xla_ddp_train:lora_r=16",
+                 "-p", "xla_multicore_inference:base_model=smollm2-135m", "-p", "merge_adapters=false", *FAST], env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        train, infer = fake.calls("SaveKernel")
+        assert injected(train["body"]) == '# Parameters\nmodel = "smollm2-135m"\nkind = "decoder"\nlora_r = 16\n'
+        assert injected(infer["body"]) == '# Parameters\nmerge_adapters = False\nbase_model = "smollm2-135m"\n'
+        assert train["body"]["datasetDataSources"] == ["tester/smollm2-135m"]
+        assert infer["body"]["datasetDataSources"] == ["tester/smollm2-135m"]  # the base, attached for base_model
+        assert "scored: public" in r.stdout
+    assert (tmp_path / "o" / TRAIN_SLUG / "v1" / "artifacts" / "xlmr-toxic" / "adapter_model.safetensors").is_file()

@@ -249,7 +249,7 @@ def test_vendored_cell_carries_kitlib_and_comes_after_the_parameters(tmp_path):
 
 def test_the_inference_kernel_is_thin():
     """The inference notebook's vendored cell carries inference's wing only (no kitlib.training, no kitlib.cv,
-    followed through lazy imports too) and stays at most 150 K characters; the training kernel carries both."""
+    followed through lazy imports too) and stays at most 155 K characters; the training kernel carries both."""
     from kaggle_kit.vendor import vendor_cell_source
 
     files = kernels.kitlib_files()
@@ -262,7 +262,8 @@ def test_the_inference_kernel_is_thin():
     assert not {m for m in thin if m.startswith(("training/", "cv/"))}
     assert {"infer.py", "checkpoint.py", "outputs/blend.py", "run/runtime.py"} <= thin
     assert {"training/train.py", "cv/groups.py"} <= set(closures["xla_ddp_train"])
-    assert sizes["xla_multicore_inference"] <= 150_000 < sum(map(len, closures["xla_multicore_inference"].values()))
+    # 149 K before decoders; loading through the model kind and adapter checkpoints (kitlib.models.adapters) added 3.3 K
+    assert sizes["xla_multicore_inference"] <= 155_000 < sum(map(len, closures["xla_multicore_inference"].values()))
 
 
 def test_stage_refuses_a_pair_out_of_sync(tmp_path):

@@ -110,12 +110,43 @@ def save_adapter(model, out_dir: str | os.PathLike, *, base: str | os.PathLike, 
 
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        (tmp / RECORD_FILE).write_text(json.dumps({
-            "base": str(Path(base).resolve()), "base_fingerprint": fingerprint(base),
-            "kind": kind.name, "label": kind.label, "lora": asdict(spec),
-        }, indent=1))
+        write_adapter(model, tmp, base=base, kind=kind, spec=spec)
     return out_dir
+
+
+def write_adapter(model, folder: str | os.PathLike, *, base: str | os.PathLike, kind, spec: LoraSpec) -> None:
+    """Write the adapters and head of the wrapped ``model`` and :data:`RECORD_FILE` into ``folder`` (no
+    atomicity: :func:`save_adapter`, or a caller's own :func:`kitlib.atomic.atomic_dir`).
+
+    Only the trained tensors are copied to the CPU (peft keeps those of its state dict), so a
+    model on an accelerator saves without a CPU copy of its base.
+    """
+    state = {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}
+    model.save_pretrained(folder, state_dict=state)
+    (Path(folder) / RECORD_FILE).write_text(json.dumps({
+        "base": str(Path(base).resolve()), "base_fingerprint": fingerprint(base),
+        "kind": kind.name, "label": kind.label, "lora": asdict(spec),
+    }, indent=1))
+
+
+def base_of(adapter_dir: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
+    """The base folder the adapters of ``adapter_dir`` load onto: ``base``, else the one their record names.
+
+    Checked in the calling process, before any replica starts (:func:`check_base`).
+
+    Raises:
+        FileNotFoundError: that folder is not here (an adapter trained elsewhere: Kaggle mounts the
+            base under another path), naming it and the fix (pass the base's folder).
+        ValueError: it is not the base the adapters were trained on (:func:`check_base`).
+    """
+    recorded = read_record(adapter_dir)["base"]
+    folder = Path(base or recorded)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{adapter_dir}: its adapters load onto the base model {recorded}, but "
+                                f"{folder} holds no checkpoint (no config.json); pass the base's folder "
+                                "(InferJob.base, the notebook's base_model parameter)")
+    check_base(adapter_dir, folder)
+    return folder
 
 
 def read_record(adapter_dir: str | os.PathLike) -> dict:

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import ClassVar
 
 KIND_KEY = "kitlib_kind"  # config.json: the kind a kit-trained checkpoint was trained as (wins over detection)
+PROMPT_KEY = "kitlib_prompt"  # config.json: the answer-token template a kit-trained checkpoint was trained with
 ENCODER_TYPES = ("bert", "xlm-roberta", "roberta", "distilbert", "deberta-v2", "electra", "modernbert")
 DECODER_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text")
 # model_type -> attention implementation on XLA; the rest take kitlib.compat.xla_attention_implementation()
@@ -119,6 +120,7 @@ class Kind:
 
     name: ClassVar[str] = ""
     head: ClassVar[tuple] = ()  # module names kept float32
+    plans_memory: ClassVar[bool] = True  # a memory plan is printed (and checked) before its replicas start
     prefix: str = ""
     label: str = "toxic"
     column: int = 0
@@ -162,6 +164,16 @@ class Kind:
     def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
         raise NotImplementedError
 
+    def skeleton(self, path):
+        """The module :meth:`load` gives for training (``head_for_training=True``), on torch's ``meta`` device:
+        its structure and parameter shapes, no weight read or allocated (to count what trains)."""
+        raise NotImplementedError
+
+    def config_keys(self) -> dict:
+        """What a checkpoint trained as this kind records in its ``config.json`` (:data:`KIND_KEY`; the
+        answer-token form also :data:`PROMPT_KEY`), so that :func:`kind_for` finds the same kind again."""
+        return {KIND_KEY: self.name}
+
     def bind_model(self, model) -> "Kind":
         """This kind with :attr:`column` read from ``model``'s head (:func:`kitlib.models.model.prediction_column`)."""
         from .model import prediction_column
@@ -186,12 +198,24 @@ class Kind:
 
         return torch.sigmoid(self.positive_logit(model, input_ids, attention_mask))
 
-    def loss(self, model, input_ids, attention_mask, labels):
-        """float32 scalar: binary cross-entropy with logits, mean over rows; ``labels`` float ``[batch]`` in [0, 1]."""
+    def loss(self, model, input_ids, attention_mask, labels, pos_weight=None):
+        """float32 scalar: binary cross-entropy with logits, mean over rows; ``labels`` float ``[batch]`` in [0, 1];
+        ``pos_weight``: None or a float32 scalar tensor weighting the positive term (:func:`kitlib.training.recipe.positive_weight`)."""
         import torch.nn.functional as F
 
         z = self.positive_logit(model, input_ids, attention_mask)
-        return F.binary_cross_entropy_with_logits(z, labels.to(z.device, z.dtype))
+        return F.binary_cross_entropy_with_logits(z, labels.to(z.device, z.dtype), pos_weight=pos_weight)
+
+    def packed(self, tokenizer, texts, max_length: int):
+        """``texts`` as :meth:`encode` makes them, checked (:meth:`check_tokens`) and packed for
+        :class:`kitlib.data.Tokens`: ``(lengths, ids)``, int64 ``[N]`` real tokens per row and int32
+        ``[sum(lengths)]`` the rows' ids one after another (the padding dropped)."""
+        import numpy as np
+
+        batch = self.encode(tokenizer, list(texts), max_length)
+        self.check_tokens(batch["input_ids"], batch["attention_mask"])
+        mask = batch["attention_mask"].numpy().astype(bool)
+        return mask.sum(axis=1).astype(np.int64), batch["input_ids"].numpy()[mask].astype(np.int32)
 
 
 @dataclass(frozen=True)
@@ -200,6 +224,7 @@ class Encoder(Kind):
 
     name: ClassVar[str] = "encoder"
     head: ClassVar[tuple] = ("classifier",)
+    plans_memory: ClassVar[bool] = False  # small encoders: the kit's own runs never needed one
 
     def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
         """The classifier in eval mode on CPU; ``dtype`` (e.g. ``torch.bfloat16``) casts its weights."""
@@ -207,6 +232,11 @@ class Encoder(Kind):
 
         model = load_model(path, xla=xla, head_for_training=head_for_training, label=self.label)
         return model if dtype is None else model.to(dtype)
+
+    def skeleton(self, path):
+        from .model import skeleton
+
+        return skeleton(path, head_for_training=True)
 
 
 def _decoder_kwargs(config, *, dtype, xla: bool) -> dict:
@@ -258,16 +288,29 @@ class Decoder(Kind):
         from transformers import AutoConfig, AutoModelForSequenceClassification
 
         config = AutoConfig.from_pretrained(path)
-        kwargs = _decoder_kwargs(config, dtype=dtype, xla=xla)
-        archs = getattr(config, "architectures", None) or []
-        if not any(a.endswith("ForSequenceClassification") for a in archs):
-            kwargs.update(num_labels=1, problem_type="multi_label_classification",
-                          id2label={0: self.label}, label2id={self.label: 0})
+        kwargs = {**_decoder_kwargs(config, dtype=dtype, xla=xla), **self._new_head(config)}
         pad = self.pad_id if self.pad_id is not None else self.load_tokenizer(path).pad_token_id
         if pad is None:
             raise ValueError(f"{path}: the tokenizer has no pad token and no eos/unk to pad with; give it a pad token")
         kwargs["pad_token_id"] = pad
         return AutoModelForSequenceClassification.from_pretrained(path, **kwargs).eval()
+
+    def _new_head(self, config) -> dict:
+        """``from_pretrained`` keywords of a new one-logit head named :attr:`label` for a folder that is not
+        yet a sequence classifier (a causal LM); ``{}`` for one that is."""
+        archs = getattr(config, "architectures", None) or []
+        if any(a.endswith("ForSequenceClassification") for a in archs):
+            return {}
+        return dict(num_labels=1, problem_type="multi_label_classification", id2label={0: self.label},
+                    label2id={self.label: 0})
+
+    def skeleton(self, path):
+        import torch
+        from transformers import AutoConfig, AutoModelForSequenceClassification
+
+        config = AutoConfig.from_pretrained(path, **self._new_head(AutoConfig.from_pretrained(path)))
+        with torch.device("meta"):
+            return AutoModelForSequenceClassification.from_config(config)
 
     def check_tokens(self, input_ids, attention_mask) -> None:
         """Refuse left padding and real tokens equal to the pad id (the pooled token would not be the last real one).
@@ -339,6 +382,9 @@ class AnswerTokens(Kind):
     def render(self, text: str, **row) -> str:
         return self.prompt.render(self.prefix + text, **row)
 
+    def config_keys(self) -> dict:
+        return {KIND_KEY: self.name, PROMPT_KEY: self.prompt.template}
+
     def encode(self, tokenizer, texts, max_length: int, rows=None) -> dict:
         """As :meth:`Kind.encode`, but a long text is cut inside the prompt, so ``"Answer:"`` always ends the row.
 
@@ -373,6 +419,13 @@ class AnswerTokens(Kind):
 
     def bind_model(self, model) -> "Kind":
         return self
+
+    def skeleton(self, path):
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
 
     def positive_logit(self, model, input_ids, attention_mask):
         """``logsumexp(yes logits) - logsumexp(no logits)`` at each row's last real position: float32 ``[batch]``.
@@ -416,7 +469,9 @@ def detect(config, where: str | os.PathLike = "the model") -> str:
 
     In order: ``kitlib_kind`` (a kit-trained checkpoint says what it was trained as); a
     ``...ForCausalLM`` architecture: ``"answer-tokens"``; ``model_type`` in :data:`DECODER_TYPES`:
-    ``"decoder"``; in :data:`ENCODER_TYPES`: ``"encoder"``.
+    ``"decoder"``; in :data:`ENCODER_TYPES`: ``"encoder"``; any other model with no causal-LM
+    architecture: ``"encoder"`` too (the kit has always loaded any ``AutoModelForSequenceClassification``
+    that way: X-MOD, MPNet, ...; :mod:`kitlib.models.limits` says what it can take).
 
     Raises:
         ValueError: none of these says (naming the model type, the architectures and the override).
@@ -429,7 +484,7 @@ def detect(config, where: str | os.PathLike = "the model") -> str:
         return "answer-tokens"
     if model_type in DECODER_TYPES:
         return "decoder"
-    if model_type in ENCODER_TYPES:
+    if model_type in ENCODER_TYPES or not any(a.endswith("LMHeadModel") for a in archs):
         return "encoder"
     raise ValueError(f"{where}: model_type {model_type!r} (architectures {archs}) is not a known encoder "
                      f"{ENCODER_TYPES} or decoder {DECODER_TYPES}; name the kind: kind={sorted(KINDS)}")
@@ -440,7 +495,7 @@ def kind_for(path: str | os.PathLike, kind: str = "auto", *, prompt: Prompt | No
     """The kind of checkpoint folder ``path``: detected from ``config.json`` (:func:`detect`) or ``kind``.
 
     The result carries the folder's text prefix (``kitlib_text_prefix``), ``label`` and, for
-    answer tokens, ``prompt``; it is not yet bound to a tokenizer (:meth:`Kind.bind`).
+    answer tokens, ``prompt`` (None: the template the folder was trained with, :data:`PROMPT_KEY`, else the default); it is not yet bound to a tokenizer (:meth:`Kind.bind`).
 
     Raises:
         ValueError: an unknown ``kind``, or ``"auto"`` that cannot tell (see :func:`detect`).
@@ -451,9 +506,12 @@ def kind_for(path: str | os.PathLike, kind: str = "auto", *, prompt: Prompt | No
     config_file = Path(path) / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{path}: no config.json, so not a checkpoint folder")
-    name = detect(json.loads(config_file.read_text()), path) if kind == "auto" else kind
+    config = json.loads(config_file.read_text())
+    name = detect(config, path) if kind == "auto" else kind
     if name not in KINDS:
         raise ValueError(f"kind={name!r} is not one of 'auto', {', '.join(map(repr, KINDS))}")
+    if prompt is None and config.get(PROMPT_KEY):  # the template a kit-trained folder was trained with
+        prompt = Prompt(template=config[PROMPT_KEY])
     extra = {"prompt": prompt} if name == "answer-tokens" and prompt is not None else {}
     return dataclasses.replace(KINDS[name], prefix=text_prefix(path), label=label, **extra)
 

@@ -42,7 +42,8 @@ import numpy as np
 # The widths a probe is built with (set where the config has the field); tables (vocabulary,
 # positions, token types) keep the model's own sizes.
 PROBE_SIZES = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
-               "embedding_size": 16, "entity_emb_size": 16, "pooler_hidden_size": 16}
+               "embedding_size": 16, "entity_emb_size": 16, "pooler_hidden_size": 16,
+               "num_key_value_heads": 1}  # (decoders' grouped-query attention: SmolLM2's 3 would not divide 2 heads)
 
 
 @dataclass(frozen=True)
@@ -67,13 +68,15 @@ class UnsupportedAttention(ValueError):
     """The model cannot run with the attention the chosen device needs (MPNet on XLA: no SDPA)."""
 
 
-def _attention_for(device: str) -> str | None:
-    """The ``attn_implementation`` :func:`kitlib.models.model.load_model` asks for on ``device`` (``"xla"``,
-    ``"cuda"``, ``"cpu"``): the kit's SDPA-based one on XLA, else transformers' default (None)."""
+def _attention_for(device: str, model_type: str | None = None) -> str | None:
+    """The ``attn_implementation`` the replicas load with on ``device`` (``"xla"``, ``"cuda"``, ``"cpu"``):
+    on XLA the model type's own (:data:`kitlib.models.kinds.XLA_ATTENTION`: Gemma2/3 ``"eager"``), else the
+    kit's SDPA-based one; transformers' default (None) elsewhere."""
     if device == "xla":
         from ..compat import xla_attention_implementation
+        from .kinds import XLA_ATTENTION
 
-        return xla_attention_implementation()
+        return XLA_ATTENTION.get(model_type) or xla_attention_implementation()
     return None
 
 
@@ -149,7 +152,7 @@ def _probed_limits(checkpoint: str, device: str, head_for_training: bool, label:
     """:class:`ModelLimits` from a probe (module docstring); the conservative limit when it cannot run."""
     from transformers import AutoConfig
 
-    attention = _attention_for(device)
+    attention = _attention_for(device, getattr(AutoConfig.from_pretrained(checkpoint), "model_type", None))
     try:
         probe = _probe(checkpoint, attention, head_for_training, label)
     except Exception as e:  # noqa: BLE001 - decided below: the attention, or a model the probe cannot build
@@ -272,13 +275,14 @@ class Preflight:
     Attributes:
         limits: :class:`ModelLimits` of the model on the run's device.
         tokenizer: the checkpoint's tokenizer (``AutoTokenizer``), loaded once for the run.
-        column: which logit column is P(``target``) (:func:`kitlib.models.model.prediction_column`).
+        column: which logit column is P(``target``) (:func:`kitlib.models.model.prediction_column`); None
+            when no head was read (``read_head=False``).
         note: why that column, when it is a convention rather than the head's own label map; else None.
     """
 
     limits: ModelLimits
     tokenizer: object
-    column: int
+    column: int | None
     note: str | None
 
     def check_tokens(self, checkpoint: str | os.PathLike, ids: np.ndarray, source: str | os.PathLike) -> None:
@@ -287,7 +291,7 @@ class Preflight:
 
 
 def preflight(checkpoint: str | os.PathLike, *, max_len: int, device: str, target: str,
-              head_for_training: bool = False, tokenizer=None) -> Preflight:
+              head_for_training: bool = False, tokenizer=None, read_head: bool = True) -> Preflight:
     """Everything about the model a run needs, checked in the calling process before tokenizing or launching.
 
     In order: the attention ``device`` needs, ``max_len`` against the usable positions
@@ -302,6 +306,8 @@ def preflight(checkpoint: str | os.PathLike, *, max_len: int, device: str, targe
         target: the column predicted: ``InferJob.prediction_column``, ``TrainJob.label_col``.
         head_for_training: as training loads it (a pretrained body gets the kit's one-logit head).
         tokenizer: the checkpoint's tokenizer when already loaded; None loads it (``AutoTokenizer``).
+        read_head: find the head's column of ``target``; False for a kind without a classifier head
+            (:attr:`kitlib.models.kinds.Kind.head` empty: the answer-token form), whose column is then None.
 
     Raises:
         UnsupportedAttention: the model cannot run with ``device``'s attention (MPNet on XLA).
@@ -316,8 +322,10 @@ def preflight(checkpoint: str | os.PathLike, *, max_len: int, device: str, targe
     if limits.how != "probe":
         print(f"note: {checkpoint}: {limits.how}: at most {limits.positions} tokens per row")
     check_max_len(checkpoint, max_len, limits)
-    _, kwargs = _classifier(checkpoint, head_for_training, label=target)
-    column, note = prediction_column(AutoConfig.from_pretrained(checkpoint, **kwargs), target, checkpoint)
+    column, note = None, None
+    if read_head:  # (the answer-token form has no classifier head: its answer tokens are the prediction)
+        _, kwargs = _classifier(checkpoint, head_for_training, label=target)
+        column, note = prediction_column(AutoConfig.from_pretrained(checkpoint, **kwargs), target, checkpoint)
     if note:
         print(f"note: {note}")
     if tokenizer is None:

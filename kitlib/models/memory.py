@@ -241,3 +241,30 @@ def shape_of(path: str | os.PathLike) -> Shape:
     from transformers import AutoConfig
 
     return model_shape(AutoConfig.from_pretrained(path), name=os.path.basename(os.path.normpath(path)))
+
+
+def available_gb() -> float | None:
+    """This machine's available memory in GB (``/proc/meminfo`` ``MemAvailable``), or None where unreadable."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024 / GB
+    except OSError:
+        return None
+    return None
+
+
+def replica_devices(hardware: str, replicas: int | None) -> list[Device]:
+    """One :class:`Device` per replica of a run on ``hardware`` (``Backend.hardware``: ``"cpu"``, ``"tpu"``, ``"cuda"``),
+    found without touching a device.
+
+    The CPU's replicas share its available memory (:func:`available_gb`) evenly; a TPU replica is a
+    :data:`DEVICES` ``"TPU-v5e"`` chip (16 GB: v3 cores and v5e chips alike); a CUDA replica a T4, the
+    smallest GPU Kaggle lends (a bigger GPU is not read here, so a plan that fits a T4 is not refused
+    elsewhere, and one that does not is refused on every GPU: pass ``weights`` by hand there).
+    """
+    n = max(1, replicas or 1)
+    if hardware == "cpu":
+        total = available_gb()
+        return [device_for("cpu", "this CPU", total / n if total else 8.0)] * n
+    return [DEVICES["TPU-v5e" if hardware == "tpu" else "T4"]] * n

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..run.backends.precision import named
+from .loop import tokenize_rows
 
 
 class HandoffMismatch(RuntimeError):
@@ -57,17 +58,11 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
     """
     import torch
 
-    from ..checkpoint import with_text_prefix
-    from ..models.model import keep_head_float32, load_classifier, prediction_column, probabilities
-
     p = named(precision, "cpu")
     n = min(rows, len(texts), len(saved))
-    tok, model = load_classifier(checkpoint)
-    keep_head_float32(model)
-    enc = tok(with_text_prefix(checkpoint, list(texts[:n])), padding="max_length", truncation=True,
-              max_length=max_len, return_tensors="pt")
+    kind, model, tok = reload(checkpoint, label)
     with torch.no_grad(), p.autocast():
-        again = probabilities(model(**enc).logits, prediction_column(model.config, label, checkpoint)[0]).numpy()
+        again = kind.probabilities(model, *tokenize_rows(kind, tok, list(texts[:n]), max_len)).numpy()
     gap = float(np.abs(again - np.asarray(saved, dtype=np.float64)[:n]).max()) if n else 0.0
     result = {"rows": n, "gap": gap, "tolerance": p.reload_tolerance, "precision": p.name}
     if not gap <= p.reload_tolerance:
@@ -77,6 +72,24 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
             "kitlib.run.backends.precision.RELOAD_TOLERANCE). The folder is not the model that was trained: train again, "
             "and check that nothing else writes this folder")
     return result
+
+
+def reload(checkpoint: str | os.PathLike, label: str = "toxic"):
+    """``(kind, model, tokenizer)``: a trained folder loaded on the CPU as inference loads it: through its
+    kind (:func:`kitlib.models.kinds.kind_for`: the ``kitlib_kind`` it was trained as), an adapter
+    checkpoint's base with the adapters on top (:func:`kitlib.models.adapters.load_adapted`), the head
+    float32 and the kind bound to it."""
+    from ..models import adapters
+    from ..models.kinds import kind_for
+
+    kind = kind_for(checkpoint, label=label)
+    tok = kind.load_tokenizer(checkpoint)
+    kind = kind.bind(tok)
+    model = (adapters.load_adapted(checkpoint, adapters.base_of(checkpoint), kind) if adapters.is_adapter(checkpoint)
+             else kind.load(checkpoint))
+    kind = kind.bind_model(model)
+    kind.keep_head_float32(model)
+    return kind, model, tok
 
 
 def mark_passed(out_dir: str | os.PathLike, checks: dict) -> Path:

@@ -75,6 +75,17 @@ class TrainJob:
             :mod:`kitlib.training.resume` states the rule) or ``"never"`` (always start afresh).
         tracker: ``"none"``, or ``"tensorboard"``: the curves as TensorBoard event files
             (``tensorboardX``) under ``<out_dir>.tensorboard/<run_id>/`` (:mod:`kitlib.training.runs`).
+        kind: the model kind (:data:`kitlib.models.kinds.KINDS`); ``"auto"``: what ``config.json`` says
+            (:func:`kitlib.models.kinds.detect`). It gives the loss and the probabilities the replicas compute.
+        prompt: the answer-token form's template (``{text}`` once); ``""``: :data:`kitlib.models.kinds.DEFAULT_TEMPLATE`.
+        lora_r: LoRA rank (:mod:`kitlib.models.adapters`): only the adapters and the head train, and ``out_dir``
+            holds only them (megabytes) with a record naming the base; 0: a full fine-tune.
+        lora_alpha, lora_dropout: LoRA's scale (``alpha / r``) and dropout.
+        lora_targets: ``"all-linear"`` (every Linear but the output embedding), or module names separated
+            by commas (``"q_proj,v_proj"``).
+        weights: the width the weights are held at (:data:`kitlib.run.backends.precision.WEIGHTS`;
+            :func:`kitlib.run.backends.precision.resolve_weights`); planned against each device's memory before
+            any replica starts (decoder kinds), the plan printed and a run that cannot fit refused.
     """
 
     checkpoint: str
@@ -106,6 +117,24 @@ class TrainJob:
     time_budget_s: float | None = None
     resume: str = "auto"
     tracker: str = "none"
+    kind: str = "auto"
+    prompt: str = ""
+    lora_r: int = 0
+    lora_alpha: float = 32.0
+    lora_dropout: float = 0.05
+    lora_targets: str = "all-linear"
+    weights: str = "auto"
+
+    @property
+    def lora(self):
+        """The :class:`kitlib.models.adapters.LoraSpec` of the run, or None (``lora_r`` 0: a full fine-tune)."""
+        from ..models.adapters import LoraSpec
+
+        if not self.lora_r:
+            return None
+        targets = self.lora_targets if self.lora_targets == "all-linear" else tuple(
+            t.strip() for t in self.lora_targets.split(",") if t.strip())
+        return LoraSpec(r=self.lora_r, alpha=self.lora_alpha, dropout=self.lora_dropout, target_modules=targets)
 
     def __post_init__(self):
         for name in PATH_FIELDS:  # once, up front: every reader and writer gets the same path (storage.normalise)
@@ -125,6 +154,13 @@ class TrainJob:
         for name in ("patience", "save_every_steps", "save_every_minutes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainJob.{name} must be >= 0 (0: off), not {getattr(self, name)}")
+        if self.lora_r < 0:
+            raise ValueError(f"TrainJob.lora_r must be >= 1 (LoRA's rank) or 0 (a full fine-tune), not {self.lora_r}")
+        self.lora  # noqa: B018 - LoraSpec checks alpha and dropout
+        from ..run.backends.precision import WEIGHTS
+
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"TrainJob.weights must be one of {', '.join(WEIGHTS)}, not {self.weights!r}")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise ValueError(f"TrainJob.time_budget_s must be > 0 seconds (None: no limit), not {self.time_budget_s}")
 

@@ -29,8 +29,11 @@ same gradient (the mean over the global batch) up to float rounding.
 Metrics are reduced across replicas: the epoch's training loss is the all-reduced mean of
 every replica's step losses; validation ROC AUC is computed on the predictions of all replicas
 gathered together, each validation row once (the sampler's padding duplicates are dropped).
-Loss is logged and tqdm shown on the master (rank 0) only. The master alone writes
-``out_dir``: ``save_pretrained`` of the model and the tokenizer (what
+The model kind (:mod:`kitlib.models.kinds`, bound once in the plan) is asked for the rows' tokens, the loss
+and the probabilities; with ``lora_r`` the model is wrapped in LoRA adapters (:mod:`kitlib.models.adapters`)
+and only they and the head train. Loss is logged and tqdm shown on the master (rank 0) only. The master alone writes
+``out_dir``: ``save_pretrained`` of the model (with LoRA: only the adapters and the head, beside the
+base's ``config.json`` and a record naming the base) and the tokenizer (what
 :func:`kitlib.models.model.load_classifier` and :mod:`kitlib.infer` load), plus
 ``train_history.json`` and ``valid_predictions.csv``; the run's whole state (for resuming, and
 for a later run that continues this one) is kept beside it in ``<out_dir>.state/``
@@ -56,10 +59,10 @@ from .job import MONITORS, TrainJob
 from .plan import Plan
 from .runs import Tracker
 from ..atomic import atomic_write, real_target
-from ..checkpoint import HISTORY_FILE, save_checkpoint, with_text_prefix
+from ..checkpoint import HISTORY_FILE, save_checkpoint
 from ..data import plan_batches, read_csv_checked
 from ..metrics import auc_text, slice_name
-from ..models.model import keep_head_float32, load_classifier, prediction_column, probabilities
+from ..models.model import prediction_column
 
 
 def classification_loss(logits, labels, pos_weight=None, column: int = 1):
@@ -137,13 +140,23 @@ def merge_gathered(probs: np.ndarray, num_rows: int, world: int, batch_size: int
     return probs[keep][first].astype(np.float32)
 
 
-def _tokenize(tokenizer, texts: list[str], max_len: int):
-    enc = tokenizer(texts, padding="max_length", truncation=True, max_length=max_len, return_tensors="pt")
-    return enc["input_ids"], enc["attention_mask"]
+def tokenize_rows(kind, tokenizer, texts: list[str], max_len: int):
+    """``(input_ids, attention_mask)``: int64 ``[len(texts), max_len]``, the rows as ``kind`` renders them
+    (:meth:`kitlib.models.kinds.Kind.encode`: its text prefix, the answer-token prompt), right-padded to
+    ``max_len`` (one training shape) and checked (:meth:`kitlib.models.kinds.Kind.check_tokens`)."""
+    import torch.nn.functional as F
+
+    enc = kind.encode(tokenizer, texts, max_len)
+    extra = max_len - enc["input_ids"].shape[1]
+    ids = F.pad(enc["input_ids"], (0, extra), value=tokenizer.pad_token_id)
+    mask = F.pad(enc["attention_mask"], (0, extra), value=0)
+    kind.check_tokens(ids, mask)
+    return ids, mask
 
 
-def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, job: TrainJob, replica):
-    """Probabilities for the validation rows of one replica, left on the device.
+def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, job: TrainJob, replica, kind):
+    """Probabilities for the validation rows of one replica, left on the device; ``kind`` (bound to
+    ``model``'s head) reads them (:meth:`kitlib.models.kinds.Kind.probabilities`).
 
     Args:
         input_ids, attention_mask: int64 CPU tensors ``[num_valid_rows, max_len]``.
@@ -162,7 +175,7 @@ def predict_valid(model, input_ids, attention_mask, rows: np.ndarray, job: Train
     with torch.no_grad(), replica.autocast():
         for batch in loader:
             ids, mask = replica.to_device(batch)
-            out.append(probabilities(model(input_ids=ids, attention_mask=mask).logits, job_column(model, job)))
+            out.append(kind.probabilities(model, ids, mask))
     model.train()
     return torch.cat(out)
 
@@ -191,7 +204,7 @@ class _Training:
     take_step: "object"
     scheduler: "object"
     pos_weight: "object"
-    column: int = 0  # the head's column of the label (job_column)
+    kind: "object" = None  # the model kind, bound to the model's head (Kind.bind_model): loss and probabilities
 
     @property
     def stateful(self) -> dict:
@@ -262,7 +275,7 @@ def _run(replica, plan: Plan) -> None:
     replica.use_compile_cache(job.compile_cache_dir)
     with replica.together("reading the data and loading the model"):
         tokenizer, model = _load_model(replica, plan)
-        data = _read_data(replica, job, tokenizer)
+        data = _read_data(replica, job, tokenizer, plan.kind)
     run = _optimization(replica, plan, model, data)
     with replica.together("restoring the run's state"):
         loop = _start(replica, plan, run, data)
@@ -274,15 +287,24 @@ def _run(replica, plan: Plan) -> None:
 
 
 def _load_model(replica, plan: Plan):
-    """``(tokenizer, model)``: the checkpoint with the recipe's frozen parts, the float32 head and the
-    job's dropout, on the replica's device in train mode (the same head on every replica: one seed)."""
+    """``(tokenizer, model)``: the checkpoint loaded as its kind says, with the recipe's frozen parts (or,
+    with LoRA, only the adapters and the head trainable: :func:`kitlib.models.adapters.wrap`), the float32
+    head and the job's dropout, on the replica's device in train mode (the same head and adapters on
+    every replica: one seed)."""
     import torch
 
-    job = plan.job
+    from ..models import adapters
+
+    job, kind = plan.job, plan.kind
     torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
-    tokenizer, model = load_classifier(job.checkpoint, xla=replica.xla, head_for_training=True, label=job.label_col)
-    recipes.prepare_model(model, plan.recipe)
-    keep_head_float32(model)
+    tokenizer = kind.load_tokenizer(job.checkpoint)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.weights_dtype)
+    model = kind.load(job.checkpoint, dtype=dtype, xla=replica.xla, head_for_training=True)
+    if job.lora is None:
+        recipes.prepare_model(model, plan.recipe)
+    else:
+        model = adapters.wrap(model, kind, job.lora)
+    kind.keep_head_float32(model)
     if job.dropout is not None:
         for m in model.modules():
             if isinstance(m, torch.nn.Dropout):
@@ -290,7 +312,7 @@ def _load_model(replica, plan: Plan):
     return tokenizer, model.train().to(replica.device)
 
 
-def _read_data(replica, job: TrainJob, tokenizer) -> _Data:
+def _read_data(replica, job: TrainJob, tokenizer, kind) -> _Data:
     """The training loader (this rank's share: ``DistributedSampler(drop_last=True)``, fixed
     ``[batch_size, max_len]`` batches) and the validation rows, tokenized.
 
@@ -304,7 +326,7 @@ def _read_data(replica, job: TrainJob, tokenizer) -> _Data:
     train_df = read_csv_checked(job.train_csv, text_col=job.text_col, label_cols=labels, limit=job.train_limit)
     valid_df = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=labels, limit=job.valid_limit)
     train_set = TensorDataset(
-        *_tokenize(tokenizer, with_text_prefix(job.checkpoint, train_df["text"].tolist()), job.max_len),
+        *tokenize_rows(kind, tokenizer, train_df["text"].tolist(), job.max_len),
         torch.tensor(train_df[job.label_col].to_numpy(np.float32)),
     )
     sampler = DistributedSampler(train_set, num_replicas=replica.world_size, rank=replica.rank, shuffle=True,
@@ -313,7 +335,7 @@ def _read_data(replica, job: TrainJob, tokenizer) -> _Data:
     if len(loader) == 0:
         raise ValueError(f"{job.train_csv}: {len(train_df)} training rows give no full global batch of "
                          f"{job.batch_size} x {replica.world_size} replicas; lower batch_size or add rows")
-    valid_ids, valid_mask = _tokenize(tokenizer, with_text_prefix(job.checkpoint, valid_df["text"].tolist()), job.max_len)
+    valid_ids, valid_mask = tokenize_rows(kind, tokenizer, valid_df["text"].tolist(), job.max_len)
     return _Data(train_df, valid_df, loader, sampler, valid_ids, valid_mask,
                  validation_rows(len(valid_df), replica.world_size, replica.rank, job.batch_size),
                  valid_df[job.label_col].to_numpy(np.float32))
@@ -332,7 +354,7 @@ def _optimization(replica, plan: Plan, model, data: _Data) -> _Training:
     pos_weight = recipes.positive_weight(data.train_df[job.label_col].to_numpy(), recipe)
     if pos_weight is not None:
         pos_weight = torch.tensor(pos_weight, dtype=torch.float32, device=replica.device)
-    return _Training(model, net, optimizer, take_step, None, pos_weight, job_column(model, job))
+    return _Training(model, net, optimizer, take_step, None, pos_weight, plan.kind.bind_model(model))
 
 
 def _start(replica, plan: Plan, run: _Training, data: _Data) -> _Loop:
@@ -431,7 +453,7 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loo
         torch.set_rng_state(loop.rng["cpu"])
         replica.accelerator.set_rng_state(loop.rng["device"], replica.device)
         loop.rng = None
-    loop.head = _head_snapshot(run.model) if skip == 0 else None
+    loop.head = _head_snapshot(run.model, run.kind) if skip == 0 else None
     started = time.monotonic()
     for batch in tqdm(batches, total=len(data.loader), initial=skip, desc=f"epoch {epoch + 1} (master)",
                       disable=not master):
@@ -439,9 +461,8 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loo
         with replica.step():
             ids, mask, y = replica.to_device(batch)
             run.optimizer.zero_grad(set_to_none=True)
-            with replica.autocast():
-                logits = run.net(input_ids=ids, attention_mask=mask).logits
-            loss = classification_loss(logits, y, run.pos_weight, run.column)
+            with replica.autocast():  # the kind's float32 positive logit and its loss (kitlib.models.kinds)
+                loss = run.kind.loss(run.net, ids, mask, y, run.pos_weight)
             run.take_step(loss)
             if run.scheduler is not None:
                 run.scheduler.step()
@@ -473,11 +494,12 @@ class _Skipped:
         return itertools.islice(iter(self.loader), self.skip, None)
 
 
-def _head_snapshot(model) -> list:
-    """CPU copies of the head's trained parameters (every recipe trains the head): an epoch that leaves
-    them as they were trained nothing (:func:`_validate`)."""
-    head = getattr(model, "classifier", model)
-    return [p.detach().cpu().clone() for p in head.parameters() if p.requires_grad]
+def _head_snapshot(model, kind) -> list:
+    """CPU copies of the head's trained parameters (every recipe trains the head; the kind names it:
+    :attr:`kitlib.models.kinds.Kind.head`; the answer-token form has none: every trained parameter): an
+    epoch that leaves them as they were trained nothing (:func:`_validate`)."""
+    heads = [getattr(model, name) for name in kind.head if getattr(model, name, None) is not None] or [model]
+    return [p.detach().cpu().clone() for head in heads for p in head.parameters() if p.requires_grad]
 
 
 def _reserve(replica, job: TrainJob, loop: _Loop, data: _Data) -> float:
@@ -563,13 +585,13 @@ def _validate(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, lo
         RuntimeError: the epoch changed none of the head's trained parameters (nothing is recorded).
     """
     epoch = loop.position.epoch
-    if loop.head is not None and all(a.equal(b) for a, b in zip(loop.head, _head_snapshot(run.model))):
+    if loop.head is not None and all(a.equal(b) for a, b in zip(loop.head, _head_snapshot(run.model, run.kind))):
         rates = ", ".join(f"{g['lr']:.3g}" for g in run.optimizer.param_groups)
         raise RuntimeError(f"epoch {epoch + 1} changed no trained parameter (learning rates now {rates}): every step "
                            "ran at learning rate 0 (a schedule that had ended?) or every fp16 step overflowed. The "
                            "epoch is not recorded as trained; check the resumed schedule (kitlib.training.resume) or the precision")
     t0 = time.monotonic()
-    gathered = replica.all_gather(predict_valid(run.model, data.valid_ids, data.valid_mask, data.valid_rows, job, replica))
+    gathered = replica.all_gather(predict_valid(run.model, data.valid_ids, data.valid_mask, data.valid_rows, job, replica, run.kind))
     probs = merge_gathered(gathered.cpu().numpy(), len(data.valid_df), replica.world_size, job.batch_size)
     p, labels = np.clip(probs, 1e-7, 1 - 1e-7), data.valid_labels
     valid_loss = float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
@@ -586,7 +608,7 @@ def _validate(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, lo
     if improved:
         loop.best, loop.stale = _best(record, loop.history["epochs"], job.monitor), 0
         loop.history["best"] = loop.best
-        _keep(replica, job, tokenizer, run.model, data, loop.history, probs)
+        _keep(replica, job, tokenizer, run, data, loop.history, probs)
     else:
         loop.stale += 1
     if job.patience and loop.stale >= job.patience and loop.position.epoch < job.epochs:
@@ -621,14 +643,16 @@ def _best(record: dict, epochs: list[dict], monitor: str) -> dict:
             "why": f"the {word} {monitor} so far ({record[monitor]:.4f}" + (f"; {others})" if others else ")")}
 
 
-def _keep(replica, job: TrainJob, tokenizer, model, data: _Data, history: dict, probs) -> None:
+def _keep(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, history: dict, probs) -> None:
     """Write the epoch that is the best so far as the run's checkpoint, ``out_dir`` (master only; every
-    rank learns whether it worked): the model, the tokenizer, the history so far and this epoch's
-    validation predictions (what the hand-off checks)."""
+    rank learns whether it worked): the model (with LoRA: only the adapters and the head, and the record
+    naming the base, ``job.checkpoint``), the tokenizer, the history so far and this epoch's validation
+    predictions (what the hand-off checks)."""
+    adapter = None if job.lora is None else (job.checkpoint, run.kind, job.lora)
     with replica.together("saving the checkpoint"):
         if replica.is_master:
-            save_checkpoint(model, tokenizer, job.out_dir, history, data.valid_df["id"].tolist(), probs, job.label_col,
-                            recipe=job.recipe)
+            save_checkpoint(run.model, tokenizer, job.out_dir, history, data.valid_df["id"].tolist(), probs,
+                            job.label_col, recipe=job.recipe, kind=run.kind.config_keys(), adapter=adapter)
 
 
 def _finish(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, loop: _Loop) -> None:

@@ -32,7 +32,8 @@ from . import recipe as recipes
 from . import resume
 from .job import TrainJob, check_labels
 from ..checkpoint import HISTORY_FILE, replacing_message
-from ..run.backends.precision import Precision
+from ..models.kinds import Encoder, Kind
+from ..run.backends.precision import Precision, WeightsChoice
 
 
 def steps_per_epoch(rows: int | None, batch_size: int, world_size: int | None) -> int | None:
@@ -69,6 +70,10 @@ class Plan:
             None: start afresh.
         notes: the lines :func:`kitlib.training.train.train` prints before launching (the recipe; how the
             run resumes, or that it replaces an earlier run's folder).
+        kind: the model kind (:mod:`kitlib.models.kinds`), bound to the checkpoint's tokenizer: the replicas
+            ask it for the tokens, the loss and the probabilities.
+        weights: the weights' width and each device's memory plan (:func:`kitlib.run.backends.precision.resolve_weights`),
+            for a kind that plans its memory; None for encoders.
     """
 
     job: TrainJob
@@ -84,6 +89,23 @@ class Plan:
     steps_per_epoch: int | None = None
     resume: resume.Resume | None = None
     notes: tuple[str, ...] = ()
+    kind: Kind = Encoder()
+    weights: WeightsChoice | None = None
+
+    @property
+    def weights_dtype(self) -> str | None:
+        """The width the base's weights are loaded at: the plan's 16-bit width when LoRA trains adapters on a
+        frozen base (the adapters and the head stay float32), else None (float32: a full fine-tune's AdamW)."""
+        width = self.weights.width if self.weights is not None else None
+        return width if self.job.lora_r and width in ("bf16", "fp16") else None
+
+    def skeleton(self):
+        """What a replica trains, on the meta device: the kind's model (:meth:`kitlib.models.kinds.Kind.skeleton`),
+        wrapped with the run's LoRA adapters when it has some (to count the optimizer's groups)."""
+        from ..models import adapters
+
+        model = self.kind.skeleton(self.job.checkpoint)
+        return model if self.job.lora is None else adapters.wrap(model, self.kind, self.job.lora)
 
     def for_world(self, world_size: int | None, param_groups: tuple | None = None) -> "Plan":
         """This plan for ``world_size`` replicas: itself when it was made for them, else with the global
@@ -103,9 +125,7 @@ class Plan:
         if self.found is None or planned.steps_per_epoch is None:
             return replace(planned, resume=None)
         if param_groups is None:
-            from ..models.model import skeleton
-
-            param_groups = recipes.param_groups(skeleton(self.job.checkpoint), self.recipe)
+            param_groups = recipes.param_groups(self.skeleton(), self.recipe)
         return replace(planned, resume=resume.plan(planned.settings(param_groups), self.found))
 
     def settings(self, param_groups) -> resume.Settings:
@@ -150,13 +170,50 @@ def make_plan(job: TrainJob, rt) -> Plan:
     labels = check_labels(job)
     precision = rt.backend.resolve_precision(job.precision)
     rt.backend.check_training(rt, precision)
+    kind = bound_kind(job)
+    weights = memory_plan(job, rt, precision, kind)
     rows = None if labels is None else len(labels)
     fingerprint = None if rows is None else resume.rows_fingerprint(job.train_csv, job.train_limit)
     valid = None if rows is None or not Path(job.valid_csv).is_file() else resume.rows_fingerprint(job.valid_csv, job.valid_limit)
     recipe = recipes.RECIPES[job.recipe]
     plan = Plan(job, recipe, precision, rows, fingerprint, found, valid,
-                resume.model_identity(job.checkpoint, HISTORY_FILE)).for_world(rt.world_size)
+                resume.model_identity(job.checkpoint, HISTORY_FILE), kind=kind, weights=weights).for_world(rt.world_size)
     return replace(plan, notes=_notes(plan))
+
+
+def bound_kind(job: TrainJob) -> Kind:
+    """The checkpoint's model kind (``job.kind``, ``job.prompt``, ``job.label_col``) bound to its tokenizer.
+
+    Raises:
+        ValueError: an unknown kind, or one ``"auto"`` cannot tell; a tokenizer the kind cannot read.
+    """
+    from ..models.kinds import Prompt, kind_for
+
+    kind = kind_for(job.checkpoint, job.kind, prompt=Prompt(template=job.prompt) if job.prompt else None,
+                    label=job.label_col)
+    return kind.bind(kind.load_tokenizer(job.checkpoint))
+
+
+def memory_plan(job: TrainJob, rt, precision: Precision, kind: Kind) -> WeightsChoice | None:
+    """The weights' width and each replica's memory plan, printed (one line a device), for a kind that plans
+    its memory (:attr:`kitlib.models.kinds.Kind.plans_memory`); None for the others.
+
+    Raises:
+        ValueError: the run cannot fit a device (the figure and the fix: :func:`kitlib.models.memory.check_fits`);
+            8/4-bit weights, which the replica programs do not load yet (bitsandbytes, CUDA only).
+    """
+    from ..models import memory
+    from ..run.backends.precision import resolve_weights
+
+    if not kind.plans_memory:
+        return None
+    devices = memory.replica_devices(rt.backend.hardware, rt.world_size)
+    choice = resolve_weights(job.weights, precision, memory.shape_of(job.checkpoint), devices, batch=job.batch_size,
+                             length=job.max_len, train=True, lora_r=job.lora_r or None)
+    if choice.quantized:
+        raise ValueError(f"weights={choice.width!r} ({choice.reason}): 8/4-bit weights are planned, but the training "
+                         "loop does not load them yet; use a smaller model, batch_size or max_len, or a bigger device")
+    return choice
 
 
 def _notes(plan: Plan) -> tuple[str, ...]:

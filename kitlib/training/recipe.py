@@ -8,6 +8,8 @@ standard   any other checkpoint        2e-5, constant               (xlm-roberta
 e5         multilingual-e5-small       3e-5 body, 1e-3 head;        word embeddings frozen; ``pos_weight``
                                        20 warm-up steps, then       = negatives / positives in the loss;
                                        linear decay to 0            mean-pooled head, ``"query: "`` prefix
+lora       any checkpoint trained with 2e-4, constant               only the adapters and the head train
+           ``lora_r > 0`` (LoRA)                                    (:mod:`kitlib.models.adapters`)
 =========  ==========================  ===========================  =====================================
 
 A checkpoint names its recipe in ``config.json`` (``kitlib_recipe``, written by
@@ -82,6 +84,9 @@ RECIPES = {r.name: r for r in (
     # ROC AUC 0.8979 (es 0.894, it 0.867, tr 0.938) against 0.9017. Chosen by name: recipe="e5-fast".
     Recipe("e5-fast", lr=3e-5, head_lr=1e-3, warmup_steps=20, decay="linear", freeze_word_embeddings=True,
            freeze_layers=8, pos_weight=True),
+    # LoRA adapters (TrainJob.lora_r > 0) on a frozen base: peft's and the 2025 Jigsaw write-ups' rate
+    # (1e-4 to 2e-4), adapters and head alike
+    Recipe("lora", lr=2e-4),
 )}
 
 
@@ -103,7 +108,8 @@ def resolve(job):
     Raises:
         ValueError: a recipe name not in :data:`RECIPES`, or a negative learning rate.
     """
-    name = recipe_for(job.checkpoint) if job.recipe == AUTO else job.recipe
+    name = (("lora" if getattr(job, "lora_r", 0) else recipe_for(job.checkpoint)) if job.recipe == AUTO
+            else job.recipe)
     if name not in RECIPES:
         raise ValueError(f"recipe must be 'auto' or one of {', '.join(RECIPES)}, not {name!r}")
     if job.lr < 0:

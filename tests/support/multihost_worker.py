@@ -35,7 +35,7 @@ def main(job_kind: str, report_dir: str, args_file: str) -> None:
         out["history_world_size"] = None if history is None else history["world_size"]
     else:
         if job_kind == "infer-host-dies" and out["rank"] == 1:
-            real = infer.load_model
+            real = infer.load_for_inference
 
             def stall(*a, **k):  # called after the shard folder is cleared and the run id agreed
                 host = {"agent": os.getppid(), "worker_group": os.getpgid(0)}
@@ -44,7 +44,7 @@ def main(job_kind: str, report_dir: str, args_file: str) -> None:
                 time.sleep(600)
                 return real(*a, **k)
 
-            infer.load_model = stall
+            infer.load_for_inference = stall
         result = infer.predict(infer.InferJob(**kwargs), rt)
         out["merged_rows"] = None if result is None else result.num_rows
         out["output"] = None if result is None else str(result.output)

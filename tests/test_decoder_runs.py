@@ -1,0 +1,211 @@
+"""Decoder classifiers through the kit's own runs: ``train`` with LoRA and ``predict`` from the adapter checkpoint.
+
+Tiny random Llama, Qwen3 and Gemma2 classifiers (tests/support/tiny_decoders.py) at ``precision="auto"``
+on eager CPU (1 replica, and 2 gloo processes) and on xla-cpu (the TPU rehearsal: bf16).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import SAMPLE, write_slice
+from support.tiny_decoders import FAMILIES, build
+from kitlib.infer import InferJob, predict
+from kitlib.models import adapters
+from kitlib.run.runtime import detect_runtime
+from kitlib.training.handoff import check_reload
+from kitlib.training.job import TrainJob
+from kitlib.training.train import train
+
+TRAIN_ROWS, VALID_ROWS = 64, 48
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Training and validation slices of the sample's English training rows (both classes in each)."""
+    root = tmp_path_factory.mktemp("decoder-data")
+    df = pd.read_csv(SAMPLE / "train.csv", dtype={"id": str}, keep_default_na=False)
+    pos, neg = df[df["toxic"] >= 0.5], df[df["toxic"] < 0.5]
+    rows = pd.concat([pos.iloc[:40], neg.iloc[:72]]).sample(frac=1.0, random_state=0)
+    rows["comment_text"] = rows["comment_text"].str.slice(0, 300)
+    rows.iloc[:TRAIN_ROWS].to_csv(root / "train.csv", index=False)
+    valid = rows.iloc[TRAIN_ROWS:TRAIN_ROWS + VALID_ROWS]
+    valid.to_csv(root / "valid.csv", index=False)
+    valid[["id", "comment_text"]].to_csv(root / "test.csv", index=False)
+    return root
+
+
+# Llama's runs are quick enough for every suite run; Qwen3's and Gemma2's the same runs again (slow)
+QUICK = [pytest.param(f, marks=[] if f == "llama" else pytest.mark.slow) for f in FAMILIES]
+
+
+class Lazy(dict):
+    """family -> what ``make(family)`` gives, made at the first ask (a test of one family builds only it)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, family):
+        self[family] = self.make(family)
+        return self[family]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """family -> a tiny random classifier folder."""
+    root = tmp_path_factory.mktemp("decoders")
+    return Lazy(lambda f: build(root / f"{f}-cls", f, False))
+
+
+def train_lora(folder, data, out, accelerator="cpu", replicas=1, **kw):
+    """A LoRA run of ``folder`` (r 4) on the slices, 2 epochs of 8-row batches, at precision auto."""
+    job = TrainJob(checkpoint=str(folder), train_csv=str(data / "train.csv"), valid_csv=str(data / "valid.csv"),
+                   out_dir=str(out), **{"epochs": 2, "batch_size": 8, "max_len": 48, "lr": 3e-3, "lora_r": 4,
+                                        "lora_alpha": 8, "lora_dropout": 0.0, "dropout": 0.0, **kw})
+    # xla-cpu: "spawn", as tests/test_train.py: autograd's device queues, sized when this process first ran a
+    # backward on the CPU (the other runs here), have no slot for the XLA device a thread replica adds
+    return train(job, detect_runtime(replicas, accelerator), "spawn" if accelerator.startswith("xla") else "fork")
+
+
+def predict_csv(checkpoint, data, out, accelerator="cpu", replicas=1, **kw) -> np.ndarray:
+    """``predict`` of the validation rows (as test.csv) at precision auto: the probabilities in the file's order."""
+    job = InferJob(checkpoint=str(checkpoint), test_csv=str(data / "test.csv"), shard_dir=str(out / "shards"),
+                   output_csv=str(out / "sub.csv"), batch_size=8, max_len=48, collapsed="warn", **kw)
+    predict(job, detect_runtime(replicas, accelerator))
+    sub = pd.read_csv(out / "sub.csv", dtype={"id": str}, keep_default_na=False)
+    assert sub["id"].tolist() == pd.read_csv(data / "test.csv", dtype={"id": str})["id"].tolist()
+    return sub["toxic"].to_numpy()
+
+
+def tolerance() -> float:
+    """How far two runs' probabilities may differ: float32 rounding at fp32, bf16's where ``auto`` is bf16."""
+    return 1e-5 if detect_runtime(1, "cpu").backend.precision("auto") == "fp32" else 2e-2
+
+
+@pytest.fixture(scope="module")
+def trained(folders, data, tmp_path_factory):
+    """family -> (adapter checkpoint, history): one LoRA run each on one eager CPU replica."""
+    root = tmp_path_factory.mktemp("trained")
+    return Lazy(lambda f: (root / f, train_lora(folders[f], data, root / f)))
+
+
+@pytest.mark.parametrize("family", QUICK)
+def test_lora_trains_small_adapters_that_predict_the_same_through_predict(trained, folders, data, family, tmp_path):
+    """Only adapters + head are trained and saved (a small folder naming its base); the loss falls; predict()
+    of the adapter checkpoint (base once, adapters on top, merged or not) gives the kept epoch's predictions."""
+    out, history = trained[family]
+    losses = [e["train_loss"] for e in history["epochs"]]
+    assert history["finished"] and losses[-1] < 0.9 * losses[0], losses  # measured: 0.75-1.0 -> 0.58-0.66
+    assert adapters.is_adapter(out) and not (out / "model.safetensors").exists()
+    weights = (out / "adapter_model.safetensors").stat().st_size
+    base = (folders[family] / "model.safetensors").stat().st_size
+    print(f"{family}: adapter weights {weights} bytes, base weights {base} bytes; losses {losses}")
+    assert weights < base / 4  # measured about 1/10 (r 4 on every Linear of a 2-layer, 32-wide model, and the head)
+    record = adapters.read_record(out)
+    assert record["kind"] == "decoder" and record["base"] == str(folders[family].resolve())
+    assert json.loads((out / "config.json").read_text())["kitlib_kind"] == "decoder"
+    kept = pd.read_csv(out / "valid_predictions.csv", dtype={"id": str})["toxic"].to_numpy()
+    merged = predict_csv(out, data, tmp_path / "merged")
+    kept_apart = predict_csv(out, data, tmp_path / "apart", merge_adapters=False)
+    assert kept.std() > 0.02  # a model whose outputs differ per row, so agreement means something
+    np.testing.assert_allclose(merged, kept, atol=tolerance())
+    np.testing.assert_allclose(kept_apart, kept, atol=tolerance())
+    texts = pd.read_csv(data / "valid.csv", keep_default_na=False)["comment_text"].tolist()
+    gap = check_reload(out, texts, kept, 48, history["precision"])["gap"]  # the training notebook's hand-off
+    assert gap <= tolerance(), gap
+
+
+def test_adapter_checkpoints_are_found_recorded_and_publishable(trained):
+    """model="auto" finds an adapter checkpoint (config.json + history), the runs table records its LoRA
+    settings, and kaggle_kit publish's weights check accepts adapter_model.safetensors."""
+    from kaggle_kit.publish import check_weights
+    from kitlib.models.model import find_checkpoints
+    from kitlib.training.runs import read_runs, runs_table
+
+    out, history = trained["llama"]
+    assert out in find_checkpoints(out.parent, trained=True)
+    row = next(r for r in read_runs(runs_table(out)) if r["run_id"] == history["run_id"])
+    params = json.loads(row["params"])
+    assert (params["lora_r"], params["lora_targets"], row["recipe"]) == (4, "all-linear", "lora")
+    check_weights(out, "an adapter checkpoint")  # raises PublishError when the folder holds no weights
+
+
+def test_adapter_checkpoint_refuses_another_base(trained, folders, data, tmp_path):
+    out, _ = trained["llama"]
+    with pytest.raises(ValueError, match=r"trained on the base .*llama-cls.*not on .*qwen3-cls"):
+        predict_csv(out, data, tmp_path, base=str(folders["qwen3"]))
+
+
+def test_answer_tokens_train_with_lora_and_predict(data, tmp_path):
+    """A causal LM asked the default prompt: the answer tokens' logits train (adapters only) and predict."""
+    folder = build(tmp_path / "llama-lm", "llama", True)
+    history = train_lora(folder, data, tmp_path / "out")
+    losses = [e["train_loss"] for e in history["epochs"]]
+    assert losses[-1] < losses[0], losses
+    assert adapters.read_record(tmp_path / "out")["kind"] == "answer-tokens"
+    kept = pd.read_csv(tmp_path / "out" / "valid_predictions.csv", dtype={"id": str})["toxic"].to_numpy()
+    np.testing.assert_allclose(predict_csv(tmp_path / "out", data, tmp_path / "p"), kept, atol=tolerance())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_one_and_two_gloo_replicas_predict_the_same(trained, data, family, tmp_path):
+    out, _ = trained[family]
+    one = predict_csv(out, data, tmp_path / "one")
+    two = predict_csv(out, data, tmp_path / "two", replicas=2)
+    np.testing.assert_allclose(two, one, atol=tolerance())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("accelerator,replicas", [("cpu", 2), ("xla-cpu", 1)])
+def test_lora_trains_and_predicts_on_gloo_and_xla_cpu(folders, trained, data, family, accelerator, replicas, tmp_path):
+    """2 gloo processes (global batch 16) and xla-cpu (auto: bf16, the TPU's rehearsal): the loss falls and the
+    adapter checkpoint predicts there what the run kept."""
+    history = train_lora(folders[family], data, tmp_path / "out", accelerator, replicas)
+    losses = [e["train_loss"] for e in history["epochs"]]
+    assert history["world_size"] == replicas and losses[-1] < losses[0], losses
+    kept = pd.read_csv(tmp_path / "out" / "valid_predictions.csv", dtype={"id": str})["toxic"].to_numpy()
+    got = predict_csv(tmp_path / "out", data, tmp_path / "p", accelerator, replicas)
+    bf16 = detect_runtime(replicas, accelerator).backend.precision("auto") != "fp32"
+    # bf16 (xla-cpu): training kept bf16 base weights with the adapters beside them, inference merges them into
+    # the float32 weights and computes under bf16 autocast: measured up to 0.050 apart (of a 0.06-0.93 spread)
+    np.testing.assert_allclose(got, kept, atol=8e-2 if bf16 else 1e-5)
+    assert np.corrcoef(got, kept)[0, 1] > 0.98
+
+
+@pytest.mark.slow
+def test_lora_run_cut_off_continues_with_its_adapters_optimizer_state(folders, data, tmp_path):
+    """A LoRA run cut off by its time budget after its first step, run again: it continues exactly (the
+    adapters' and head's weights and AdamW moments restored) and ends where an uninterrupted run ends."""
+    whole = train_lora(folders["llama"], data, tmp_path / "a", log_every=1)
+    cut = train_lora(folders["llama"], data, tmp_path / "b", log_every=1, time_budget_s=1.0)
+    assert not cut["finished"] and cut["stopped"] == "time budget"
+    both = train_lora(folders["llama"], data, tmp_path / "b", log_every=1)
+    assert [r["how"] for r in both["resumed"]] == ["exact"], both["resumed"]
+    a, b = ([e["train_loss"] for e in h["epochs"]] for h in (whole, both))
+    np.testing.assert_allclose(b, a, atol=1e-4)  # fp32 here; bf16 within its rounding
+
+
+def test_memory_plan_printed_before_replicas_and_a_run_that_cannot_fit_refused(folders, data, tmp_path, monkeypatch,
+                                                                              capsys):
+    """The plan's line per replica is printed before any replica starts; a device too small refuses the run
+    with the figure and no replica starts (nothing is written)."""
+    from kitlib.models import memory
+    from kitlib.training import plan as plans
+
+    folder = folders["llama"]
+    job = TrainJob(checkpoint=str(folder), train_csv=str(data / "train.csv"), valid_csv=str(data / "valid.csv"),
+                   out_dir=str(tmp_path / "out"), batch_size=8, max_len=48, lora_r=4)
+    made = plans.make_plan(job, detect_runtime(2, "cpu"))
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("memory plan")]
+    assert len(lines) == 2 and lines[0].startswith("memory plan, replica 0 on this CPU (") and "llama-cls at " in lines[0]
+    assert made.weights.width == detect_runtime(2, "cpu").backend.precision("auto")
+    monkeypatch.setattr(memory, "replica_devices", lambda hardware, n: [memory.Device("a tiny device", "cpu", 1e-4)] * (n or 1))
+    with pytest.raises(ValueError, match=r"llama-cls at \w+ needs about 0\.0 GB; a tiny device has 0\.0001 GB"):
+        train(job, detect_runtime(1, "cpu"))
+    assert not (tmp_path / "out").exists()
