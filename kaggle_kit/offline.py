@@ -24,7 +24,8 @@ import ast
 import re
 from typing import NamedTuple
 
-from kitlib.models.e5_convert import E5, INSTALL as E5_INSTALL
+from kitlib.models.e5_convert import INSTALL as E5_INSTALL
+from kitlib.models.packaged import E5
 
 # (pattern over the command line, why it needs the internet, what to do offline)
 SHELL_NEEDS = (

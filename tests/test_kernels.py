@@ -249,7 +249,8 @@ def test_vendored_cell_carries_kitlib_and_comes_after_the_parameters(tmp_path):
 
 def test_the_inference_kernel_is_thin():
     """The inference notebook's vendored cell carries inference's wing only (no kitlib.training, no kitlib.cv,
-    followed through lazy imports too) and stays at most 155 K characters; the training kernel carries both."""
+    followed through lazy imports too, nor the packaged checkpoints' converters: kaggle_kit.vendor.NOT_VENDORED)
+    and stays at most 150 K characters (issue 31); the training kernel carries training and cv."""
     from kaggle_kit.vendor import vendor_cell_source
 
     files = kernels.kitlib_files()
@@ -262,8 +263,8 @@ def test_the_inference_kernel_is_thin():
     assert not {m for m in thin if m.startswith(("training/", "cv/"))}
     assert {"infer.py", "checkpoint.py", "outputs/blend.py", "run/runtime.py"} <= thin
     assert {"training/train.py", "cv/groups.py"} <= set(closures["xla_ddp_train"])
-    # 149 K before decoders; loading through the model kind and adapter checkpoints (kitlib.models.adapters) added 3.3 K
-    assert sizes["xla_multicore_inference"] <= 155_000 < sum(map(len, closures["xla_multicore_inference"].values()))
+    assert not {"models/e5_convert.py", "models/smollm2.py"} & (thin | set(closures["xla_ddp_train"]))
+    assert sizes["xla_multicore_inference"] <= 150_000 < sum(map(len, closures["xla_multicore_inference"].values()))
 
 
 def test_stage_refuses_a_pair_out_of_sync(tmp_path):
@@ -779,3 +780,23 @@ def test_vendored_cell_is_vendor_cell_py_and_writes_kitlib(tmp_path, monkeypatch
         sys.modules.update(saved)
     assert (tmp_path / "vendored" / "kitlib" / "sub" / "mod.py").read_text(encoding="utf-8") == "Y = 'ğ'\n"
     assert (tmp_path / "vendored" / "kitlib" / ".vendored-by-kaggle-kit").read_text().strip() == kernels.kitlib_digest(files)
+
+
+def test_a_packaged_name_without_its_converter_names_the_data_set_to_attach(tmp_path, monkeypatch):
+    """In a kernel the converters are not vendored (NOT_VENDORED): naming the checkpoint with nothing attached
+    says what to attach instead of failing on a missing module."""
+    import importlib
+
+    from kitlib.models import packaged
+
+    real = importlib.import_module
+
+    def vendored_kit(name, *a, **k):
+        if name == "kitlib.models.e5_convert":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", vendored_kit)
+    with pytest.raises(ModuleNotFoundError, match=r"model='multilingual-e5-small': its converted folder is not attached.*"
+                                                  r"kitlib/models/e5_convert.py.*attach the data set"):
+        packaged.PRETRAINED[packaged.E5](tmp_path)

