@@ -73,3 +73,13 @@ def e5_folder(tmp_path_factory) -> Path:
     from kitlib.models.e5_convert import e5_checkpoint
 
     return e5_checkpoint(tmp_path_factory.mktemp("e5-cache"))
+
+
+def head_loss(logits, labels, pos_weight=None, column=1):
+    """The loss a replica trains with (``Kind.loss``) for a head that returns ``logits``."""
+    from types import SimpleNamespace
+
+    from kitlib.models.kinds import Encoder
+
+    model = lambda input_ids, attention_mask: SimpleNamespace(logits=logits)  # noqa: E731
+    return Encoder(column=column).loss(model, None, None, labels, pos_weight)

@@ -27,7 +27,7 @@ from kitlib.infer import InferJob, predict
 from kitlib.models.model import prediction_column, probabilities
 from kitlib.run.runtime import detect_runtime
 from kitlib.training.job import TrainJob
-from kitlib.training.loop import classification_loss
+from conftest import head_loss
 
 SMALL = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=120)
 
@@ -186,8 +186,8 @@ def test_the_kits_heads_name_their_label_and_a_two_class_loss_follows_the_column
 
     assert prediction_column(AutoConfig.from_pretrained(tiny_checkpoint), "toxic") == (0, None)  # the kit's own
     z, y = torch.tensor([[1.5], [-0.5], [0.2]]), torch.tensor([1.0, 0.0, 0.3])
-    one = classification_loss(z, y)
-    col0 = classification_loss(torch.cat([z, torch.zeros_like(z)], dim=1), y, column=0)  # softmax([z, 0])[0] = sigmoid(z)
+    one = head_loss(z, y)
+    col0 = head_loss(torch.cat([z, torch.zeros_like(z)], dim=1), y, column=0)  # softmax([z, 0])[0] = sigmoid(z)
     torch.testing.assert_close(one, col0)
     torch.testing.assert_close(probabilities(torch.cat([z, torch.zeros_like(z)], dim=1), 0), torch.sigmoid(z[:, 0]))
     with pytest.raises(ValueError, match="pass column="):

@@ -144,14 +144,14 @@ def test_freeze_layers_keeps_the_embeddings_and_the_bottom_layers_and_trains_the
 def test_positive_weight_and_the_weighted_loss():
     import torch
 
-    from kitlib.training.loop import classification_loss
+    from conftest import head_loss
 
     labels = np.array([1, 0, 0, 0, 1, 0, 0, 0, 0, 0], np.float32)
     assert positive_weight(labels, RECIPES["e5"]) == 4.0 and positive_weight(labels, RECIPES["standard"]) is None
     with pytest.raises(ValueError, match="weights the positive rows, but the training rows have none"):
         positive_weight(np.zeros(5), RECIPES["e5"])
     logits, y = torch.zeros(2, 1), torch.tensor([1.0, 0.0])
-    plain, weighted = classification_loss(logits, y), classification_loss(logits, y, torch.tensor(4.0))
+    plain, weighted = head_loss(logits, y), head_loss(logits, y, torch.tensor(4.0))
     assert weighted.item() == pytest.approx(plain.item() * 5 / 2)  # (4 * ln2 + ln2) / 2 vs ln2
 
 

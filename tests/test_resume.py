@@ -272,6 +272,32 @@ def test_sigterm_saves_the_state_at_the_step_reached_and_the_run_continues(repli
     assert [e["epoch"] for e in history["epochs"]] == [1, 2] and history["finished"] and history["stopped"] is None
 
 
+def test_a_second_sigterm_inside_the_first_ones_handler_returns(monkeypatch):
+    """Two SIGTERMs (each replica's, or a user's second stop) hung a 2-replica run: the second arrived inside the
+    first's handler, which held threading.Event's lock. The handler takes no lock: the nested call returns at once
+    and the stop is asked once. Run in a thread, so a deadlock fails the test instead of hanging it."""
+    import multiprocessing as mp
+    import threading
+
+    from kitlib.training import session
+
+    nested = []
+
+    def children_with_a_second_signal():
+        nested.append(1)
+        if len(nested) == 1:  # the second SIGTERM arrives while the first handler passes it on
+            session._on_sigterm(signal.SIGTERM, None)
+        return []
+
+    monkeypatch.setattr(mp, "active_children", children_with_a_second_signal)
+    monkeypatch.setitem(session._STOP, "requested", False)
+    t = threading.Thread(target=session._on_sigterm, args=(signal.SIGTERM, None), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "the second SIGTERM's handler waited on the first's lock"
+    assert session.stop_requested() and nested == [1]  # the nested call returned before passing it on again
+
+
 # --- the best epoch, early stopping, the time budget, the record of runs ---
 
 

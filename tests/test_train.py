@@ -20,13 +20,13 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ROOT, SAMPLE
+from conftest import ROOT, SAMPLE, head_loss
 from support.rank_states import max_diff, rank_states
 from kitlib.checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE, read_history
 from kitlib.metrics import roc_auc
 from kitlib.run.runtime import ReplicaError, Runtime, detect_runtime
 from kitlib.training.job import PATTERNS, TrainJob
-from kitlib.training.loop import classification_loss, merge_gathered, validation_rows
+from kitlib.training.loop import merge_gathered, validation_rows
 from kitlib.training.train import train
 
 # Small, deterministic (no dropout) runs on the real sample: 128 rows = 16 steps of 8 rows per epoch.
@@ -65,12 +65,12 @@ def test_validation_rows_cover_every_row_once_after_merge():
 def test_one_and_two_logit_losses_agree():
     z = torch.tensor([[-2.0], [0.5], [3.0]])
     y = torch.tensor([0.0, 1.0, 0.3])
-    one = classification_loss(z, y)
-    two = classification_loss(torch.cat([torch.zeros_like(z), z], dim=1), y)  # softmax([0, z])[1] = sigmoid(z)
+    one = head_loss(z, y)
+    two = head_loss(torch.cat([torch.zeros_like(z), z], dim=1), y)  # softmax([0, z])[1] = sigmoid(z)
     assert one.item() == pytest.approx(two.item(), rel=1e-6)
     assert one.item() == pytest.approx(torch.nn.functional.binary_cross_entropy(torch.sigmoid(z[:, 0]), y).item(), rel=1e-6)
     with pytest.raises(ValueError, match="1 or 2 logits"):
-        classification_loss(torch.zeros(3, 3), y)
+        head_loss(torch.zeros(3, 3), y)
 
 
 def test_roc_auc_and_job_checks():

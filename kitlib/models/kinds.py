@@ -101,11 +101,17 @@ class Prompt:
 
 
 def _positive(logits, column: int):
-    """float32 ``[batch]`` positive logit from head logits ``[batch, 1 or 2]`` (column = the target's)."""
+    """float32 ``[batch]`` positive logit from head logits ``[batch, 1 or 2]`` (column = the target's).
+
+    Raises:
+        ValueError: any other number of logits per row.
+    """
     logits = logits.float()
     if logits.shape[-1] == 1:
         return logits[:, 0]
-    return logits[:, column] - logits[:, 1 - column]
+    if logits.shape[-1] == 2:
+        return logits[:, column] - logits[:, 1 - column]
+    raise ValueError(f"expected 1 or 2 logits per row, got {logits.shape[-1]}")
 
 
 @dataclass(frozen=True)

@@ -65,35 +65,6 @@ from ..metrics import auc_text, slice_name
 from ..models.model import prediction_column
 
 
-def classification_loss(logits, labels, pos_weight=None, column: int = 1):
-    """Mean loss of a one- or two-logit classifier head.
-
-    Args:
-        logits: float tensor ``[batch, 1]`` (sigmoid head) or ``[batch, 2]`` (softmax head).
-        labels: float32 tensor ``[batch]`` in [0, 1] (soft labels allowed).
-        pos_weight: None, or a float32 scalar tensor weighting the positive term of the one-logit
-            loss (``binary_cross_entropy_with_logits(pos_weight=...)``; :func:`kitlib.training.recipe.positive_weight`).
-        column: a two-logit head's column of the label (:func:`kitlib.models.model.prediction_column`:
-            the head's own label map; a replica passes what it says).
-
-    Returns:
-        A float32 scalar tensor: binary cross-entropy with logits for one logit, cross-entropy
-        against ``y`` in ``column`` and ``1 - y`` in the other for two.
-
-    Raises:
-        ValueError: any other number of logits.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    if logits.shape[-1] == 1:
-        return F.binary_cross_entropy_with_logits(logits[:, 0].float(), labels, pos_weight=pos_weight)
-    if logits.shape[-1] == 2:
-        pair = [labels, 1 - labels] if column == 0 else [1 - labels, labels]
-        return F.cross_entropy(logits.float(), torch.stack(pair, dim=1))
-    raise ValueError(f"expected 1 or 2 logits per row, got {logits.shape[-1]}")
-
-
 def job_column(model, job: TrainJob) -> int:
     """The head's column of ``job.label_col`` (:func:`kitlib.models.model.prediction_column`;
     :func:`kitlib.training.train.train` refused a head that does not name it before any replica started)."""

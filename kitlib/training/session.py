@@ -97,19 +97,24 @@ def reserve_s(*, step_s: float, save_s: float, valid_s: float, steps_to_check: i
 
 
 STOPPED_BY_SIGTERM = "SIGTERM"  # history["stopped"] of a run stopped by SIGTERM
-_STOP = threading.Event()
+# A plain flag, set by the handler: a signal handler must take no lock. With threading.Event, a second SIGTERM
+# arriving inside the first's handler (each replica's, or a user's second stop) waited on the Event's lock, held by
+# the interrupted first call, for ever: the run hung instead of saving (tests/test_resume.py, the 2-replica case).
+_STOP = {"requested": False}
 
 
 def stop_requested() -> bool:
     """Whether SIGTERM arrived inside :func:`sigterm_saves` (in this process)."""
-    return _STOP.is_set()
+    return _STOP["requested"]
 
 
 def _on_sigterm(signum, frame) -> None:
     """Ask the run to stop, and pass SIGTERM on to this process's child processes (the replicas)."""
     import multiprocessing as mp
 
-    _STOP.set()
+    if _STOP["requested"]:  # a second SIGTERM: the first already asked, and passed it on
+        return
+    _STOP["requested"] = True
     for child in mp.active_children():
         with contextlib.suppress(OSError):
             os.kill(child.pid, signal.SIGTERM)
@@ -127,7 +132,7 @@ def sigterm_saves():
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is _on_sigterm:
         yield
         return
-    _STOP.clear()
+    _STOP["requested"] = False
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         yield
