@@ -46,6 +46,23 @@ def keep_accelerate_off_xla() -> None:
     os.environ.setdefault("USE_TORCH_XLA", "0")
 
 
+def keep_hub_kernels_off() -> None:
+    """Keep transformers from swapping layers for Hugging Face Hub kernels: ``USE_HUB_KERNELS=NO`` unless set.
+
+    transformers 5.25 (the first to require the ``kernels`` package) turns hub kernels on by default:
+    ``from_pretrained`` marks the model ``use_kernels``, and every ``model.train()`` / ``model.eval()``
+    then calls ``kernels.kernelize`` for the model's device. On an XLA device that raises
+    "Unsupported device type 'xla'" (measured in the Kaggle twin, ``make test-kaggle-image``, where
+    transformers is unpinned as in Kaggle's image: 6 tests failed, the TPU training notebook among
+    them); elsewhere it would fetch kernels from the Hub, which a Kaggle kernel without internet cannot.
+    The kit trains and predicts with the model's own layers, so the flag is off before any model is
+    loaded: called by :func:`kitlib.run.runtime.detect_runtime` and the model loaders
+    (:func:`kitlib.models.model.load_model`, :mod:`kitlib.models.kinds`). A value the user set is kept.
+    Delete when transformers' hub kernels are off by default again or support XLA devices.
+    """
+    os.environ.setdefault("USE_HUB_KERNELS", "NO")
+
+
 def import_torch_xla():
     """Import ``torch_xla`` without the warnings that say nothing to a kit user.
 
@@ -375,15 +392,16 @@ def xla_attention_implementation() -> str:
 
 # Tested releases, as (oldest, newest) "major.minor", both inclusive: patch releases in between are
 # assumed to behave alike. Two environments, both on CPU (`make test`, `make test-kaggle-image`):
-# the development one (Python 3.11: torch/torch_xla 2.9.0, tensorflow 2.21.0, jax 0.10.2) and the
-# twin of Kaggle's TPU image (Python 3.12: torch/torch_xla 2.8.0, tensorflow-cpu 2.20.0 overwritten
-# by tensorflow 2.21.0, jax 0.12.0.1); transformers 5.24, keras 3.15, keras-hub 0.32 in both.
+# the development one (Python 3.11: torch/torch_xla 2.9.0, tensorflow 2.21.0, jax 0.10.2, transformers
+# 5.24) and the twin of Kaggle's TPU image (Python 3.12: torch/torch_xla 2.8.0, tensorflow-cpu 2.20.0
+# overwritten by tensorflow 2.21.0, jax 0.12.0.1, transformers 5.25: unpinned, as in the image);
+# keras 3.15, keras-hub 0.32 in both.
 # Keys are distribution names, as pip spells them.
 TESTED: dict[str, tuple[str, str]] = {
     "python": ("3.11", "3.12"),
     "torch": ("2.8", "2.9"),
     "torch-xla": ("2.8", "2.9"),
-    "transformers": ("5.24", "5.24"),
+    "transformers": ("5.24", "5.25"),  # 5.25: with keep_hub_kernels_off
     "keras": ("3.15", "3.15"),
     "keras-hub": ("0.32", "0.32"),
     "jax": ("0.10", "0.12"),

@@ -31,8 +31,8 @@ def test_versions_inside_the_tested_range_give_no_warning():
 @pytest.mark.parametrize("dist, version, shown", [
     ("torch", "2.7.1", "(2.8 to 2.9)"),
     ("torch-xla", "2.10.0rc1", "(2.8 to 2.9)"),
-    ("transformers", "6.0.0", "(5.24)"),
-    ("transformers", "4.57.1", "(5.24)"),
+    ("transformers", "6.0.0", "(5.24 to 5.25)"),
+    ("transformers", "4.57.1", "(5.24 to 5.25)"),
     ("keras", "3.16.0", "(3.15)"),
 ])
 def test_a_version_outside_the_tested_range_is_one_warning_line(dist, version, shown):
@@ -95,3 +95,19 @@ def test_the_torch_xla_names_the_kit_calls_exist():
         assert compat.missing_xla_api() == ["torch_xla.no_such_function"]
     finally:
         compat.XLA_API["torch_xla"] = compat.XLA_API["torch_xla"][:-1]
+
+
+def test_hub_kernels_are_off_before_a_model_loads_and_a_users_choice_is_kept(tiny_checkpoint, monkeypatch):
+    """transformers 5.25 turns hub kernels on by default: model.eval() on an XLA device then raised "Unsupported
+    device type 'xla'" (6 tests of the Kaggle twin). The kit's loaders set USE_HUB_KERNELS=NO first, so the
+    model is not marked for kernels; a value the user set is left as it is."""
+    import os
+
+    from kitlib.models.model import load_model
+
+    monkeypatch.delenv("USE_HUB_KERNELS", raising=False)
+    model = load_model(tiny_checkpoint)
+    assert os.environ["USE_HUB_KERNELS"] == "NO" and not getattr(model, "use_kernels", False)
+    monkeypatch.setenv("USE_HUB_KERNELS", "YES")
+    compat.keep_hub_kernels_off()
+    assert os.environ["USE_HUB_KERNELS"] == "YES"

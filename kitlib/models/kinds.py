@@ -249,6 +249,7 @@ def _decoder_kwargs(config, *, dtype, xla: bool) -> dict:
     """``from_pretrained`` keyword arguments every decoder kind shares (no KV cache; XLA's attention)."""
     from .. import compat
 
+    compat.keep_hub_kernels_off()  # before from_pretrained: its eval() would kernelize for the device
     kwargs = {"use_cache": False}
     if dtype is not None:
         kwargs["dtype"] = dtype

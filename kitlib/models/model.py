@@ -407,6 +407,7 @@ def load_model(path: str | os.PathLike, *, xla: bool = False, head_for_training:
     cls, kwargs = _classifier(path, head_for_training, label)
     if xla:
         kwargs["attn_implementation"] = compat.xla_attention_implementation()
+    compat.keep_hub_kernels_off()  # before from_pretrained: its eval() would kernelize for the device
     return cls.from_pretrained(path, **kwargs).eval()
 
 

@@ -20,6 +20,7 @@ import json
 import os
 from pathlib import Path
 
+from .. import compat
 from ..atomic import atomic_dir
 from ..checkpoint import SOURCE_FILE
 from .e5_convert import PackagedFile
@@ -69,6 +70,7 @@ def convert(gguf_file: str | os.PathLike, out_dir: str | os.PathLike, source: di
     tok = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
     tok.pad_token = PAD_TOKEN
     tok.padding_side = "right"
+    compat.keep_hub_kernels_off()
     loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32)
     # transformers marks a GGUF-loaded model as quantized (not serializable) although its weights are
     # fp32 now: rebuild a plain model from the config and move the weights over.
