@@ -56,8 +56,8 @@ def keep_hub_kernels_off() -> None:
     transformers is unpinned as in Kaggle's image: 6 tests failed, the TPU training notebook among
     them); elsewhere it would fetch kernels from the Hub, which a Kaggle kernel without internet cannot.
     The kit trains and predicts with the model's own layers, so the flag is off before any model is
-    loaded: called by :func:`kitlib.run.runtime.detect_runtime` and the model loaders
-    (:func:`kitlib.models.model.load_model`, :mod:`kitlib.models.kinds`). A value the user set is kept.
+    loaded: called by every model loader just before ``from_pretrained`` (:func:`kitlib.models.model.load_model`,
+    :mod:`kitlib.models.kinds`' decoders, :func:`kitlib.models.smollm2.convert`). A value the user set is kept.
     Delete when transformers' hub kernels are off by default again or support XLA devices.
     """
     os.environ.setdefault("USE_HUB_KERNELS", "NO")

@@ -77,7 +77,7 @@ def compare(single: str | Path, decoder: str | Path, *, fraction: float = 0.2, l
     """
     import pandas as pd
 
-    from kitlib.cv.groups import auc_by_language
+    from kitlib.cv.groups import auc_by_language, heldout_rows
     from kitlib.data import read_csv_strings
     from kitlib.outputs.blend import blend
     from kitlib.outputs.cascade import cascade
@@ -89,9 +89,7 @@ def compare(single: str | Path, decoder: str | Path, *, fraction: float = 0.2, l
     if set(a["id"]) != set(b["id"]):
         raise CompareError(f"{single} and {decoder}: held-out predictions of different rows ({len(a)} and {len(b)}); "
                            "train both with the same data, split and valid_limit")
-    raw = read_csv_strings(a_csv)
-    rows = pd.DataFrame({"id": raw["id"], "lang": raw["lang"] if "lang" in raw.columns else "",
-                         "label": pd.to_numeric(raw[label_col]).to_numpy()}).set_index("id").loc[a["id"]].reset_index()
+    rows = heldout_rows([Path(single)], a_csv, label_col).set_index("id").loc[a["id"]].reset_index()
     center = 1.0 - float((pd.to_numeric(a[label_col]) > 0.5).mean())
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(work or tmp)
@@ -103,7 +101,7 @@ def compare(single: str | Path, decoder: str | Path, *, fraction: float = 0.2, l
         blend([paths["encoder"], paths["decoder"]], paths["rank blend"], rank=True, collapsed="warn")
         paths["cascade"] = out / "cascade.csv"
         cascade(paths["encoder"], paths["decoder"], paths["cascade"], fraction=fraction, rule="reorder", by="rank",
-                center=min(max(center, 0.0), 1.0), collapsed="warn")
+                center=center, collapsed="warn")
         models = {}
         for name, path in paths.items():
             pred = read_csv_strings(path).set_index("id")[label_col].reindex(rows["id"])

@@ -210,7 +210,13 @@ def collect_oof(group: str | os.PathLike, members: list[Path]) -> pd.DataFrame |
     return oof
 
 
-def _heldout_rows(members: list[Path], heldout_csv: str | os.PathLike | None, label_col: str) -> pd.DataFrame:
+def heldout_rows(members: list[Path], heldout_csv: str | os.PathLike | None, label_col: str) -> pd.DataFrame:
+    """The held-out rows (``id``, ``lang``, float ``label``) of ``heldout_csv``, or of the CSV the first member's
+    ``heldout_scores.json`` names when None.
+
+    Raises:
+        GroupError: that CSV is not here.
+    """
     from ..data import read_csv_strings
 
     if heldout_csv is None:
@@ -280,7 +286,7 @@ def report(group: str | os.PathLike, *, single: str | os.PathLike | None = None,
     if not members:
         raise GroupError(f"{group}: no checkpoint written by the training notebook in its subfolders")
     labels = member_labels(members)
-    rows = _heldout_rows(members, heldout_csv, label_col)
+    rows = heldout_rows(members, heldout_csv, label_col)
     expected = {"expected": rows.assign(**{label_col: 0.0})[["id", label_col]], "expected_name": "the held-out rows"}
     preds = _member_predictions(members)
     _, _, aligned = blending.read_aligned(preds, **expected)  # every member predicted exactly the held-out rows

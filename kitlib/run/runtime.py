@@ -160,7 +160,6 @@ def detect_runtime(num_devices: int | None = None, prefer: str = "auto") -> Runt
             where it is needed, or more GPUs are asked for than exist.
     """
     compat.keep_accelerate_off_xla()
-    compat.keep_hub_kernels_off()
     if prefer not in ACCELERATORS:
         raise ValueError(f"accelerator/prefer must be one of {', '.join(ACCELERATORS)}, not {prefer!r}")
     if num_devices is not None and num_devices < 1:
