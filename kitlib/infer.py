@@ -202,6 +202,12 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     checked = preflight(folder, max_len=job.max_len, device=rt.backend.device, target=job.head_label,
                         tokenizer=tokenizer, read_head=bool(kind.head))
     check_inference(job.precision, rt.backend.device)
+    if base is not None:  # adapters trained on 8/4-bit weights load onto the base that way: a device that takes them
+        from .models import adapters, memory
+
+        width = adapters.read_record(job.checkpoint).get("weights")
+        for device in memory.replica_devices(rt.backend.hardware, rt.world_size) if width else ():
+            memory.check_width(width, device)
     check_outputs(job, rt)  # what the merge at the end needs, before any work
     with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
         tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR, tokenizer, kind)
@@ -429,7 +435,8 @@ def load_for_inference(plan: _Plan, replica) -> tuple[Kind, object]:
     """``(kind, model)``: the plan's model loaded as its kind says, its head float32, on the replica's device.
 
     An adapter checkpoint (``plan.base`` set) loads the base once and the adapters on top, merged into
-    its weights when ``job.merge_adapters`` (:func:`kitlib.models.adapters.load_adapted`). The kind
+    its weights when ``job.merge_adapters`` (:func:`kitlib.models.adapters.load_adapted`; adapters trained on
+    8/4-bit weights: the base quantized the same way on the replica's device, never merged). The kind
     comes back bound to the model's head (:meth:`kitlib.models.kinds.Kind.bind_model`).
     """
     from .models import adapters
@@ -437,11 +444,12 @@ def load_for_inference(plan: _Plan, replica) -> tuple[Kind, object]:
     job, kind = plan.job, plan.kind
     if plan.base is None:
         model = kind.load(job.checkpoint, xla=replica.xla)
-    else:
-        model = adapters.load_adapted(job.checkpoint, plan.base, kind, merge=job.merge_adapters, xla=replica.xla)
+    else:  # adapters trained on 8/4-bit weights: the base quantized onto the device as it loads, not merged
+        model = adapters.load_adapted(job.checkpoint, plan.base, kind, merge=job.merge_adapters, xla=replica.xla,
+                                      device=replica.device, precision=replica.precision)
     kind = kind.bind_model(model)
     kind.keep_head_float32(model)
-    return kind, model.to(replica.device)
+    return kind, model if adapters.quantized_width(model) else model.to(replica.device)
 
 
 @contextlib.contextmanager

@@ -117,5 +117,6 @@ def scratch_dir(root: Path | None = None) -> Path:
 # transformers checkpoint (model + tokenizer) here; the inference notebook's model="auto" loads it.
 TRAINED_CHECKPOINT = Path("artifacts") / "xlmr-toxic"
 CV_GROUP = Path("artifacts") / "cv"  # the training notebook's group folder with folds=K (kitlib.cv.groups)
+TTT_CHECKPOINT = Path("artifacts") / "ttt-model"  # the test-time training notebook's model (its adapters with LoRA)
 # The Keras training notebook saves its .keras model here.
 KERAS_MODEL = Path("artifacts") / "keras-xlmr" / "model.keras"

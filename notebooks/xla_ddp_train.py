@@ -75,7 +75,7 @@ lora_r = 0  # LoRA rank (kitlib/models/adapters.py): only the adapters and the h
 lora_alpha = 32.0  # LoRA's scale is lora_alpha / lora_r
 lora_dropout = 0.05
 lora_targets = "all-linear"  # "all-linear" (every Linear but the output embedding), or module names separated by commas ("q_proj,v_proj")
-weights = "auto"  # the weights' width for decoders: "auto" (the precision's where the memory plan fits, printed per device), "fp32", "bf16", "fp16" (8bit/4bit: planned, not loaded yet)
+weights = "auto"  # the weights' width for decoders: "auto" (the precision's where the memory plan fits, printed per device; else 8bit, then 4bit on CUDA), "fp32", "bf16", "fp16", "8bit" or "4bit" (bitsandbytes, CUDA only, with LoRA)
 tracker = "none"  # "none", or "tensorboard": the curves as TensorBoard event files beside output_dir (tensorboardX)
 
 
@@ -108,7 +108,7 @@ from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
 from kitlib.data import kit_id_copy, read_csv_checked
 from kitlib.training.handoff import check_reload, mark_passed, refusal_marked
-from kitlib.models.model import resolve_checkpoint
+from kitlib.models.model import TINY, resolve_checkpoint
 from kitlib.infer import InferJob, predict
 from kitlib.run.runtime import detect_runtime
 from kitlib.training.session import time_budget
@@ -332,7 +332,7 @@ if folds:
 
 # %%
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
-refuse = refuses_collapse(trained["name"])  # the hand-off rule: the random tiny model (tests, rehearsals) gets a warning
+refuse = refuses_collapse(trained["name"], random_on_purpose=model == TINY)  # the hand-off rule: the random tiny model (tests, rehearsals) gets a warning
 with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never picks it later
     held = check_ready(kept_auc, saved[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scored, refuse=refuse)
     if scores is not None:

@@ -47,6 +47,7 @@ def constant_checkpoint(tiny_checkpoint, tmp_path_factory):
 
 def test_the_hand_off_rule_refuses_every_recipe_but_the_random_tiny_one():
     assert [refuses_collapse(r) for r in ("tiny", "default", "e5-fast", None)] == [False, True, True, True]
+    assert [refuses_collapse(r, random_on_purpose=True) for r in ("tiny", "lora")] == [False, False]  # tiny-random with LoRA
     flat = np.full(50, 0.5)
     assert check_ready(0.5, flat, recipe="tiny", refuse=refuses_collapse("tiny"))["problem"].startswith("WARNING: checkpoint not ready")
     with pytest.raises(CollapsedModelError, match="no better than chance"):

@@ -63,9 +63,9 @@ def folders(tmp_path_factory):
 
 def train_lora(folder, data, out, accelerator="cpu", replicas=1, **kw):
     """A LoRA run of ``folder`` (r 4) on the slices, 2 epochs of 8-row batches, at precision auto."""
-    job = TrainJob(checkpoint=str(folder), train_csv=str(data / "train.csv"), valid_csv=str(data / "valid.csv"),
-                   out_dir=str(out), **{"epochs": 2, "batch_size": 8, "max_len": 48, "lr": 3e-3, "lora_r": 4,
-                                        "lora_alpha": 8, "lora_dropout": 0.0, "dropout": 0.0, **kw})
+    job = TrainJob(checkpoint=str(folder), out_dir=str(out), **{
+        "train_csv": str(data / "train.csv"), "valid_csv": str(data / "valid.csv"), "epochs": 2, "batch_size": 8,
+        "max_len": 48, "lr": 3e-3, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "dropout": 0.0, **kw})
     # xla-cpu: "spawn", as tests/test_train.py: autograd's device queues, sized when this process first ran a
     # backward on the CPU (the other runs here), have no slot for the XLA device a thread replica adds
     return train(job, detect_runtime(replicas, accelerator), "spawn" if accelerator.startswith("xla") else "fork")
@@ -214,3 +214,153 @@ def test_memory_plan_printed_before_replicas_and_a_run_that_cannot_fit_refused(f
     with pytest.raises(ValueError, match=r"llama-cls at \w+ needs about 0\.0 GB; a tiny device has 0\.0001 GB"):
         train(job, detect_runtime(1, "cpu"))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_fold_group_of_adapter_checkpoints_is_resolved_predicted_and_blended(folders, data, tmp_path):
+    """make cv's path with LoRA: 2 folds of the training slice (write_folds, fold_split, the fold tags), each an
+    adapter checkpoint that passes the hand-off; the group folder resolves to both members, each predicts through
+    its base, the blend is the mean of the two members' own predictions, and the out-of-fold rows are every
+    training row once, from its own fold's model."""
+    from kitlib.cv.folds import fold_split, write_folds
+    from kitlib.cv.groups import collect_oof, fold_tags, save_oof
+    from kitlib.infer import predict_members, resolve_members
+    from kitlib.training.handoff import mark_passed
+
+    group = tmp_path / "cv"
+    folds_csv = write_folds(data / "train.csv", group / "folds", 2)
+    for fold in (0, 1):
+        train_csv, valid_csv = fold_split(data / "train.csv", folds_csv, fold, tmp_path / "split" / f"fold-{fold}")
+        out = group / f"fold-{fold}"
+        history = train_lora(folders["llama"], data, out, train_csv=str(train_csv), valid_csv=str(valid_csv),
+                             tags=fold_tags(folds_csv, fold))
+        save_oof(out, valid_csv)
+        kept = pd.read_csv(out / "valid_predictions.csv", dtype={"id": str})["toxic"].to_numpy()
+        texts = pd.read_csv(valid_csv, keep_default_na=False)["comment_text"].tolist()
+        mark_passed(out, {"reload": check_reload(out, texts, kept, 48, history["precision"])})
+        assert adapters.is_adapter(out) and not (out / "model.safetensors").exists()
+    members = resolve_members(str(group))
+    assert [m.name for m in members] == ["fold-0", "fold-1"]
+    each = np.stack([predict_csv(m, data, tmp_path / m.name) for m in members])
+    assert np.abs(each[0] - each[1]).max() > 0.01  # two different models, so the blend's agreement means something
+    job = InferJob(checkpoint=str(members[0]), test_csv=str(data / "test.csv"), shard_dir=str(tmp_path / "shards"),
+                   output_csv=str(tmp_path / "blend.csv"), batch_size=8, max_len=48, collapsed="warn")
+    predict_members(job, members, detect_runtime(1, "cpu"), blend="mean", pred_dir=tmp_path / "preds")
+    blended = pd.read_csv(tmp_path / "blend.csv", dtype={"id": str})["toxic"].to_numpy()
+    np.testing.assert_allclose(blended, each.mean(axis=0), atol=1e-6)
+    oof = collect_oof(group, members)  # checked (kitlib.cv.groups.check_oof): one per training row, from its own fold
+    assert len(oof) == TRAIN_ROWS and oof["id"].is_unique
+
+
+@pytest.mark.parametrize("width", ["8bit", "4bit"])
+def test_lora_on_8_and_4_bit_weights_trains_and_predicts_on_the_base_quantized_the_same_way(folders, data, width,
+                                                                                           tmp_path, monkeypatch):
+    """weights='8bit'/'4bit' (bitsandbytes LLM.int8 / NF4): the replica loads the base quantized, only the adapters
+    and the head train and are saved, with the width recorded (read from the model the replica trained); predict()
+    loads the base quantized the same way (never merged) and gives the kept epoch's predictions.
+
+    The kit refuses 8/4-bit weights off CUDA (kitlib.models.memory.check_width); bitsandbytes 0.47+ runs on the
+    CPU too, so this test lifts that refusal to run the real replica programs here. Hidden 64 with 2 key/value
+    heads: bitsandbytes 0.50.2's CPU 4-bit inference kernel fails on the 16-row key/value matrices of TINY's
+    hidden 32 ("shape '[32, 0]' is invalid"), which its training path and CUDA take."""
+    from kitlib.models import memory
+
+    monkeypatch.setattr(memory, "check_width", lambda width, device: None)
+    folder = build(tmp_path / "llama-64", "llama", False, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                   num_key_value_heads=2)
+    history = train_lora(folder, data, tmp_path / "out", weights=width)
+    losses = [e["train_loss"] for e in history["epochs"]]
+    assert history["finished"] and losses[-1] < losses[0], losses
+    record = adapters.read_record(tmp_path / "out")
+    assert record["weights"] == width and not (tmp_path / "out" / "model.safetensors").exists()
+    kept = pd.read_csv(tmp_path / "out" / "valid_predictions.csv", dtype={"id": str})["toxic"].to_numpy()
+    got = predict_csv(tmp_path / "out", data, tmp_path / "p")  # merge_adapters=True asked: not merged into 8/4 bits
+    assert kept.std() > 0.02
+    np.testing.assert_allclose(got, kept, atol=tolerance())
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=f"weights='{width}' on this CPU: 8-bit and 4-bit weights come from bitsandbytes, "
+                                         "which the kit loads on CUDA only"):
+        predict_csv(tmp_path / "out", data, tmp_path / "refused")  # as a user's CPU run is: refused, naming why
+
+
+def test_a_4bit_lora_run_cut_off_continues_exactly(data, tmp_path, monkeypatch):
+    """The run's state keeps the trained tensors only (adapters and head: a base in 4 bits cannot be loaded back
+    from its state dict, "Unexpected key(s) ... weight.absmax"); cut off after its first step and run again, it
+    continues exactly and ends where an uninterrupted run ends. CPU's refusal lifted as in the test above."""
+    from kitlib.models import memory
+
+    monkeypatch.setattr(memory, "check_width", lambda width, device: None)
+    folder = build(tmp_path / "llama-64", "llama", False, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                   num_key_value_heads=2)
+    whole = train_lora(folder, data, tmp_path / "a", log_every=1, weights="4bit")
+    cut = train_lora(folder, data, tmp_path / "b", log_every=1, time_budget_s=1.0, weights="4bit")
+    assert not cut["finished"] and cut["stopped"] == "time budget"
+    both = train_lora(folder, data, tmp_path / "b", log_every=1, weights="4bit")
+    assert [r["how"] for r in both["resumed"]] == ["exact"], both["resumed"]
+    a, b = ([e["train_loss"] for e in h["epochs"]] for h in (whole, both))
+    np.testing.assert_allclose(b, a, atol=1e-4)
+
+
+def _cuda_stand_in(monkeypatch, capability=(7, 5)):
+    """2 "T4"s seen through NVML only: every call that would initialise CUDA in this process raises (a forked
+    replica of a parent that did fails on its first CUDA call), and the replicas' start is recorded, not done."""
+    import torch
+    import torch.multiprocessing as tmp
+
+    from kitlib.run import hardware
+
+    def poisoned(*a, **k):
+        raise AssertionError("CUDA initialised in the parent")
+
+    monkeypatch.setattr(hardware, "tpu_evidence", lambda: None)
+    monkeypatch.setattr(hardware, "cuda_compute_capability", lambda: capability)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # NVML's count
+    for name in ("is_available", "get_device_name", "get_device_properties", "set_device", "_lazy_init", "init",
+                 "current_device", "mem_get_info"):
+        monkeypatch.setattr(torch.cuda, name, poisoned)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", poisoned, raising=False)
+    started = {}
+
+    def start(fn, args, nprocs, start_method, join):
+        started.update(nprocs=nprocs, start_method=start_method)
+        raise Started
+
+    monkeypatch.setattr(tmp, "start_processes", start)
+    return started
+
+
+class Started(Exception):
+    """The replicas' start was reached (and recorded) by :func:`_cuda_stand_in`."""
+
+
+def test_decoder_plans_on_2_t4_under_fork_touch_no_cuda(folders, trained, data, tmp_path, monkeypatch, capsys):
+    """The parent's part of a decoder run on 2x T4 (fork): training's plan (fp16 with the scaler on compute
+    capability 7.5, the memory plan of each T4) and inference's (the adapter checkpoint's kind, the tokens) are
+    made, and the 2 replicas started, without initialising CUDA; Qwen3-14B's shape picks 4-bit weights there."""
+    import torch
+
+    from kitlib.models import memory
+
+    adapter, _ = trained["llama"]  # trained on the CPU first, before CUDA is poisoned
+    started = _cuda_stand_in(monkeypatch)
+    rt = detect_runtime()
+    assert (rt.mode, rt.num_replicas) == ("cuda", 2)
+    with pytest.raises(Started):  # the plan made, the replicas' start reached with CUDA untouched
+        train_lora(folders["llama"], data, tmp_path / "t", accelerator="auto", replicas=2)
+    out = capsys.readouterr().out
+    assert started["nprocs"] == 2 and started["start_method"] == "fork"
+    assert out.count("on a T4 (15 GB usable)") == 2 and "at fp16" in out, out
+    assert not torch.cuda.is_initialized()
+    started.clear()
+    with pytest.raises(Started):
+        predict_csv(adapter, data, tmp_path / "p", accelerator="auto", replicas=2)
+    assert started["nprocs"] == 2 and not torch.cuda.is_initialized()
+    from transformers import Qwen3Config
+
+    qwen14 = memory.model_shape(Qwen3Config(vocab_size=151936, hidden_size=5120, intermediate_size=17408,
+                                            num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
+                                            head_dim=128), name="Qwen3-14B")
+    monkeypatch.setattr(memory, "shape_of", lambda path: qwen14)
+    with pytest.raises(Started):
+        train_lora(folders["llama"], data, tmp_path / "q", accelerator="auto", replicas=2, max_len=256, batch_size=1)
+    out = capsys.readouterr().out
+    assert out.count("Qwen3-14B at 4bit: about") == 2 and not torch.cuda.is_initialized(), out

@@ -81,8 +81,9 @@ def make_project(tmp: Path, notebooks: list[str], entries: dict | None = None) -
             entry["uses"] = [u for u in entry["uses"] if u in notebooks]
             if not entry["uses"]:
                 del entry["uses"]
-    if "xla_ddp_train" in meta["notebooks"]:  # model="auto" trains from an attached checkpoint
-        meta["notebooks"]["xla_ddp_train"]["model_sources"] = [ATTACHED_MODEL]
+    for name in ("xla_ddp_train", "ttt_train_predict"):  # model="auto" trains from an attached checkpoint
+        if name in meta["notebooks"]:
+            meta["notebooks"][name]["model_sources"] = [ATTACHED_MODEL]
     meta["notebooks"]["fixture_kernel"] = {"title": "Fixture kernel for tests", "accelerator": "none"}
     meta["notebooks"].update(entries or {})
     (tmp / "kernel-metadata.json").write_text(json.dumps(meta, indent=1))
@@ -314,6 +315,8 @@ def test_push_each_notebook_records_vendored_kitlib_and_metadata(project, fake, 
     assert body.get("enableInternet", True) is False  # default true is left out of the body
     if entry["accelerator"] == "tpu":
         assert body["enableTpu"] is True and body["machineShape"] == "TpuV5E8" and not body.get("enableGpu")
+    elif entry["accelerator"] == "gpu":  # 2x T4 (the test-time training kernel)
+        assert body["enableGpu"] is True and body["machineShape"] == "NvidiaTeslaT4" and not body.get("enableTpu")
     else:
         assert not body.get("enableTpu") and not body.get("enableGpu") and "machineShape" not in body
     nb, cells = staged_cells(body["text"])

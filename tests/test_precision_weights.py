@@ -46,8 +46,8 @@ def test_tpu_is_bf16_and_refuses_8_and_4_bit(qwen14):
     assert p.name == "bf16"
     assert resolve_weights("auto", p, SMOL, [TPU] * 8, say=None, **RUN).width == "bf16"
     for width in ("8bit", "4bit"):
-        with pytest.raises(ValueError, match=f"weights='{width}' on a TPU v5e chip: .*bitsandbytes, whose kernels run "
-                                             "on CUDA GPUs only; use bf16"):
+        with pytest.raises(ValueError, match=f"weights='{width}' on a TPU v5e chip: .*bitsandbytes, which the kit loads "
+                                             "on CUDA only \\(it has no TPU \\(XLA\\) backend\\); use bf16"):
             resolve_weights(width, p, SMOL, [TPU], say=None, **RUN)
     # too big for a chip at bf16, and auto offers no 8/4-bit there: refused with the figure
     with pytest.raises(ValueError, match=r"Qwen3-14B at bf16 needs about 47.5 GB; a TPU v5e chip has 16 GB .*weights 27.98.*no width it takes fits"):
@@ -63,7 +63,7 @@ def test_cpu_with_and_without_amx(hw, width):
     p = resolve("auto", hw, "cpu")
     assert p.name == width
     assert resolve_weights("auto", p, SMOL, [CPU], say=None, **RUN).width == width
-    with pytest.raises(ValueError, match="weights='8bit' on this CPU: .*CUDA GPUs only; use fp32, or bf16 on a CPU with AMX"):
+    with pytest.raises(ValueError, match="weights='8bit' on this CPU: .*the kit loads on CUDA only .*; use fp32, or bf16 on a CPU with AMX"):
         resolve_weights("8bit", p, SMOL, [CPU], say=None, **RUN)
 
 
@@ -88,12 +88,12 @@ def test_too_big_on_t4_names_4bit_and_the_gigabytes(qwen14):
 
 def test_quantization_config_needs_bitsandbytes_and_unknown_widths_are_refused():
     p = resolve("fp16", Hardware("cuda", cuda_capability=(7, 5)), "cuda")
-    assert quantization_config(WeightsChoice("fp16", "auto", ""), p) is None
+    assert quantization_config(WeightsChoice("fp16", "auto", "").width, p.name) is None
     try:
         import bitsandbytes  # noqa: F401
     except ImportError:
         with pytest.raises(ModuleNotFoundError, match="weights='4bit' needs bitsandbytes, .*pip install bitsandbytes"):
-            quantization_config(WeightsChoice("4bit", "auto", ""), p)
+            quantization_config("4bit", p.name)
     with pytest.raises(ValueError, match="weights must be one of auto, fp32, bf16, fp16, 8bit, 4bit, not 'int4'"):
         resolve_weights("int4", p, SMOL, [T4], say=None, **RUN)
 

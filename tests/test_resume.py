@@ -465,6 +465,24 @@ def test_the_time_budgets_reserve_holds_the_validation_and_saves_after_the_epoch
     assert reserve_s(step_s=1.0, save_s=2.0, valid_s=60.0, steps_to_check=10, steps_left_in_epoch=4) == 10 + 4 + 30 + 64
 
 
+def test_a_validation_not_yet_measured_is_estimated_at_the_mean_step_not_the_longest():
+    """A SmolLM2 run (kitlib.training.deadline, the test-time training notebook) stopped for its time budget two
+    steps before its only epoch ended, with minutes in hand (the last batch is the one whose reserve holds the validation): one slow step (15 s among 5.5 s ones) was multiplied
+    by every validation batch (200 rows / 16: 13 batches), a 195 s estimate for what the probe had measured at 21 s."""
+    import time
+    from types import SimpleNamespace
+
+    from kitlib.training.loop import _Loop, _reserve
+    from kitlib.training.session import LEAVE_S
+
+    loop = _Loop(history={}, settings=None, position=SimpleNamespace(batch=62), loss_total=0.0, step_seconds=15.0,
+                 save_seconds=1.0, epoch_started=time.monotonic() - 62 * 5.5, epoch_steps=62)
+    data = SimpleNamespace(valid_rows=[None] * 200, loader=[None] * 63)
+    reserve = _reserve(SimpleNamespace(world_size=1), SimpleNamespace(batch_size=16, log_every=10), loop, data)
+    valid = 13 * 5.5 + 1.0  # ceil(200 / 16) batches at the mean step, and a save
+    assert reserve == pytest.approx(15.0 + 2 * 1.0 + LEAVE_S + valid + 2 * 1.0, abs=0.5)  # not 13 x 15 s
+
+
 def test_the_time_budget_on_kaggle_is_the_sessions_limit_less_a_margin(monkeypatch):
     import time
 

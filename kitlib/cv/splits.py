@@ -16,6 +16,9 @@ is English and has no language column; the 2020 validation file is Turkish, Span
   stratified share of its rows (by label, and by language where it has a ``lang`` column) is held
   out (seeded) and scored after every epoch and at the end.
 
+The test-time training notebook (``notebooks/ttt_train_predict.py``) has a split of its own,
+:func:`ttt_split`: the training file's rows less a held-out share, plus the test set's labelled rows.
+
 ``"auto"`` (:func:`resolve_split`) is ``"english"`` when the validation file exists, else ``"holdout"``.
 
 Each writes its two CSVs and ``split.json`` (sources, rule, row and positive counts) into a folder of
@@ -41,6 +44,7 @@ MIXED_TRAIN_FILE = "train-en-valid.csv"
 VALID_HOLDOUT_FILE = "holdout-valid.csv"
 TRAIN_PART_FILE = "train-part.csv"
 HOLDOUT_PART_FILE = "holdout-part.csv"
+TEST_TIME_TRAIN_FILE = "train-and-labelled-test.csv"
 SPLITS = {
     "english": "hold out a stratified share of the English training rows; validation.csv scored at the end",
     "validation": "train on the English rows + the first half of validation.csv; hold out its second half",
@@ -317,3 +321,81 @@ def training_columns(split: str, train_csv: str | os.PathLike, text_col: str | N
     if split == "validation":
         return ["id", text_col or "comment_text", "lang", label_col]  # "english", "holdout": every column
     return list(pd.read_csv(train_csv, dtype=str, nrows=0).columns)
+
+
+def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir: str | os.PathLike,
+                    frac: float = 0.1, seed: int = 0, *, label_col: str = "toxic", test_label_col: str = "",
+                    text_col: str | None = None) -> tuple[Path, Path, dict]:
+    """The rows a test-time training run learns from, and those it holds out (``notebooks/ttt_train_predict.py``).
+
+    A stratified ``frac`` share of ``train_csv``'s rows is held out, as :func:`holdout_split` draws it
+    (the hand-off's collapse check scores it). The training part is the test set's labelled rows first (the
+    rows of ``test_csv`` whose ``test_label_col`` is not empty, in file order), then the other training rows
+    shuffled (``seed``): a run cut to its first N rows (``TrainJob.train_limit``, when the deadline calls for
+    fewer) keeps the rows most like the test set, and a fair draw of the rest. Both parts have the columns
+    ``id`` (``train:<id>`` and ``test:<id>``: the two files' ids may overlap), ``text``, ``label_col`` and
+    ``source`` (``train`` or ``test``); ``out_dir`` (built atomically) holds ``train-and-labelled-test.csv``,
+    ``holdout-part.csv`` and ``split.json``.
+
+    Args:
+        train_csv: the labelled training CSV (``id``, a text column, ``label_col``).
+        test_csv: the test CSV (``id``, a text column; ``test_label_col`` when it carries labels).
+        out_dir: the folder for the parts (owned by the split).
+        frac: share of ``train_csv``'s rows held out, in (0, 1).
+        seed: the held-out draw's and the shuffle's seed.
+        label_col: the label column of ``train_csv`` (0/1 or in [0, 1]).
+        test_label_col: ``""``: the test set carries no labels; else its column whose non-empty values
+            (0/1 or in [0, 1]) are labels.
+        text_col: the text column of both files (None: ``content``, ``comment_text`` or ``text``).
+
+    Returns:
+        ``(train_path, holdout_path, counts)``: counts of ``train_rows``, ``labelled_test_rows``,
+        ``holdout_rows``.
+
+    Raises:
+        ValueError: ``frac`` not in (0, 1); ``test_label_col`` missing from ``test_csv`` (its columns named);
+            a label that is not a number in [0, 1] (file, row and value named); a bad id or column
+            (:func:`kitlib.data.read_csv_checked`); a class too small to hold out; ``out_dir`` holds other files.
+    """
+    train_csv, test_csv, out_dir = Path(train_csv), Path(test_csv), Path(out_dir)
+    if not 0 < frac < 1:
+        raise ValueError(f"holdout_frac={frac}: the held-out share of {train_csv.name}'s rows must be between 0 and 1 "
+                         "(exclusive), e.g. 0.1")
+    train = read_csv_checked(train_csv, text_col=text_col, label_cols=(label_col,))
+    y = hard_labels(train[label_col].to_numpy())
+    tr, ho = _stratified_holdout(np.arange(len(train)), y, frac, seed, f"among {len(y)}", train_csv, label_col,
+                                 hint=" (holdout_frac, or more rows)")
+    labelled = _labelled_test_rows(test_csv, test_label_col, text_col, label_col)
+    part = lambda df, rows, source: pd.DataFrame({"id": f"{source}:" + df["id"].iloc[rows].astype(str).to_numpy(),
+                                                  "text": df["text"].iloc[rows].to_numpy(),
+                                                  label_col: df[label_col].iloc[rows].to_numpy(), "source": source})
+    shuffled = np.random.default_rng(seed).permutation(tr)
+    training = pd.concat([part(labelled, np.arange(len(labelled)), "test"), part(train, shuffled, "train")], ignore_index=True)
+    counts = {"train_rows": len(tr), "labelled_test_rows": len(labelled), "holdout_rows": len(ho)}
+    _check_own_folder(out_dir, (TEST_TIME_TRAIN_FILE, HOLDOUT_PART_FILE))
+    meta = {"split": "test-time", "rule": f"{frac:.0%} of {train_csv.name}'s rows held out, stratified by {label_col}, "
+            f"seed {seed}; trained: {test_csv.name}'s labelled rows ({test_label_col or 'none'}) first, then the other "
+            "training rows shuffled", "source": str(train_csv), "test": str(test_csv), "frac": frac, "seed": seed,
+            "label_col": label_col, "test_label_col": test_label_col or None, **counts}
+    paths = _write_split(out_dir, {TEST_TIME_TRAIN_FILE: training, HOLDOUT_PART_FILE: part(train, ho, "train")}, meta)
+    return (*paths, counts)
+
+
+def _labelled_test_rows(test_csv: Path, column: str, text_col: str | None, label_col: str) -> pd.DataFrame:
+    """The rows of ``test_csv`` with a label in ``column`` (``id``, ``text``, ``label_col``: float); none for ``""``."""
+    test = read_csv_checked(test_csv, text_col=text_col)
+    if not column:
+        return test.iloc[:0].assign(**{label_col: np.zeros(0)})
+    raw = pd.read_csv(test_csv, dtype=str, keep_default_na=False)
+    if column not in raw.columns:
+        raise ValueError(f"{test_csv}: no column {column!r} (test_label_col), so no test rows can be read as labelled; "
+                         f"its columns: {list(raw.columns)}. Name the column that carries labels, or \"\" for none")
+    values = raw[column].str.strip()
+    has = (values != "").to_numpy()
+    labels = pd.to_numeric(values[has], errors="coerce")
+    bad = labels.isna() | (labels < 0) | (labels > 1)
+    if bad.any():
+        row = int(np.flatnonzero(has)[np.argmax(bad.to_numpy())])
+        raise ValueError(f"{test_csv}: column {column!r} (test_label_col) at data row {row + 1} is {values.iloc[row]!r}, "
+                         "not a label: a number from 0 to 1, or empty for an unlabelled row")
+    return test.loc[has, ["id", "text"]].assign(**{label_col: labels.to_numpy(dtype=float)}).reset_index(drop=True)

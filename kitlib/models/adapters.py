@@ -91,6 +91,15 @@ def wrap(model, kind, spec: LoraSpec = LoraSpec()):
     return get_peft_model(model, config)
 
 
+def prepare_quantized(model):
+    """A base loaded in 8/4 bits made ready for adapters, the same way for training and inference (peft's
+    ``prepare_model_for_kbit_training``: the parameters bitsandbytes left unquantized cast to float32, every
+    weight frozen): adapters trained on it then predict on the same numbers."""
+    from peft import prepare_model_for_kbit_training
+
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+
+
 def trainable_names(model) -> list[str]:
     """Names of the parameters that require grad (``[str]``)."""
     return [n for n, p in model.named_parameters() if p.requires_grad]
@@ -125,8 +134,17 @@ def write_adapter(model, folder: str | os.PathLike, *, base: str | os.PathLike, 
     model.save_pretrained(folder, state_dict=state)
     (Path(folder) / RECORD_FILE).write_text(json.dumps({
         "base": str(Path(base).resolve()), "base_fingerprint": fingerprint(base),
-        "kind": kind.name, "label": kind.label, "lora": asdict(spec),
+        "kind": kind.name, "label": kind.label, "lora": asdict(spec), "weights": quantized_width(model),
     }, indent=1))
+
+
+def quantized_width(model) -> str | None:
+    """``"8bit"`` or ``"4bit"`` when bitsandbytes holds ``model``'s (or a ``PeftModel``'s base's) weights, else None.
+
+    Recorded with the adapters (:data:`RECORD_FILE` ``weights``): they were trained on the quantized base, so
+    inference loads the base the same way (:func:`load_adapted`), never merged into it."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "4bit" if getattr(base, "is_loaded_in_4bit", False) else "8bit" if getattr(base, "is_loaded_in_8bit", False) else None
 
 
 def base_of(adapter_dir: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
@@ -177,14 +195,19 @@ def check_base(adapter_dir: str | os.PathLike, base: str | os.PathLike) -> None:
 
 
 def load_adapted(adapter_dir: str | os.PathLike, base: str | os.PathLike, kind, *, merge: bool = False,
-                 dtype=None, xla: bool = False, trainable: bool = False):
+                 dtype=None, xla: bool = False, trainable: bool = False, device=None, precision=None):
     """The base loaded once (``kind.load``) with the adapters and head of ``adapter_dir`` on top.
+
+    Adapters trained on 8/4-bit weights (their record's ``weights``) load onto the base quantized the same way,
+    on ``device`` (computing at ``precision``, a :class:`kitlib.run.backends.precision.Precision`), and are never
+    merged into it (rounding the merged weights back to 8/4 bits would change what was trained).
 
     Args:
         merge: fold the adapters into the base's weights (peft ``merge_and_unload``): a plain
             transformers model, as fast as the base; else a ``PeftModel``.
         dtype, xla: as :meth:`kitlib.models.kinds.Kind.load`.
         trainable: adapters and head require grad (to resume training); ignored when merging.
+        device, precision: where and at what compute precision a quantized base loads (CPU and fp32 by default).
 
     Raises:
         ValueError: ``base`` is not the base the adapters were trained on (:func:`check_base`).
@@ -192,7 +215,19 @@ def load_adapted(adapter_dir: str | os.PathLike, base: str | os.PathLike, kind, 
     from peft import PeftModel
 
     check_base(adapter_dir, base)
-    model = PeftModel.from_pretrained(kind.load(base, dtype=dtype, xla=xla), str(adapter_dir),
+    width = read_record(adapter_dir).get("weights")
+    quantized = {}
+    if width:
+        import torch
+
+        from ..run.backends.precision import quantization_config
+
+        compute = precision.name if precision is not None else "fp32"
+        quantized = dict(device=device, quantization=quantization_config(width, compute))
+        dtype = dtype or {"bf16": torch.bfloat16, "fp16": torch.float16}.get(compute)
+        merge = False
+    loaded = kind.load(base, dtype=dtype, xla=xla and not width, **quantized)
+    model = PeftModel.from_pretrained(prepare_quantized(loaded) if width else loaded, str(adapter_dir),
                                       is_trainable=trainable and not merge)
     return model.merge_and_unload().eval() if merge else model.eval() if not trainable else model
 

@@ -167,7 +167,10 @@ class Kind:
     def check_tokens(self, input_ids, attention_mask) -> None:
         """Refuse rows the kind would read wrong (decoders: see :meth:`Decoder.check_tokens`)."""
 
-    def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
+    def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False, quantization=None,
+             device=None):
+        """The model in eval mode on CPU; ``dtype`` its weights' (None: as saved); ``quantization`` a
+        ``BitsAndBytesConfig`` that loads them in 8 or 4 bits onto ``device`` (decoders only)."""
         raise NotImplementedError
 
     def skeleton(self, path):
@@ -232,9 +235,17 @@ class Encoder(Kind):
     head: ClassVar[tuple] = ("classifier",)
     plans_memory: ClassVar[bool] = False  # small encoders: the kit's own runs never needed one
 
-    def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
-        """The classifier in eval mode on CPU; ``dtype`` (e.g. ``torch.bfloat16``) casts its weights."""
+    def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False, quantization=None,
+             device=None):
+        """The classifier in eval mode on CPU; ``dtype`` (e.g. ``torch.bfloat16``) casts its weights.
+
+        Raises:
+            ValueError: ``quantization``: encoders do not plan memory, so 8/4-bit weights are never theirs.
+        """
         from .model import load_model
+
+        if quantization is not None:
+            raise ValueError(f"{path}: 8/4-bit weights are for decoders (weights=...), not an encoder")
 
         model = load_model(path, xla=xla, head_for_training=head_for_training, label=self.label)
         return model if dtype is None else model.to(dtype)
@@ -245,8 +256,10 @@ class Encoder(Kind):
         return skeleton(path, head_for_training=True)
 
 
-def _decoder_kwargs(config, *, dtype, xla: bool) -> dict:
-    """``from_pretrained`` keyword arguments every decoder kind shares (no KV cache; XLA's attention)."""
+def _decoder_kwargs(config, *, dtype, xla: bool, quantization=None, device=None) -> dict:
+    """``from_pretrained`` keyword arguments every decoder kind shares (no KV cache; XLA's attention); with
+    ``quantization`` (a ``BitsAndBytesConfig``: :func:`kitlib.run.backends.precision.quantization_config`), the
+    weights quantized by bitsandbytes as they load, onto ``device`` (a quantized model cannot be moved after)."""
     from .. import compat
 
     compat.keep_hub_kernels_off()  # before from_pretrained: its eval() would kernelize for the device
@@ -255,6 +268,8 @@ def _decoder_kwargs(config, *, dtype, xla: bool) -> dict:
         kwargs["dtype"] = dtype
     if xla:
         kwargs["attn_implementation"] = XLA_ATTENTION.get(config.model_type) or compat.xla_attention_implementation()
+    if quantization is not None:
+        kwargs.update(quantization_config=quantization, device_map={"": str(device or "cpu")})
     return kwargs
 
 
@@ -282,8 +297,10 @@ class Decoder(Kind):
         """The tokenizer, padding on the right; without a pad token, the eos token pads (else unk)."""
         return _with_pad(Kind.load_tokenizer(self, path))
 
-    def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
-        """The classifier in eval mode on CPU, ``config.pad_token_id`` set to the tokenizer's pad id.
+    def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False, quantization=None,
+             device=None):
+        """The classifier in eval mode on CPU (with ``quantization``: 8/4-bit weights on ``device``,
+        :func:`_decoder_kwargs`), ``config.pad_token_id`` set to the tokenizer's pad id.
 
         transformers pools on the last token that is not ``config.pad_token_id``, so it must be the
         id the tokenizer pads with (Gemma2's config says 0 by default whatever the tokenizer pads
@@ -295,7 +312,8 @@ class Decoder(Kind):
         from transformers import AutoConfig, AutoModelForSequenceClassification
 
         config = AutoConfig.from_pretrained(path)
-        kwargs = {**_decoder_kwargs(config, dtype=dtype, xla=xla), **self._new_head(config)}
+        kwargs = {**_decoder_kwargs(config, dtype=dtype, xla=xla, quantization=quantization, device=device),
+                  **self._new_head(config)}
         pad = self.pad_id if self.pad_id is not None else self.load_tokenizer(path).pad_token_id
         if pad is None:
             raise ValueError(f"{path}: the tokenizer has no pad token and no eos/unk to pad with; give it a pad token")
@@ -417,12 +435,15 @@ class AnswerTokens(Kind):
             ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
         return {"input_ids": ids, "attention_mask": mask}
 
-    def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False):
-        """``AutoModelForCausalLM`` in eval mode on CPU (``head_for_training`` is unused: the LM head is the head)."""
+    def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False, quantization=None,
+             device=None):
+        """``AutoModelForCausalLM`` in eval mode on CPU, or with ``quantization`` 8/4-bit weights on ``device``
+        (:func:`_decoder_kwargs`; ``head_for_training`` is unused: the LM head is the head)."""
         from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(path)
-        return AutoModelForCausalLM.from_pretrained(path, **_decoder_kwargs(config, dtype=dtype, xla=xla)).eval()
+        kwargs = _decoder_kwargs(config, dtype=dtype, xla=xla, quantization=quantization, device=device)
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
 
     def bind_model(self, model) -> "Kind":
         return self

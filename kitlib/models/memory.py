@@ -17,7 +17,7 @@
 * the runtime's own **overhead** (:attr:`Device.overhead_gb`: CUDA's context and allocator).
 
 :func:`check_fits` refuses a plan that exceeds the device, with the figure and the fix;
-:func:`check_width` refuses 8/4-bit weights off CUDA (bitsandbytes runs its kernels on CUDA).
+:func:`check_width` refuses 8/4-bit weights off CUDA (bitsandbytes has no XLA backend; the kit plans them for CUDA).
 """
 from __future__ import annotations
 
@@ -189,8 +189,10 @@ def check_width(width: str, device: Device) -> None:
     """
     if width in QUANTIZED and device.kind != "cuda":
         other = "bf16 (the TPU's native width)" if device.kind == "tpu" else "fp32, or bf16 on a CPU with AMX"
+        why = ("it has no TPU (XLA) backend" if device.kind == "tpu" else
+               "its CPU backend, 0.47+, serves the kit's tests; the memory plan and the write-ups' figures are CUDA's")
         raise ValueError(f"weights={width!r} on {device.name}: 8-bit and 4-bit weights come from bitsandbytes, "
-                         f"whose kernels run on CUDA GPUs only; use {other}, or a smaller model")
+                         f"which the kit loads on CUDA only ({why}); use {other}, or a smaller model")
 
 
 def allowed_widths(device: Device) -> tuple:

@@ -65,12 +65,13 @@ def _describe(s: dict) -> str:
 RANDOM_RECIPE = "tiny"  # the recipe of the random tiny model (tests, rehearsals): collapsed on purpose
 
 
-def refuses_collapse(recipe: str | None) -> bool:
+def refuses_collapse(recipe: str | None, random_on_purpose: bool = False) -> bool:
     """The hand-off rule: whether a collapsed model trained with ``recipe`` is refused (``check_ready(refuse=...)``).
 
-    Every recipe but :data:`RANDOM_RECIPE` is; the random tiny model gets a warning instead.
+    Every recipe but :data:`RANDOM_RECIPE` is; the random tiny model gets a warning instead, and so does a
+    run of it asked for by name (``random_on_purpose``: ``model="tiny-random"``) under another recipe (LoRA's).
     """
-    return recipe != RANDOM_RECIPE
+    return recipe != RANDOM_RECIPE and not random_on_purpose
 
 
 def check_ready(auc: float, probs, *, lr: float | None = None, recipe: str | None = None, what: str = "held-out",

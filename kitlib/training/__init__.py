@@ -8,6 +8,7 @@
 * :mod:`kitlib.training.runs`: one row per training run in a runs table, and the curves through a tracker.
 * :mod:`kitlib.training.recipe`: how a checkpoint is fine-tuned (one table: learning rates, schedule, frozen parts, loss).
 * :mod:`kitlib.training.session`: how long this session may still run (Kaggle's limits, the time budget).
+* :mod:`kitlib.training.deadline`: train and predict before a deadline: a probe of the step and predict times, the run that fits.
 * :mod:`kitlib.training.handoff`: the saved checkpoint predicts what the trained model predicted.
 * :mod:`kitlib.training.plots`: the held-out ROC curve, and the figure file saved beside the checkpoint.
 """

@@ -204,6 +204,9 @@ class _Loop:
     step_seconds: float = 0.0  # the longest step so far
     valid_seconds: float | None = None  # the longest validation so far (prediction and keeping the epoch; None: none yet)
     epoch_seconds: float = 0.0  # the epoch in progress, in this call
+    first_step_seconds: float = 0.0  # the epoch's first step in this call (on XLA, its compilation; kitlib.training.deadline)
+    epoch_started: float = 0.0  # when this call's part of the epoch in progress began (time.monotonic())
+    epoch_steps: int = 0  # steps this call has taken in the epoch in progress
     head: list | None = None  # the head's parameters when the epoch began (None: a resumed epoch)
     rng: dict | None = None  # RNG states to set once the resumed epoch's loader has started (:func:`_train_epoch`)
     tracker: "object" = None
@@ -270,7 +273,14 @@ def _load_model(replica, plan: Plan):
     torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
     tokenizer = kind.load_tokenizer(job.checkpoint)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.weights_dtype)
-    model = kind.load(job.checkpoint, dtype=dtype, xla=replica.xla, head_for_training=True)
+    if plan.quantized:  # bitsandbytes quantizes as it loads, onto the device (a quantized model is not moved after)
+        from ..run.backends.precision import quantization_config
+
+        model = adapters.prepare_quantized(kind.load(
+            job.checkpoint, dtype=dtype, head_for_training=True, device=replica.device,
+            quantization=quantization_config(plan.weights.width, plan.precision.name)))
+    else:
+        model = kind.load(job.checkpoint, dtype=dtype, xla=replica.xla, head_for_training=True)
     if job.lora is None:
         recipes.prepare_model(model, plan.recipe)
     else:
@@ -280,7 +290,7 @@ def _load_model(replica, plan: Plan):
         for m in model.modules():
             if isinstance(m, torch.nn.Dropout):
                 m.p = job.dropout
-    return tokenizer, model.train().to(replica.device)
+    return tokenizer, model.train() if plan.quantized else model.train().to(replica.device)
 
 
 def _read_data(replica, job: TrainJob, tokenizer, kind) -> _Data:
@@ -356,14 +366,14 @@ def _start(replica, plan: Plan, run: _Training, data: _Data) -> _Loop:
     loop = _Loop(history, settings, decision.position if decision else resume.Position(),
                  torch.zeros((), device=replica.device))
     if decision is not None:
-        _restore(replica, run, decision, loop)
+        _restore(replica, job, run, decision, loop)
     if replica.is_master:  # (train() printed the plan's notes); a resumed run's curves drop what came after its state
         loop.tracker = Tracker(job.tracker, Path(str(real_target(job.out_dir)) + ".tensorboard") / loop.history["run_id"],
                                purge_step=loop.steps + 1 if decision is not None else None)
     return loop
 
 
-def _restore(replica, run: _Training, decision: resume.Resume, loop: _Loop) -> None:
+def _restore(replica, job: TrainJob, run: _Training, decision: resume.Resume, loop: _Loop) -> None:
     """Load a resumed run's weights, optimizer (scheduler, scaler when continued exactly), RNG states,
     loss sums and history into this replica (:class:`kitlib.training.resume.Resume`)."""
     import torch
@@ -380,7 +390,14 @@ def _restore(replica, run: _Training, decision: resume.Resume, loop: _Loop) -> N
     if decision.how == "weights":  # an older kit's folder: its weights are the model already loaded
         return
     weights, tensors = resume.load_tensors(decision.folder)
-    run.model.load_state_dict(weights)
+    if job.lora is None:
+        run.model.load_state_dict(weights)
+    else:  # the trained parameters only; the frozen base is the checkpoint's, loaded again (its fingerprint checked)
+        missing = set(_trained_state(run.model, job)) - set(weights)
+        if missing:
+            raise RuntimeError(f"{decision.folder}: the saved state lacks {len(missing)} trained tensor(s) of this run "
+                               f"(e.g. {sorted(missing)[0]}); start afresh (resume='never')")
+        run.model.load_state_dict(weights, strict=False)
     # the new run's rates (set by make_scheduler to the step reached) and weight decay: loading the
     # optimizer's state brings the saved ones, which are right only when the run continues exactly
     rates = [{k: g[k] for k in ("lr", "weight_decay")} for g in run.optimizer.param_groups]
@@ -425,7 +442,8 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loo
         replica.accelerator.set_rng_state(loop.rng["device"], replica.device)
         loop.rng = None
     loop.head = _head_snapshot(run.model, run.kind) if skip == 0 else None
-    started = time.monotonic()
+    started = loop.epoch_started = time.monotonic()
+    loop.epoch_steps = 0
     for batch in tqdm(batches, total=len(data.loader), initial=skip, desc=f"epoch {epoch + 1} (master)",
                       disable=not master):
         t0 = time.monotonic()
@@ -443,6 +461,9 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loo
                 replica.after_step(log_loss, (loop.steps, loss))
         loop.position = resume.Position(epoch, loop.position.batch + 1, loop.position.global_step + 1)
         loop.step_seconds = max(loop.step_seconds, time.monotonic() - t0)
+        loop.epoch_steps += 1
+        if loop.position.batch == skip + 1:
+            loop.first_step_seconds = time.monotonic() - t0
         if master and history["compile_counts"] is not None:
             history["compile_counts"].append(replica.compile_count())
         if loop.position.batch < len(data.loader) and _save_point(replica, job, run, loop, data):
@@ -475,12 +496,14 @@ def _head_snapshot(model, kind) -> list:
 
 def _reserve(replica, job: TrainJob, loop: _Loop, data: _Data) -> float:
     """:func:`kitlib.training.session.reserve_s` for this save point (a validation not yet measured is
-    estimated at the step time per validation batch: a forward pass takes less than a step)."""
+    estimated at the epoch's mean step time per validation batch: a forward pass takes less than a step; the
+    longest step, one slow step times every batch, stopped a run that had time: kitlib.training.deadline)."""
     from .session import reserve_s
 
     valid_s = loop.valid_seconds
     if valid_s is None:
-        valid_s = len(data.valid_rows) // job.batch_size * loop.step_seconds + loop.save_seconds
+        mean_step = (time.monotonic() - loop.epoch_started) / max(loop.epoch_steps, 1)
+        valid_s = -(-len(data.valid_rows) // job.batch_size) * mean_step + loop.save_seconds
     return reserve_s(step_s=loop.step_seconds, save_s=loop.save_seconds, valid_s=valid_s,
                      steps_to_check=job.log_every if replica.world_size > 1 else 1,
                      steps_left_in_epoch=len(data.loader) - loop.position.batch)
@@ -529,10 +552,20 @@ def _save_state(replica, job: TrainJob, run: _Training, loop: _Loop, finished: b
             tensors["rng"] = {"cpu": torch.get_rng_state(), "device": replica.accelerator.rng_state(replica.device)}
             resume.save_state(resume.state_dir(job.out_dir), settings=loop.settings, position=loop.position,
                               history=loop.history, best=loop.best, loss_sum=loss_sum, done_loss=loop.done_loss,
-                              seconds=loop.seconds, finished=finished, model_state=_cpu(run.model.state_dict()),
+                              seconds=loop.seconds, finished=finished, model_state=_cpu(_trained_state(run.model, job)),
                               tensors=_cpu(tensors), stale=loop.stale, steps=loop.steps)
     loop.last_save = time.monotonic()
     loop.save_seconds = max(loop.save_seconds, loop.last_save - t0)
+
+
+def _trained_state(model, job: TrainJob) -> dict:
+    """What a run's state keeps of the model: its whole ``state_dict()``, or with LoRA the trained tensors only
+    (the adapters and the head: megabytes; a base in 8/4 bits cannot even be loaded back from its state dict)."""
+    state = model.state_dict()
+    if job.lora is None:
+        return state
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in state.items() if k in trained}
 
 
 def _cpu(obj):
@@ -571,7 +604,8 @@ def _validate(replica, job: TrainJob, tokenizer, run: _Training, data: _Data, lo
     steps = loop.position.batch
     train_loss, loop.done_loss = (run_loss - loop.done_loss) / (steps * replica.world_size), run_loss
     record = {"epoch": epoch + 1, "train_loss": train_loss, "valid_loss": valid_loss, "valid_auc": auc,
-              "train_seconds": loop.epoch_seconds, "valid_seconds": time.monotonic() - t0,
+              "train_seconds": loop.epoch_seconds, "first_step_seconds": loop.first_step_seconds,
+              "valid_seconds": time.monotonic() - t0,
               "steps": steps, "compile_count": replica.compile_count()}
     loop.history["epochs"].append(record)
     loop.position = resume.Position(epoch + 1, 0, loop.position.global_step)

@@ -95,9 +95,17 @@ class Plan:
     @property
     def weights_dtype(self) -> str | None:
         """The width the base's weights are loaded at: the plan's 16-bit width when LoRA trains adapters on a
-        frozen base (the adapters and the head stay float32), else None (float32: a full fine-tune's AdamW)."""
+        frozen base (the adapters and the head stay float32), with 8/4-bit weights the compute precision's
+        16-bit width for what bitsandbytes leaves unquantized, else None (float32: a full fine-tune's AdamW)."""
         width = self.weights.width if self.weights is not None else None
+        if self.quantized:
+            width = self.precision.name
         return width if self.job.lora_r and width in ("bf16", "fp16") else None
+
+    @property
+    def quantized(self) -> bool:
+        """Whether bitsandbytes holds the base's weights in 8 or 4 bits (:attr:`WeightsChoice.quantized`)."""
+        return self.weights is not None and self.weights.quantized
 
     def skeleton(self):
         """What a replica trains, on the meta device: the kind's model (:meth:`kitlib.models.kinds.Kind.skeleton`),
@@ -213,7 +221,7 @@ def memory_plan(job: TrainJob, rt, precision: Precision, kind: Kind) -> WeightsC
 
     Raises:
         ValueError: the run cannot fit a device (the figure and the fix: :func:`kitlib.models.memory.check_fits`);
-            8/4-bit weights, which the replica programs do not load yet (bitsandbytes, CUDA only).
+            8/4-bit weights off CUDA (:func:`kitlib.models.memory.check_width`) or without LoRA.
     """
     from ..models import memory
     from ..run.backends.precision import resolve_weights
@@ -223,9 +231,9 @@ def memory_plan(job: TrainJob, rt, precision: Precision, kind: Kind) -> WeightsC
     devices = memory.replica_devices(rt.backend.hardware, rt.world_size)
     choice = resolve_weights(job.weights, precision, memory.shape_of(job.checkpoint), devices, batch=job.batch_size,
                              length=job.max_len, train=True, lora_r=job.lora_r or None)
-    if choice.quantized:
-        raise ValueError(f"weights={choice.width!r} ({choice.reason}): 8/4-bit weights are planned, but the training "
-                         "loop does not load them yet; use a smaller model, batch_size or max_len, or a bigger device")
+    if choice.quantized and not job.lora_r:
+        raise ValueError(f"weights={choice.width!r} ({choice.reason}): 8/4-bit weights are frozen, so only adapters "
+                         "can train on them; set lora_r (e.g. 16), or use a smaller model, batch_size or max_len")
     return choice
 
 

@@ -39,24 +39,25 @@ def tiny_tokenizer(out: Path):
     return fast
 
 
-def tiny_config(family: str, vocab: int, causal: bool):
-    """The family's config at :data:`TINY`'s sizes; a classifier has one logit named ``toxic``."""
+def tiny_config(family: str, vocab: int, causal: bool, **sizes):
+    """The family's config at :data:`TINY`'s sizes (``sizes`` override them); a classifier has one logit named ``toxic``."""
     from transformers import Gemma2Config, LlamaConfig, Qwen3Config
 
     cls = {"llama": LlamaConfig, "qwen3": Qwen3Config, "gemma2": Gemma2Config}[family]
     extra = {"head_dim": 16} if family != "llama" else {}
     arch = f"{cls.__name__[:-6]}{'ForCausalLM' if causal else 'ForSequenceClassification'}"
-    return cls(**{**TINY, "vocab_size": vocab}, **extra, eos_token_id=1, architectures=[arch], num_labels=1,
+    return cls(**{**TINY, **sizes, "vocab_size": vocab}, **extra, eos_token_id=1, architectures=[arch], num_labels=1,
                id2label={0: "toxic"}, label2id={"toxic": 0})
 
 
-def build(out: Path, family: str, causal: bool, seed: int = 0) -> Path:
-    """A tiny random decoder folder; weights redrawn at std 0.3 so that predictions spread over rows."""
+def build(out: Path, family: str, causal: bool, seed: int = 0, **sizes) -> Path:
+    """A tiny random decoder folder (``sizes``: :data:`TINY`'s overridden); weights redrawn at std 0.3 so that
+    predictions spread over rows."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     tok = tiny_tokenizer(out)
-    config = tiny_config(family, len(tok), causal)
+    config = tiny_config(family, len(tok), causal, **sizes)
     torch.manual_seed(seed)
     model = (AutoModelForCausalLM if causal else AutoModelForSequenceClassification).from_config(config)
     with torch.no_grad():

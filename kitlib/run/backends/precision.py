@@ -69,8 +69,8 @@ hand-off, :mod:`kitlib.training.handoff`).
                          ``8bit``, else ``4bit`` (CUDA only: bitsandbytes); nothing fits: refused with the
                          figure and the fix. Every replica takes the narrowest width any device needs.
 ``"fp32"/"bf16"/"fp16"`` as asked, when it fits (refused with the figure and the width that would fit)
-``"8bit"/"4bit"``        bitsandbytes (LLM.int8, NF4), CUDA only: refused on TPU and CPU, saying why (its
-                         kernels run on CUDA GPUs); computing at the compute precision
+``"8bit"/"4bit"``        bitsandbytes (LLM.int8, NF4), CUDA only: refused on TPU (no XLA backend) and CPU
+                         (not planned there), saying why; computing at the compute precision; LoRA only
 =======================  =================================================================================
 
 Before any replica starts the plan of each device is printed, one line each
@@ -398,25 +398,28 @@ def resolve_weights(requested: str, precision: Precision, shape, devices, *, bat
     return choice
 
 
-def quantization_config(choice: WeightsChoice, precision: Precision):
-    """transformers' ``BitsAndBytesConfig`` for 8/4-bit weights (NF4, double quantisation, computing at
-    ``precision``), to pass as ``from_pretrained(quantization_config=...)``; None for 16/32-bit weights.
+def quantization_config(width: str | None, compute: str = "fp32"):
+    """transformers' ``BitsAndBytesConfig`` for 8/4-bit weights (LLM.int8; NF4 with double quantisation, computing
+    at ``compute``), to pass as ``from_pretrained(quantization_config=...)``; None for 16/32-bit weights.
+
+    Args:
+        width: the weights' width (:attr:`WeightsChoice.width`, or an adapter record's ``weights``); None: not quantized.
+        compute: the compute precision's name (``"bf16"``, ``"fp16"``, ``"fp32"``: :attr:`Precision.name`).
 
     Raises:
         ModuleNotFoundError: bitsandbytes is not installed (naming the install command).
     """
     import importlib.util
 
-    if not choice.quantized:
+    if width not in ("8bit", "4bit"):
         return None
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise ModuleNotFoundError(f"weights={choice.width!r} needs bitsandbytes, which is not installed: "
+        raise ModuleNotFoundError(f"weights={width!r} needs bitsandbytes, which is not installed: "
                                   "pip install bitsandbytes (CUDA only), or weights='auto' on a device the model fits")
     import torch
     from transformers import BitsAndBytesConfig
 
-    compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision.name, torch.float32)
-    if choice.width == "8bit":
+    if width == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=compute)
+                              bnb_4bit_compute_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(compute, torch.float32))
