@@ -83,3 +83,24 @@ def head_loss(logits, labels, pos_weight=None, column=1):
 
     model = lambda input_ids, attention_mask: SimpleNamespace(logits=logits)  # noqa: E731
     return Encoder(column=column).loss(model, None, None, labels, pos_weight)
+
+
+def poison_cuda(monkeypatch, count: int = 2, capability: tuple[int, int] | None = None) -> None:
+    """``count`` CUDA devices seen through NVML only (``torch.cuda.device_count``; ``capability``, when given, as
+    :func:`kitlib.run.hardware.cuda_compute_capability` reads it), and every call that would initialise CUDA in
+    this process raising: a forked replica of a parent that did fails on its first CUDA call (2x T4 with fork)."""
+    import torch
+
+    from kitlib.run import hardware
+
+    def poisoned(*a, **k):
+        raise AssertionError("CUDA initialised in the parent")
+
+    monkeypatch.setattr(hardware, "tpu_evidence", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)  # NVML's count
+    if capability is not None:
+        monkeypatch.setattr(hardware, "cuda_compute_capability", lambda: capability)
+    for name in ("is_available", "get_device_name", "get_device_properties", "set_device", "_lazy_init", "init",
+                 "current_device", "mem_get_info"):
+        monkeypatch.setattr(torch.cuda, name, poisoned)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", poisoned, raising=False)

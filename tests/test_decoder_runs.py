@@ -301,23 +301,13 @@ def test_a_4bit_lora_run_cut_off_continues_exactly(data, tmp_path, monkeypatch):
 
 
 def _cuda_stand_in(monkeypatch, capability=(7, 5)):
-    """2 "T4"s seen through NVML only: every call that would initialise CUDA in this process raises (a forked
-    replica of a parent that did fails on its first CUDA call), and the replicas' start is recorded, not done."""
-    import torch
+    """2 "T4"s seen through NVML only, CUDA poisoned in this process (:func:`conftest.poison_cuda`); the replicas'
+    start is recorded, then :class:`Started` raised instead."""
     import torch.multiprocessing as tmp
 
-    from kitlib.run import hardware
+    from conftest import poison_cuda
 
-    def poisoned(*a, **k):
-        raise AssertionError("CUDA initialised in the parent")
-
-    monkeypatch.setattr(hardware, "tpu_evidence", lambda: None)
-    monkeypatch.setattr(hardware, "cuda_compute_capability", lambda: capability)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # NVML's count
-    for name in ("is_available", "get_device_name", "get_device_properties", "set_device", "_lazy_init", "init",
-                 "current_device", "mem_get_info"):
-        monkeypatch.setattr(torch.cuda, name, poisoned)
-    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", poisoned, raising=False)
+    poison_cuda(monkeypatch, 2, capability)
     started = {}
 
     def start(fn, args, nprocs, start_method, join):

@@ -66,15 +66,9 @@ def test_cuda_detection_and_launch_plan_never_initialise_cuda(monkeypatch):
     import torch
     import torch.multiprocessing as tmp
 
-    def poisoned(*a, **k):
-        raise AssertionError("CUDA initialised in the parent")
+    from conftest import poison_cuda
 
-    monkeypatch.setattr(hardware, "tpu_evidence", lambda: None)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # NVML's count
-    for name in ("is_available", "get_device_name", "get_device_properties", "set_device", "_lazy_init", "init",
-                 "current_device", "mem_get_info"):
-        monkeypatch.setattr(torch.cuda, name, poisoned)
-    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", poisoned, raising=False)
+    poison_cuda(monkeypatch, 2)
     rt = detect_runtime()
     assert (rt.mode, rt.num_replicas) == ("cuda", 2) and "NVML" in rt.describe()
     started = {}
