@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..atomic import MANIFEST, atomic_dir
-from ..data import read_csv_checked
+from ..data import read_csv_checked, read_csv_strings
 from ..metrics import hard_labels
 
 TRAIN_FILE = "train-en.csv"
@@ -324,8 +324,8 @@ def training_columns(split: str, train_csv: str | os.PathLike, text_col: str | N
 
 
 def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir: str | os.PathLike,
-                    frac: float = 0.1, seed: int = 0, *, label_col: str = "toxic", test_label_col: str = "",
-                    text_col: str | None = None) -> tuple[Path, Path, dict]:
+              frac: float = 0.1, seed: int = 0, *, label_col: str = "toxic", test_label_col: str = "",
+              text_col: str | None = None) -> tuple[Path, Path, dict]:
     """The rows a test-time training run learns from, and those it holds out (``notebooks/ttt_train_predict.py``).
 
     A stratified ``frac`` share of ``train_csv``'s rows is held out, as :func:`holdout_split` draws it
@@ -386,11 +386,11 @@ def _labelled_test_rows(test_csv: Path, column: str, text_col: str | None, label
     test = read_csv_checked(test_csv, text_col=text_col)
     if not column:
         return test.iloc[:0].assign(**{label_col: np.zeros(0)})
-    raw = pd.read_csv(test_csv, dtype=str, keep_default_na=False)
-    if column not in raw.columns:
+    columns = list(read_csv_strings(test_csv, nrows=0).columns)
+    if column not in columns:
         raise ValueError(f"{test_csv}: no column {column!r} (test_label_col), so no test rows can be read as labelled; "
-                         f"its columns: {list(raw.columns)}. Name the column that carries labels, or \"\" for none")
-    values = raw[column].str.strip()
+                         f"its columns: {columns}. Name the column that carries labels, or \"\" for none")
+    values = read_csv_strings(test_csv, usecols=[column])[column].str.strip()
     has = (values != "").to_numpy()
     labels = pd.to_numeric(values[has], errors="coerce")
     bad = labels.isna() | (labels < 0) | (labels > 1)

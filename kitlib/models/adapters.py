@@ -91,12 +91,23 @@ def wrap(model, kind, spec: LoraSpec = LoraSpec()):
     return get_peft_model(model, config)
 
 
-def prepare_quantized(model):
-    """A base loaded in 8/4 bits made ready for adapters, the same way for training and inference (peft's
-    ``prepare_model_for_kbit_training``: the parameters bitsandbytes left unquantized cast to float32, every
-    weight frozen): adapters trained on it then predict on the same numbers."""
+def load_quantized(kind, path, width: str, compute: str, device, *, head_for_training: bool = False):
+    """The base at ``path`` loaded by ``kind`` with its weights quantized by bitsandbytes to ``width`` (``"8bit"``,
+    ``"4bit"``) onto ``device``, what it leaves unquantized at ``compute``'s 16-bit width (``"bf16"``/``"fp16"``;
+    float32 otherwise), then made ready for adapters: peft's ``prepare_model_for_kbit_training`` (those
+    parameters cast to float32, every weight frozen). Training and inference load a quantized base here alone,
+    so adapters trained on it predict on the same numbers.
+
+    Raises:
+        ModuleNotFoundError: bitsandbytes is not installed (:func:`kitlib.run.backends.precision.quantization_config`).
+    """
+    import torch
     from peft import prepare_model_for_kbit_training
 
+    from ..run.backends.precision import quantization_config
+
+    model = kind.load(path, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(compute),
+                      head_for_training=head_for_training, device=device, quantization=quantization_config(width, compute))
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
 
 
@@ -216,19 +227,12 @@ def load_adapted(adapter_dir: str | os.PathLike, base: str | os.PathLike, kind, 
 
     check_base(adapter_dir, base)
     width = read_record(adapter_dir).get("weights")
-    quantized = {}
     if width:
-        import torch
-
-        from ..run.backends.precision import quantization_config
-
-        compute = precision.name if precision is not None else "fp32"
-        quantized = dict(device=device, quantization=quantization_config(width, compute))
-        dtype = dtype or {"bf16": torch.bfloat16, "fp16": torch.float16}.get(compute)
+        loaded = load_quantized(kind, base, width, precision.name if precision is not None else "fp32", device)
         merge = False
-    loaded = kind.load(base, dtype=dtype, xla=xla and not width, **quantized)
-    model = PeftModel.from_pretrained(prepare_quantized(loaded) if width else loaded, str(adapter_dir),
-                                      is_trainable=trainable and not merge)
+    else:
+        loaded = kind.load(base, dtype=dtype, xla=xla)
+    model = PeftModel.from_pretrained(loaded, str(adapter_dir), is_trainable=trainable and not merge)
     return model.merge_and_unload().eval() if merge else model.eval() if not trainable else model
 
 

@@ -152,7 +152,7 @@ def fit_deadline(probe: Probe, left_s: float | None, *, train_rows: int, epochs:
         raise DeadlineError(f"only {rows:,} training rows fit before the deadline (min_train_rows {min_rows:,}): "
                             f"{minutes} (a step of {probe.global_batch} rows takes {probe.step_s:.2f} s, a launch "
                             f"{probe.launch_s:.0f} s). Use {fix}")
-    return fit(1, rows, f"the first {rows:,} of {train_rows:,} rows, 1 epoch: " + (minutes if epochs > 1 else minutes.replace("1 epoch(s)", "1 epoch")))
+    return fit(1, rows, f"the first {rows:,} of {train_rows:,} rows, 1 epoch: {minutes}")
 
 
 def probe(job, rt, start_method: str = "fork", *, steps: int = 4, out_dir: str | Path) -> tuple[Probe, float]:

@@ -272,14 +272,11 @@ def _load_model(replica, plan: Plan):
     job, kind = plan.job, plan.kind
     torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
     tokenizer = kind.load_tokenizer(job.checkpoint)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.weights_dtype)
     if plan.quantized:  # bitsandbytes quantizes as it loads, onto the device (a quantized model is not moved after)
-        from ..run.backends.precision import quantization_config
-
-        model = adapters.prepare_quantized(kind.load(
-            job.checkpoint, dtype=dtype, head_for_training=True, device=replica.device,
-            quantization=quantization_config(plan.weights.width, plan.precision.name)))
+        model = adapters.load_quantized(kind, job.checkpoint, plan.weights.width, plan.precision.name, replica.device,
+                                        head_for_training=True)
     else:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.weights_dtype)
         model = kind.load(job.checkpoint, dtype=dtype, xla=replica.xla, head_for_training=True)
     if job.lora is None:
         recipes.prepare_model(model, plan.recipe)
@@ -462,7 +459,7 @@ def _train_epoch(replica, job: TrainJob, run: _Training, data: _Data, loop: _Loo
         loop.position = resume.Position(epoch, loop.position.batch + 1, loop.position.global_step + 1)
         loop.step_seconds = max(loop.step_seconds, time.monotonic() - t0)
         loop.epoch_steps += 1
-        if loop.position.batch == skip + 1:
+        if loop.epoch_steps == 1:
             loop.first_step_seconds = time.monotonic() - t0
         if master and history["compile_counts"] is not None:
             history["compile_counts"].append(replica.compile_count())
