@@ -476,7 +476,8 @@ def test_a_validation_not_yet_measured_is_estimated_at_the_mean_step_not_the_lon
     from kitlib.training.session import LEAVE_S
 
     loop = _Loop(history={}, settings=None, position=SimpleNamespace(batch=62), loss_total=0.0, step_seconds=15.0,
-                 save_seconds=1.0, epoch_started=time.monotonic() - 62 * 5.5, epoch_steps=62)
+                 save_seconds=1.0)
+    loop.epoch_started, loop.epoch_steps = time.monotonic() - 62 * 5.5, 62  # this call's epoch: 62 steps of 5.5 s
     data = SimpleNamespace(valid_rows=[None] * 200, loader=[None] * 63)
     reserve = _reserve(SimpleNamespace(world_size=1), SimpleNamespace(batch_size=16, log_every=10), loop, data)
     valid = 13 * 5.5 + 1.0  # ceil(200 / 16) batches at the mean step, and a save
