@@ -59,7 +59,7 @@ from . import storage
 from .outputs import provenance
 from .run import heap
 from .run.backends.precision import check as check_precision
-from .run.backends.precision import check_float32_logits, check_inference
+from .run.backends.precision import WEIGHTS, Precision, check_float32_logits, check_inference, load_dtype
 from .outputs.collapse import POLICIES
 from .checkpoint import HISTORY_FILE, run_ids_of
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
@@ -117,6 +117,10 @@ class InferJob:
             record names (the one it was trained on). Refused when it is not that base (its fingerprint).
         merge_adapters: fold an adapter checkpoint's LoRA matrices into the base's weights once loaded (a
             plain model, as fast as the base); False: keep them beside it (peft's ``PeftModel``).
+        weights: the width a decoder's weights are loaded at (:data:`kitlib.run.backends.precision.WEIGHTS`):
+            ``"auto"`` (the compute precision's where each replica's memory plan fits, else 8-bit, then 4-bit on
+            CUDA; an adapter checkpoint trained on 8/4-bit weights: that width), or one width; checked and printed
+            per device before any replica starts (:func:`weights_for`). Encoders load as saved: 8/4 bits refused.
     """
 
     checkpoint: str
@@ -136,6 +140,7 @@ class InferJob:
     prompt: str = ""
     base: str | None = None
     merge_adapters: bool = True
+    weights: str = "auto"
 
     @property
     def head_label(self) -> str:
@@ -154,6 +159,8 @@ class InferJob:
         if self.collapsed is not None and self.collapsed not in POLICIES:
             raise ValueError(f"InferJob.collapsed must be None or one of {POLICIES}, not {self.collapsed!r}")
         check_precision(self.precision, "InferJob.precision")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"InferJob.weights must be one of {', '.join(WEIGHTS)}, not {self.weights!r}")
 
 
 @dataclass(frozen=True)
@@ -166,6 +173,7 @@ class _Plan:
     bucket_lengths: tuple[int, ...]
     kind: Kind = field(default_factory=Encoder)  # bound to the tokenizer (model_kind)
     base: str | None = None  # an adapter checkpoint's base folder (model_kind)
+    weights: str | None = None  # the width the model's weights load at (weights_for); None: as saved
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     multi_host: bool = False  # True: every host runs predict(); the replicas clear, agree and wait (see predict)
 
@@ -202,18 +210,14 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
     checked = preflight(folder, max_len=job.max_len, device=rt.backend.device, target=job.head_label,
                         tokenizer=tokenizer, read_head=bool(kind.head))
     check_inference(job.precision, rt.backend.device)
-    if base is not None:  # adapters trained on 8/4-bit weights load onto the base that way: a device that takes them
-        from .models import adapters, memory
-
-        width = adapters.read_record(job.checkpoint).get("weights")
-        for device in memory.replica_devices(rt.backend.hardware, rt.world_size) if width else ():
-            memory.check_width(width, device)
+    precision = rt.backend.resolve_precision(job.precision)  # once, here: every replica gets this object
+    weights = weights_for(job, rt, precision, kind, folder, base)  # the memory plan, printed; refused if it cannot fit
     check_outputs(job, rt)  # what the merge at the end needs, before any work
     with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
         tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR, tokenizer, kind)
         checked.check_tokens(folder, tokens.ids, job.test_csv)  # every id below the embedding's rows
         plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
-                     padded_lengths(tokens.lengths, job, rt), kind, base,
+                     padded_lengths(tokens.lengths, job, rt), kind, base, weights,
                      multi_host=rt.multi_host)
         del tokens  # the replicas map the folder; this process keeps no token of the test set
         heap.give_back_freed()  # what tokenizing freed, before a replica runs here (kitlib.run.heap)
@@ -221,10 +225,52 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
             shard_dir = storage.as_path(job.shard_dir)
             shard_dir.mkdir(parents=True, exist_ok=True)
             clear_shards(shard_dir)
-        launch(_mp_fn, plan, rt, start_method, precision=job.precision)
+        launch(_mp_fn, plan, rt, start_method, precision=precision)
     if job.output_csv is None or not holds_global_rank0(rt):
         return None
     return merge_run(job, plan.run_id, rt.world_size)
+
+
+def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, folder: str,
+                base: str | None, say=print) -> str | None:
+    """The width the replicas load the model's weights at, with each replica's memory plan printed (one line a
+    device) for a kind that plans its memory (:attr:`kitlib.models.kinds.Kind.plans_memory`: decoders); None
+    (weights as saved) for the others. The same rule as training's (:func:`kitlib.run.backends.precision.resolve_weights`,
+    at inference: no LoRA state, one layer's activations for ``batch_size`` x ``max_len``).
+
+    An adapter checkpoint trained on 8/4-bit weights (its record's ``weights``,
+    :mod:`kitlib.models.adapters`) loads its base at that width: ``job.weights`` is ``"auto"`` or it. Adapters
+    trained on 16/32-bit weights may load onto a base in 8 or 4 bits (never merged into it then).
+
+    Args:
+        folder: the folder whose ``config.json`` describes the model (:func:`config_folder`).
+        base: an adapter checkpoint's base folder, else None.
+
+    Raises:
+        ValueError: 8/4-bit weights asked of an encoder, or of a device that is not CUDA
+            (:func:`kitlib.models.memory.check_width`); a width other than the one an adapter checkpoint's base
+            was quantized to; a plan that does not fit a device (the figure and the fix:
+            :func:`kitlib.models.memory.check_fits`). Nothing has started then.
+    """
+    from .models import adapters, memory
+    from .run.backends.precision import resolve_weights
+
+    if not kind.plans_memory:
+        if job.weights in memory.QUANTIZED:
+            raise ValueError(f"weights={job.weights!r}: {job.checkpoint} is an {kind.name}, which loads as saved; "
+                             "8-bit and 4-bit weights are for decoders (kitlib.models.memory); use weights='auto'")
+        return None
+    requested = job.weights
+    recorded = adapters.read_record(job.checkpoint).get("weights") if base is not None else None
+    if recorded:
+        if requested not in ("auto", recorded):
+            raise ValueError(f"weights={requested!r}: {job.checkpoint}'s adapters were trained on its base in "
+                             f"{recorded} ({adapters.RECORD_FILE}), so the base loads that way; use weights='auto' "
+                             f"or {recorded!r}")
+        requested = recorded
+    devices = memory.replica_devices(rt.backend.hardware, rt.world_size)
+    return resolve_weights(requested, precision, memory.shape_of(folder), devices, batch=job.batch_size,
+                           length=job.max_len, train=False, say=say).width
 
 
 def check_outputs(job: InferJob, rt: Runtime) -> None:
@@ -397,6 +443,8 @@ def _mp_fn(replica, plan: _Plan) -> None:
     """
     from torch.utils.data import DistributedSampler
 
+    from .models import adapters
+
     job = plan.job
     rank, world = replica.rank, replica.world_size
     run_id = plan.run_id
@@ -415,7 +463,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
     positions, probs = predict_rows(model, tokens, rows, plan, replica, kind)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
              "seconds": round(time.perf_counter() - start, 3), "device": replica.device_name(),
-             "precision": replica.precision.name, **replica.compile_stats()}
+             "precision": replica.precision.name, "weights": adapters.loaded_width(model), **replica.compile_stats()}
     ids = read_ids(job.test_csv)
     done = rows[positions]
 
@@ -435,18 +483,21 @@ def load_for_inference(plan: _Plan, replica) -> tuple[Kind, object]:
     """``(kind, model)``: the plan's model loaded as its kind says, its head float32, on the replica's device.
 
     An adapter checkpoint (``plan.base`` set) loads the base once and the adapters on top, merged into
-    its weights when ``job.merge_adapters`` (:func:`kitlib.models.adapters.load_adapted`; adapters trained on
-    8/4-bit weights: the base quantized the same way on the replica's device, never merged). The kind
+    its weights when ``job.merge_adapters`` (:func:`kitlib.models.adapters.load_adapted`). The weights load at the
+    plan's width (:func:`weights_for`): 16-bit as that dtype; 8/4-bit quantized by bitsandbytes on the replica's
+    device (:func:`kitlib.models.adapters.load_quantized`), adapters on top never merged. The kind
     comes back bound to the model's head (:meth:`kitlib.models.kinds.Kind.bind_model`).
     """
     from .models import adapters
 
-    job, kind = plan.job, plan.kind
-    if plan.base is None:
-        model = kind.load(job.checkpoint, xla=replica.xla)
-    else:  # adapters trained on 8/4-bit weights: the base quantized onto the device as it loads, not merged
+    job, kind, width = plan.job, plan.kind, plan.weights
+    if plan.base is not None:  # 8/4-bit weights: the base quantized onto the device as it loads, not merged
         model = adapters.load_adapted(job.checkpoint, plan.base, kind, merge=job.merge_adapters, xla=replica.xla,
-                                      device=replica.device, precision=replica.precision)
+                                      device=replica.device, precision=replica.precision, width=width)
+    elif width in ("8bit", "4bit"):  # bitsandbytes quantizes as it loads, onto the device
+        model = adapters.load_quantized(kind, job.checkpoint, width, replica.precision.name, replica.device)
+    else:
+        model = kind.load(job.checkpoint, dtype=load_dtype(width), xla=replica.xla)
     kind = kind.bind_model(model)
     kind.keep_head_float32(model)
     return kind, model if adapters.quantized_width(model) else model.to(replica.device)

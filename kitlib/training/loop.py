@@ -268,6 +268,7 @@ def _load_model(replica, plan: Plan):
     import torch
 
     from ..models import adapters
+    from ..run.backends.precision import load_dtype
 
     job, kind = plan.job, plan.kind
     torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
@@ -276,8 +277,7 @@ def _load_model(replica, plan: Plan):
         model = adapters.load_quantized(kind, job.checkpoint, plan.weights.width, plan.precision.name, replica.device,
                                         head_for_training=True)
     else:
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.weights_dtype)
-        model = kind.load(job.checkpoint, dtype=dtype, xla=replica.xla, head_for_training=True)
+        model = kind.load(job.checkpoint, dtype=load_dtype(plan.weights_dtype), xla=replica.xla, head_for_training=True)
     if job.lora is None:
         recipes.prepare_model(model, plan.recipe)
     else:

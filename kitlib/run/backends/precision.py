@@ -398,6 +398,15 @@ def resolve_weights(requested: str, precision: Precision, shape, devices, *, bat
     return choice
 
 
+def load_dtype(width: str | None):
+    """The torch dtype a model's weights are loaded at for the weights' ``width``: ``torch.bfloat16`` /
+    ``torch.float16`` for ``"bf16"`` / ``"fp16"``; None (as saved, or bitsandbytes' own for ``"8bit"`` /
+    ``"4bit"``: :func:`quantization_config`) for the others and for None."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(width)
+
+
 def quantization_config(width: str | None, compute: str = "fp32"):
     """transformers' ``BitsAndBytesConfig`` for 8/4-bit weights (LLM.int8; NF4 with double quantisation, computing
     at ``compute``), to pass as ``from_pretrained(quantization_config=...)``; None for 16/32-bit weights.
