@@ -93,6 +93,7 @@ from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
 from kitlib.checkpoint import VALID_PREDICTIONS_FILE
 from kitlib.run.runtime import detect_runtime
 from kitlib.training.deadline import DeadlineError, fit_deadline, probe
+from kitlib.training.handoff import RELOAD_ROWS, check_predicted, refusal_marked
 from kitlib.training.job import TrainJob
 from kitlib.training.session import time_budget
 from kitlib.training.train import train
@@ -168,7 +169,7 @@ if measured is None:
 else:
     try:
         fit = fit_deadline(measured, left(), train_rows=trainable, epochs=epochs, valid_rows=scored, test_rows=test_rows,
-                           min_rows=min_train_rows)
+                           min_rows=min_train_rows, check_rows=min(RELOAD_ROWS, scored))
     except DeadlineError as e:  # refused before training: nothing written, nothing half-done
         raise DeadlineError(f"{e} (the probe: {measured})") from None
     print(("SHRUNK to fit the deadline: " if fit.shrunk else "") + fit.describe())
@@ -194,17 +195,28 @@ print(f"trained in {time.perf_counter() - t0:.0f} s; kept epoch {best['epoch']} 
       + (f"; stopped early: {history['stopped']}" if history["stopped"] else ""))
 
 # %% [markdown]
-# ## Hand-off check
+# ## Hand-off checks
 # Held-out predictions that say nothing (ROC AUC at most 0.5, or barely any spread) stop the run here: no
-# submission is better than a silently wrong one (`kitlib/outputs/collapse.py`).
+# submission is better than a silently wrong one (`kitlib/outputs/collapse.py`). Then the saved folder predicts
+# its first held-out rows again, through the same `predict` as the test set, and must give what the trained
+# model gave within the precision's tolerance (`kitlib/training/handoff.py`): else the folder is not the model.
 
 # %%
 kept_auc = epochs_df.loc[best["epoch"], "valid_auc"]
 held_preds = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
-held = collapse.check_ready(kept_auc, held_preds[label_col].to_numpy(), lr=history["recipe"]["lr"],
-                            recipe=history["recipe"]["name"], what="held-out", refuse=collapse.refuses_collapse(history["recipe"]["name"], model == TINY))
-print(held["problem"] or f"held-out ROC AUC {kept_auc:.4f} ({scored} rows); predictions: std {held['std']:.3f}, "
-      f"interquartile range {held['iqr']:.3f}")
+infer_job = InferJob(checkpoint=str(out_dir), test_csv=str(test_path), shard_dir=str(scratch / "shards" / "ttt"),
+                     output_csv=str(out_path), sample_submission=str(sample_path), batch_size=batch_size,
+                     max_len=max_len, precision=precision, prediction_column=column, label=label_col,
+                     text_col=text_col or None, kind=kind, prompt=prompt, weights=weights,
+                     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY))
+with refusal_marked(out_dir):
+    held = collapse.check_ready(kept_auc, held_preds[label_col].to_numpy(), lr=history["recipe"]["lr"],
+                                recipe=history["recipe"]["name"], what="held-out", refuse=collapse.refuses_collapse(history["recipe"]["name"], model == TINY))
+    print(held["problem"] or f"held-out ROC AUC {kept_auc:.4f} ({scored} rows); predictions: std {held['std']:.3f}, "
+          f"interquartile range {held['iqr']:.3f}")
+    again = check_predicted(infer_job, holdout_path, history["precision"], rt, start_method)
+print(f"predicted again: the first {again['rows']} held-out rows within {again['gap']:.2g} of the trained model's "
+      f"(tolerance {again['tolerance']:g} at {again['precision']})")
 
 # %% [markdown]
 # ## Predict the test set
@@ -212,12 +224,7 @@ print(held["problem"] or f"held-out ROC AUC {kept_auc:.4f} ({scored} rows); pred
 
 # %%
 t1 = time.perf_counter()
-result = predict(InferJob(checkpoint=str(out_dir), test_csv=str(test_path), shard_dir=str(scratch / "shards" / "ttt"),
-                          output_csv=str(out_path), sample_submission=str(sample_path), batch_size=batch_size,
-                          max_len=max_len, precision=precision, prediction_column=column, label=label_col,
-                          text_col=text_col or None, kind=kind, prompt=prompt,
-                          collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY)),
-                 rt, start_method)
+result = predict(infer_job, rt, start_method)
 print(f"wrote {result.output}: {result.num_rows:,} rows in {time.perf_counter() - t1:.0f} s")
 for note in result.notes:
     print(f"{'!' * 80}\n{note}\n{'!' * 80}" if note.startswith("WARNING") else f"note: {note}")

@@ -23,6 +23,8 @@ def test_estimate_counts_whole_batches_a_launch_each_and_the_held_out_rows_every
     # each; training keeps a step and LEAVE_S (30 s) in hand at its last stop decision (kitlib.training.session)
     assert estimate(PROBE, train_rows=1600, epochs=2, valid_rows=200, test_rows=1000) == (10 + 2 * (200 + 2) + 32, 10 + 10)
     assert estimate(PROBE, train_rows=1615, epochs=1, valid_rows=0, test_rows=0)[0] == 10 + 100 * 2 + 32  # drop_last
+    # the hand-off's 64 held-out rows predicted again first: a launch of their own and 64 x 10 ms
+    assert estimate(PROBE, train_rows=0, epochs=1, valid_rows=0, test_rows=1000, check_rows=64)[1] == (10 + 0.64) + (10 + 10)
 
 
 def test_the_run_is_as_asked_when_it_fits_or_there_is_no_deadline():
@@ -130,6 +132,7 @@ def test_the_kernel_trains_then_predicts_within_its_deadline_or_refuses_before_t
     out = _outputs(next((tmp_path / "run").glob("*/__notebook__.ipynb")))  # the executed notebook, as Kaggle keeps it
     assert re.search(r"test, labelled \(label\): trained first +40\n", out), out[-4000:]
     assert "probe (" in out and ": as asked" in out and "finished with" in out, out[-4000:]
+    assert re.search(r"predicted again: the first 64 held-out rows within \S+ of the trained model's", out), out[-4000:]
     sub = next((tmp_path / "run").rglob("submission.csv"))
     assert pd.read_csv(sub, dtype=str)["id"].tolist() == test["id"].tolist()
     late = _run_local(tmp_path / "late", *common, "-p", "time_budget_minutes", "0.05")

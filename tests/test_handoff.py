@@ -15,7 +15,7 @@ import torch
 
 from conftest import SAMPLE
 from kitlib.run.backends.precision import named
-from kitlib.training.handoff import HandoffMismatch, check_reload
+from kitlib.training.handoff import RELOAD_ROWS, HandoffMismatch, check_predicted, check_reload
 from kitlib.models.model import keep_head_float32, load_classifier, probabilities
 
 MAX_LEN = 32
@@ -63,3 +63,32 @@ def test_a_folder_that_is_not_the_trained_model_is_refused_naming_both_figures(s
     assert gap > 0.3
     with pytest.raises(ValueError, match="not 'auto'"):
         check_reload(other, held_out, saved, MAX_LEN, "auto")
+
+
+def test_the_test_time_kernels_check_predicts_the_saved_folder_again_through_predict(sharp_checkpoint, held_out, tmp_path):
+    """check_predicted (the test-time training kernel's hand-off): the saved folder predicts its first held-out rows
+    through predict(), the submission's path, within the precision's tolerance of what the run kept; the folder of
+    another run (its head flipped) is refused naming the gap, and the submission was not touched."""
+    from kitlib.checkpoint import VALID_PREDICTIONS_FILE
+    from kitlib.infer import InferJob
+    from kitlib.run.runtime import detect_runtime
+
+    folder = tmp_path / "run"
+    shutil.copytree(sharp_checkpoint, folder)
+    ids = [f"held:{i}" for i in range(len(held_out))]
+    pd.DataFrame({"id": ids[::-1], "comment_text": held_out[::-1]}).to_csv(tmp_path / "valid.csv", index=False)  # by id
+    kept = _predict(folder, held_out, "fp32")
+    assert kept.std() > 0.05
+    pd.DataFrame({"id": ids, "toxic": kept}).to_csv(folder / VALID_PREDICTIONS_FILE, index=False)
+    job = InferJob(checkpoint=str(folder), test_csv=str(SAMPLE / "test.csv"), shard_dir=str(tmp_path / "shards"),
+                   output_csv=str(tmp_path / "submission.csv"), max_len=MAX_LEN, precision="fp32")
+    ok = check_predicted(job, tmp_path / "valid.csv", "fp32", detect_runtime(1, "cpu"), rows=40)
+    assert ok["rows"] == 40 < RELOAD_ROWS and ok["gap"] < 1e-4 == ok["tolerance"], ok
+    tok, model = load_classifier(folder)
+    with torch.no_grad():
+        model.classifier.out_proj.weight.mul_(-1.0)
+    model.save_pretrained(folder)
+    with pytest.raises(HandoffMismatch, match=r"predicted again on the run's devices, it predicts the first 48 held-out "
+                                              r"rows up to 0\.[1-9]\d* away from the trained model \(both at fp32"):
+        check_predicted(job, tmp_path / "valid.csv", "fp32", detect_runtime(1, "cpu"))
+    assert not (tmp_path / "submission.csv").exists()

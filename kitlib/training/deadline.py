@@ -98,26 +98,31 @@ class Fit:
                 f"{self.predict_s / 60:.1f} min predicting ({left}; estimates x{SAFETY} must fit): {self.why}")
 
 
-def estimate(probe: Probe, *, train_rows: int, epochs: int, valid_rows: int, test_rows: int) -> tuple[float, float]:
+def estimate(probe: Probe, *, train_rows: int, epochs: int, valid_rows: int, test_rows: int,
+             check_rows: int = 0) -> tuple[float, float]:
     """``(train_s, predict_s)``: seconds to train ``epochs`` over ``train_rows`` rows (whole global batches, as
     ``drop_last`` trains them; the held-out rows scored every epoch; what the training loop keeps in hand at its
-    last stop decision, a step and :data:`kitlib.training.session.LEAVE_S`) and to predict ``test_rows``, a launch each."""
+    last stop decision, a step and :data:`kitlib.training.session.LEAVE_S`) and to predict ``test_rows``, a launch
+    each; ``check_rows``: the hand-off's held-out rows predicted again before that, a launch of their own
+    (:func:`kitlib.training.handoff.check_predicted`), counted in ``predict_s``."""
     from .session import LEAVE_S
 
     steps = train_rows // probe.global_batch
     train_s = probe.launch_s + epochs * (steps * probe.step_s + valid_rows * probe.row_s) + probe.step_s + LEAVE_S
-    return train_s, probe.launch_s + test_rows * probe.row_s
+    check_s = probe.launch_s + check_rows * probe.row_s if check_rows else 0.0
+    return train_s, check_s + probe.launch_s + test_rows * probe.row_s
 
 
 def fit_deadline(probe: Probe, left_s: float | None, *, train_rows: int, epochs: int, valid_rows: int, test_rows: int,
-                 min_rows: int) -> Fit:
+                 min_rows: int, check_rows: int = 0) -> Fit:
     """The run that trains and predicts within ``left_s`` seconds (the module's order: as asked, one epoch, fewer rows).
 
     Args:
         probe: the measured times (:func:`probe`).
         left_s: seconds left before the deadline; None: no deadline (the run as asked).
         train_rows: the training rows available; epochs: the epochs asked for.
-        valid_rows: held-out rows scored after every epoch; test_rows: rows to predict.
+        valid_rows: held-out rows scored after every epoch; test_rows: rows to predict; check_rows: the
+            hand-off's rows predicted again first (:func:`estimate`).
         min_rows: the fewest training rows worth a run.
 
     Returns:
@@ -127,7 +132,8 @@ def fit_deadline(probe: Probe, left_s: float | None, *, train_rows: int, epochs:
         DeadlineError: predicting alone does not fit, or fewer than ``min_rows`` rows would (the figures named).
     """
     def fit(n_epochs: int, rows: int, why: str) -> Fit:
-        t, p = estimate(probe, train_rows=rows, epochs=n_epochs, valid_rows=valid_rows, test_rows=test_rows)
+        t, p = estimate(probe, train_rows=rows, epochs=n_epochs, valid_rows=valid_rows, test_rows=test_rows,
+                        check_rows=check_rows)
         return Fit(n_epochs, rows, t, p, left_s, why, probe.launch_s)
 
     asked = fit(epochs, train_rows, "as asked")

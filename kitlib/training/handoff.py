@@ -28,12 +28,15 @@ from ..run.backends.precision import named
 from .loop import tokenize_rows
 
 
+RELOAD_ROWS = 64  # the first held-out rows predicted again (check_reload, check_predicted)
+
+
 class HandoffMismatch(RuntimeError):
     """The saved checkpoint does not predict what the in-memory model predicted."""
 
 
 def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndarray, max_len: int,
-                 precision: str, rows: int = 64, label: str = "toxic") -> dict:
+                 precision: str, rows: int = RELOAD_ROWS, label: str = "toxic") -> dict:
     """Reload ``checkpoint`` on the CPU and compare its predictions with the in-memory model's.
 
     Args:
@@ -63,15 +66,67 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
     kind, model, tok = reload(checkpoint, label)
     with torch.no_grad(), p.autocast():
         again = kind.probabilities(model, *tokenize_rows(kind, tok, list(texts[:n]), max_len)).numpy()
-    gap = float(np.abs(again - np.asarray(saved, dtype=np.float64)[:n]).max()) if n else 0.0
+    return compare(checkpoint, np.asarray(saved, dtype=np.float64)[:n], again, p, "reloaded")
+
+
+def compare(checkpoint, saved: np.ndarray, again: np.ndarray, p, how: str) -> dict:
+    """``{"rows", "gap", "tolerance", "precision"}`` of the trained model's predictions ``saved`` against the saved
+    folder's ``again`` (float ``[rows]`` each, the same rows), held to ``p``'s reload tolerance.
+
+    Raises:
+        HandoffMismatch: the largest gap is above it (both figures, and ``how`` the folder predicted, named).
+    """
+    n = len(saved)
+    gap = float(np.abs(np.asarray(again, dtype=np.float64) - saved).max()) if n else 0.0
     result = {"rows": n, "gap": gap, "tolerance": p.reload_tolerance, "precision": p.name}
     if not gap <= p.reload_tolerance:
         raise HandoffMismatch(
-            f"{checkpoint}: reloaded, it predicts the first {n} held-out rows up to {gap:.3g} away from the trained "
+            f"{checkpoint}: {how}, it predicts the first {n} held-out rows up to {gap:.3g} away from the trained "
             f"model (both at {p.name}; a correct reload stays within {p.reload_tolerance:g}, "
             "kitlib.run.backends.precision.RELOAD_TOLERANCE). The folder is not the model that was trained: train again, "
             "and check that nothing else writes this folder")
     return result
+
+
+def check_predicted(job, valid_csv: str | os.PathLike, precision: str, rt, start_method: str = "fork",
+                    rows: int = RELOAD_ROWS) -> dict:
+    """The saved folder ``job.checkpoint`` predicted again through :func:`kitlib.infer.predict`, the path the
+    submission takes (its replicas and devices, the weights' width, adapters merged or not), on the first ``rows``
+    held-out rows the training run kept predictions of (:data:`kitlib.checkpoint.VALID_PREDICTIONS_FILE`),
+    compared as :func:`check_reload` compares (the test-time training kernel's hand-off: nothing loads on the
+    CPU of the notebook's process).
+
+    Args:
+        job: the :class:`kitlib.infer.InferJob` the submission is predicted with (its test set, outputs and
+            sample submission are replaced here by the held-out rows and a temporary folder).
+        valid_csv: the run's held-out CSV (``TrainJob.valid_csv``: the texts of those rows, by id).
+        precision: the run's compute precision as recorded (``train_history.json``'s ``precision``).
+
+    Returns:
+        As :func:`check_reload`.
+
+    Raises:
+        HandoffMismatch: the gap is above the precision's tolerance.
+    """
+    import dataclasses
+    import tempfile
+
+    import pandas as pd
+
+    from ..checkpoint import VALID_PREDICTIONS_FILE
+    from ..data import read_csv_checked
+    from ..infer import predict
+
+    kept = pd.read_csv(Path(job.checkpoint) / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False).iloc[:rows]
+    texts = read_csv_checked(valid_csv, text_col=job.text_col).set_index("id")["text"]
+    with tempfile.TemporaryDirectory(prefix="kitlib-reload-") as tmp:
+        pd.DataFrame({"id": kept["id"], "text": texts.loc[kept["id"]].to_numpy()}).to_csv(Path(tmp) / "rows.csv", index=False)
+        predict(dataclasses.replace(job, test_csv=str(Path(tmp) / "rows.csv"), text_col="text", shard_dir=str(Path(tmp) / "shards"),
+                                    output_csv=str(Path(tmp) / "again.csv"), sample_submission=None, collapsed="warn"),
+                rt, start_method)
+        again = pd.read_csv(Path(tmp) / "again.csv", dtype={"id": str}, keep_default_na=False)
+    return compare(job.checkpoint, kept[job.head_label].to_numpy(np.float64), again[job.prediction_column].to_numpy(),
+                   named(precision, "cpu"), "predicted again on the run's devices")
 
 
 def reload(checkpoint: str | os.PathLike, label: str = "toxic"):

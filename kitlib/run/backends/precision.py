@@ -70,11 +70,14 @@ hand-off, :mod:`kitlib.training.handoff`).
                          figure and the fix. Every replica takes the narrowest width any device needs.
 ``"fp32"/"bf16"/"fp16"`` as asked, when it fits (refused with the figure and the width that would fit)
 ``"8bit"/"4bit"``        bitsandbytes (LLM.int8, NF4), CUDA only: refused on TPU (no XLA backend) and CPU
-                         (not planned there), saying why; computing at the compute precision; LoRA only
+                         (not planned there), saying why; computing at the compute precision; training
+                         them needs LoRA (frozen weights)
 =======================  =================================================================================
 
-Before any replica starts the plan of each device is printed, one line each
-(:meth:`WeightsChoice.lines`).
+Training (:func:`kitlib.training.plan.memory_plan`) and inference (:func:`kitlib.infer.weights_for`, which
+also keeps an adapter checkpoint's quantized base at its recorded width) ask the same rule; before any
+replica starts the plan of each device is printed, one line each (:meth:`WeightsChoice.lines`), and the
+replicas load the weights at the width (:func:`load_dtype`, :func:`quantization_config`).
 
 torch_xla also changes precision behind the program's back when ``XLA_USE_BF16``,
 ``XLA_DOWNCAST_BF16`` or ``XLA_USE_FP16`` is set (old Kaggle TPU notebooks set the first): every
