@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/decoder_inference.py --model tiny --rows 400
     .venv/bin/python benchmarks/decoder_inference.py --model smollm2 --rows 200 --cache-dir /tmp/smolcache
 
-One run, same model (loaded once, before the replicas fork), same rows (the sample's test.csv,
-cycled), same precision (the precision rule's ``auto`` for this CPU), three ways:
+One run, same model (loaded once, before the replicas fork, its weights at the width ``predict`` loads it at:
+the compute precision's, :func:`kitlib.infer.weights_for`), same rows (the sample's test.csv, cycled), same
+precision (the precision rule's ``auto`` for this CPU), three ways:
 
 * **plain**: one process with every thread; batches of 32 rows in file order, each padded to its
   longest row (``tokenizer(..., padding=True)``), ``sigmoid(model(...).logits)``;
@@ -115,7 +116,7 @@ def measure(args) -> None:
 
     from kitlib.models.kinds import kind_for
     from kitlib.run.balance import split_by_tokens, token_batches, token_imbalance
-    from kitlib.run.backends.precision import resolve
+    from kitlib.run.backends.precision import load_dtype, resolve
     from kitlib.run.hardware import precision_hardware
 
     ckpt = checkpoint(args)
@@ -123,7 +124,7 @@ def measure(args) -> None:
     tok = kind.load_tokenizer(ckpt)
     kind = kind.bind(tok)
     precision = resolve(args.precision, precision_hardware("cpu"), "cpu")
-    model = kind.load(ckpt)
+    model = kind.load(ckpt, dtype=load_dtype(precision.name))  # the width predict() loads a decoder at (weights auto)
     kind.keep_head_float32(model)
     texts = texts_of(args.rows)
     lengths = np.array([len(x) for x in tok(texts, truncation=True, max_length=args.max_len)["input_ids"]])
