@@ -73,7 +73,7 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.params`: notebook parameters checked against their defaults' types.
   * :mod:`kitlib.metrics`: ROC AUC, and why it is undefined (the one rule for labels of one class).
   * :mod:`kitlib.sample`: the bundled sample, recognised by its content wherever it lies.
-  * :mod:`kitlib.compat`: torch_xla / transformers / Keras version drift, in one place.
+  * :mod:`kitlib.compat`: torch_xla / transformers version drift, in one place; :mod:`kitlib.compat.keras`: Keras's.
   * :mod:`kitlib.locks`: the kit's one lock mechanism: one run per output folder, shared records changed under a lock.
   * :mod:`kitlib.notebook`: run a notebook with papermill, a kit refusal printed as one short block (``python -m kitlib.notebook``).
   * ``python -m kitlib`` (:mod:`kitlib.__main__`): ``merge``, ``blend`` and ``cascade`` on the command line.

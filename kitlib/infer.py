@@ -117,10 +117,8 @@ class InferJob:
             record names (the one it was trained on). Refused when it is not that base (its fingerprint).
         merge_adapters: fold an adapter checkpoint's LoRA matrices into the base's weights once loaded (a
             plain model, as fast as the base); False: keep them beside it (peft's ``PeftModel``).
-        weights: the width a decoder's weights are loaded at (:data:`kitlib.run.backends.precision.WEIGHTS`):
-            ``"auto"`` (the compute precision's where each replica's memory plan fits, else 8-bit, then 4-bit on
-            CUDA; an adapter checkpoint trained on 8/4-bit weights: that width), or one width; checked and printed
-            per device before any replica starts (:func:`weights_for`). Encoders load as saved: 8/4 bits refused.
+        weights: ``"auto"`` or one width of :data:`kitlib.run.backends.precision.WEIGHTS` for a decoder's weights
+            (the one weights rule), planned per device before any replica starts (:func:`weights_for`).
     """
 
     checkpoint: str
@@ -196,7 +194,8 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
             the run (``max_len`` above its positions, token ids past its embedding, a head whose labels
             do not name ``prediction_column``, an attention the device lacks: :func:`kitlib.models.limits.preflight`),
             an unknown or removed ``precision`` (``"int8"``), a sample submission that does not fit the
-            test set (:func:`check_outputs`), or a bad test CSV (file, row, field named); nothing started then.
+            test set (:func:`check_outputs`), a memory plan that does not fit (:func:`weights_for`), or a bad
+            test CSV (file, row, field named); nothing started then.
         FileNotFoundError: no such sample submission (or test file); nothing started.
         kitlib.run.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
         kitlib.outputs.merge.MergeError: the shards cannot give a correct submission, or another run's
@@ -233,24 +232,13 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
 
 def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, folder: str,
                 base: str | None, say=print) -> str | None:
-    """The width the replicas load the model's weights at, with each replica's memory plan printed (one line a
-    device) for a kind that plans its memory (:attr:`kitlib.models.kinds.Kind.plans_memory`: decoders); None
-    (weights as saved) for the others. The same rule as training's (:func:`kitlib.run.backends.precision.resolve_weights`,
-    at inference: no LoRA state, one layer's activations for ``batch_size`` x ``max_len``).
-
-    An adapter checkpoint trained on 8/4-bit weights (its record's ``weights``,
-    :mod:`kitlib.models.adapters`) loads its base at that width: ``job.weights`` is ``"auto"`` or it. Adapters
-    trained on 16/32-bit weights may load onto a base in 8 or 4 bits (never merged into it then).
-
-    Args:
-        folder: the folder whose ``config.json`` describes the model (:func:`config_folder`).
-        base: an adapter checkpoint's base folder, else None.
+    """The width the replicas load a decoder's weights at, by the one weights rule at inference
+    (:func:`kitlib.run.backends.precision.resolve_weights`, ``train=False``), each device's plan printed; None
+    (as saved) for a kind that plans no memory (encoders). A base quantized in training keeps that width.
 
     Raises:
-        ValueError: 8/4-bit weights asked of an encoder, or of a device that is not CUDA
-            (:func:`kitlib.models.memory.check_width`); a width other than the one an adapter checkpoint's base
-            was quantized to; a plan that does not fit a device (the figure and the fix:
-            :func:`kitlib.models.memory.check_fits`). Nothing has started then.
+        ValueError: 8/4 bits for an encoder or off CUDA; another width than an adapter checkpoint's quantized
+            one; a plan that does not fit (the figure and the fix). Nothing has started then.
     """
     from .models import adapters, memory
     from .run.backends.precision import resolve_weights
@@ -480,13 +468,9 @@ def _mp_fn(replica, plan: _Plan) -> None:
 
 
 def load_for_inference(plan: _Plan, replica) -> tuple[Kind, object]:
-    """``(kind, model)``: the plan's model loaded as its kind says, its head float32, on the replica's device.
-
-    An adapter checkpoint (``plan.base`` set) loads the base once and the adapters on top, merged into
-    its weights when ``job.merge_adapters`` (:func:`kitlib.models.adapters.load_adapted`). The weights load at the
-    plan's width (:func:`weights_for`): 16-bit as that dtype; 8/4-bit quantized by bitsandbytes on the replica's
-    device (:func:`kitlib.models.adapters.load_quantized`), adapters on top never merged. The kind
-    comes back bound to the model's head (:meth:`kitlib.models.kinds.Kind.bind_model`).
+    """``(kind, model)``: the plan's model loaded as its kind says at the plan's weights width (:func:`weights_for`),
+    an adapter checkpoint's base once with the adapters on top (:func:`kitlib.models.adapters.load_adapted`), its
+    head float32, on the replica's device; the kind bound to the model's head (:meth:`kitlib.models.kinds.Kind.bind_model`).
     """
     from .models import adapters
 

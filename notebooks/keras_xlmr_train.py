@@ -84,7 +84,7 @@ import pandas as pd
 from kitlib import paths, storage
 from kitlib.data import read_csv_checked
 from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
-from kitlib.compat import keras_guarded
+from kitlib.compat.keras import keras_guarded
 from kitlib.metrics import auc_text, check_two_classes, one_class_reason, slice_name
 from kitlib.training.plots import plot_roc, save_figure
 from kitlib.keras.data import make_dataset, predict_probabilities, row_weights, write_submission
@@ -166,7 +166,7 @@ print(f"{preset}: {model.count_params():,} parameters ({trainable:,} trainable);
 # %% [markdown]
 # ## Train
 # Fixed shapes: every training and validation batch is `[global_batch, max_len]` (the remainder
-# is dropped). Under JAX a failed `fit` restores the model's state (`kitlib.compat.keras_guarded`).
+# is dropped). Under JAX a failed `fit` restores the model's state (`kitlib.compat.keras.keras_guarded`).
 
 # %%
 weights = None if pos_weight is None else row_weights(y_train, pos_weight)

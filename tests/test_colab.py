@@ -25,9 +25,9 @@ OPTIONAL = {
     "fsspec": "shards or submissions at URLs only (the [storage] extra)",
     "tensorboardX": "tracker=\"tensorboard\" only (kitlib/training/runs.py: pip install tensorboardX, said when missing)",
     "IPython": "the notebook kernel itself (ipykernel brings it)",
-    "keras": "the Keras side only (kitlib/compat.py's Keras functions import it lazily)",
-    "keras_hub": "the Keras side only (kitlib/compat.py)",
-    "keras_nlp": "the Keras side only (kitlib/compat.py, older images)",
+    "keras": "the Keras side only (kitlib/compat/keras.py imports it lazily)",
+    "keras_hub": "the Keras side only (kitlib/compat/keras.py)",
+    "keras_nlp": "the Keras side only (kitlib/compat/keras.py, older images)",
     "all_minilm_l6_v2": "model='all-minilm-l6-v2' only (installed with --no-deps, requirements/pretrained.txt)",
 }
 
@@ -68,6 +68,16 @@ def test_colab_extra_lists_what_the_torch_notebooks_import():
             if not names & wanted:
                 missing[m] = sorted(names)
         assert not missing, f"{name}: imports {missing}, which `pip install -e kit[colab]` does not bring"
+
+
+def test_pyproject_packages_are_every_package_of_the_kit():
+    """A sub-package left out of pyproject's ``packages`` is missing from a ``pip install kit`` (a wheel, not the
+    editable checkout): ``kitlib.compat`` became a package (its Keras side split off) and must be listed."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for top in ("kitlib", "kaggle_kit")
+             for p in (ROOT / top).rglob("__init__.py")}
+    assert listed == found, f"pyproject.toml [tool.setuptools] packages: missing {sorted(found - listed)}, " \
+                            f"stale {sorted(listed - found)}"
 
 
 @pytest.mark.slow

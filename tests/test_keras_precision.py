@@ -48,7 +48,7 @@ res = {
     "in_unit_interval": bool(((p >= 0) & (p <= 1)).all()),
 }
 from kitlib.keras.data import predict_probabilities
-from kitlib.compat import keras_hub_xlmr as hub
+from kitlib.compat.keras import keras_hub_xlmr as hub
 
 probs = predict_probabilities(model, texts[:40], pre, 16)
 res["pp_dtype"], res["pp_max_diff"] = str(probs.dtype), float(np.abs(probs - p[:40, 0]).max())

@@ -250,8 +250,9 @@ def test_vendored_cell_carries_kitlib_and_comes_after_the_parameters(tmp_path):
 
 def test_the_inference_kernel_is_thin():
     """The inference notebook's vendored cell carries inference's wing only (no kitlib.training, no kitlib.cv,
-    followed through lazy imports too, nor the packaged checkpoints' converters: kaggle_kit.vendor.NOT_VENDORED)
-    and stays at most 150 K characters (issue 31); the training kernel carries training and cv."""
+    followed through lazy imports too, nor the packaged checkpoints' converters: kaggle_kit.vendor.NOT_VENDORED,
+    nor the Keras side's version drift) and stays at most 150 K characters (issue 31); the training kernel
+    carries training and cv."""
     from kaggle_kit.vendor import vendor_cell_source
 
     files = kernels.kitlib_files()
@@ -265,6 +266,7 @@ def test_the_inference_kernel_is_thin():
     assert {"infer.py", "checkpoint.py", "outputs/blend.py", "run/runtime.py"} <= thin
     assert {"training/train.py", "cv/groups.py"} <= set(closures["xla_ddp_train"])
     assert not {"models/e5_convert.py", "models/smollm2.py"} & (thin | set(closures["xla_ddp_train"]))
+    assert "compat/keras.py" not in thin | set(closures["xla_ddp_train"])  # the Keras side's drift: its kernel's
     assert sizes["xla_multicore_inference"] <= 150_000 < sum(map(len, closures["xla_multicore_inference"].values()))
 
 

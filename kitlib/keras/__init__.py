@@ -12,6 +12,6 @@
 Shared with the torch side: the machine probe and the accelerator names
 (:mod:`kitlib.run.hardware`: ``"tpu"``, ``"cuda"``, ``"cpu"``), the CSV rules (:mod:`kitlib.data`),
 the paths (:mod:`kitlib.paths`), the submission merger (:mod:`kitlib.outputs.merge`) and version drift
-(:mod:`kitlib.compat`). Importing this package imports neither Keras nor a backend: a process
+(:mod:`kitlib.compat`; Keras's own in :mod:`kitlib.compat.keras`). Importing this package imports neither Keras nor a backend: a process
 holds one backend, chosen by :func:`kitlib.keras.runtime.keras_runtime` before Keras is imported.
 """

@@ -217,7 +217,7 @@ def predict_probabilities(model, texts: Sequence[str], preprocessor, global_batc
         ValueError: no texts; the model gives another output width or row count, or
             probabilities narrower than float32 (a bfloat16/float16 output layer).
     """
-    from ..compat import keras_guarded
+    from ..compat.keras import keras_guarded
 
     padded, n = pad_to_multiple(texts, global_batch)
     ds = make_dataset(padded, None, preprocessor, global_batch, drop_remainder=True)

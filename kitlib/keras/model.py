@@ -158,7 +158,7 @@ def build_classifier(cfg: KerasModelConfig, *, data_dir: str | os.PathLike, cach
     """
     import keras
 
-    from ..compat import keras_hub_xlmr
+    from ..compat.keras import keras_hub_xlmr
 
     h = keras_hub_xlmr()
     # Seed first: under TF, keras.utils.set_random_seed -> tf.random.set_seed clears the eager
@@ -303,7 +303,7 @@ def load_classifier(path: str | os.PathLike, *, scope: Callable[[], ContextManag
     """
     import keras
 
-    from ..compat import keras_hub_xlmr
+    from ..compat.keras import keras_hub_xlmr
 
     path = Path(path)
     pre_dir = path.parent / PREPROCESSOR_DIR

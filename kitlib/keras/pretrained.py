@@ -112,10 +112,10 @@ class HFPreprocessor:
 def _load_backbone(folder: Path):
     """keras-hub's backbone for the folder's ``model_type``, weights ported from ``model.safetensors``.
 
-    Through :func:`kitlib.compat.keras_hub_backbone_from_hf` (a folder without BERT's pooler, as
+    Through :func:`kitlib.compat.keras.keras_hub_backbone_from_hf` (a folder without BERT's pooler, as
     multilingual-e5-small, keeps the backbone's initial pooler; the mean-pooled head never reads it).
     """
-    from ..compat import keras_hub_backbone_from_hf
+    from ..compat.keras import keras_hub_backbone_from_hf
 
     return keras_hub_backbone_from_hf(folder)
 
@@ -146,7 +146,7 @@ def build_pretrained_classifier(folder: str | os.PathLike, *, freeze_word_embedd
         ``BertForSequenceClassification`` reads it). The head's layers are named ``head_*``.
 
     Raises:
-        FileNotFoundError, ValueError: see :func:`kitlib.compat.keras_hub_backbone_from_hf`.
+        FileNotFoundError, ValueError: see :func:`kitlib.compat.keras.keras_hub_backbone_from_hf`.
     """
     from ..checkpoint import POOLING_KEY
 

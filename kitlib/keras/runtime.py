@@ -20,7 +20,7 @@ and a process holds one backend: call :func:`keras_runtime` (or :func:`select_ba
 anything imports ``keras`` or ``keras_hub``.
 
 The accelerator is named as everywhere in the kit (:data:`kitlib.run.hardware.ACCELERATOR_KINDS`:
-``"tpu"``, ``"cuda"``, ``"cpu"``). Keras / keras-hub version drift lives in :mod:`kitlib.compat`
+``"tpu"``, ``"cuda"``, ``"cpu"``). Keras / keras-hub version drift lives in :mod:`kitlib.compat.keras`
 (the keras-hub class names, the JAX trainer's state after a failed call).
 """
 from __future__ import annotations

@@ -31,7 +31,7 @@ from kitlib.keras.model import (  # noqa: E402
     load_classifier,
     save_classifier,
 )
-from kitlib.compat import keras_guarded as guarded  # noqa: E402
+from kitlib.compat.keras import keras_guarded as guarded  # noqa: E402
 from kitlib.keras.runtime import count_compiles  # noqa: E402
 
 DATA = ROOT / "data" / "jigsaw-sample"
