@@ -4,7 +4,8 @@
   2 replica processes run: both are terminated and joined before ``launch`` returns, and nothing
   they would have written appears afterwards (issue 21.4);
 * a replica that raises deep in its program: :class:`~kitlib.run.runtime.ReplicaError` names its rank
-  and carries, and shows, its whole traceback (not only the last line).
+  and carries, and shows, its whole traceback (not only the last line);
+* a torch_xla replica process killed by a signal (torch_xla says only ``BrokenProcessPool``): a ReplicaError too.
 """
 from __future__ import annotations
 
@@ -83,3 +84,22 @@ def test_sigint_to_the_parent_alone_stops_every_replica_before_launch_returns(tm
             os.kill(pid, 0)
     time.sleep(14)  # past the moment the replicas would have written
     assert not list(out.glob("late-*"))
+
+
+def crashing_program(replica, out):  # noqa: D103 - a replica program for the test below
+    if replica.rank == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)  # what a crash inside torch_xla's _XLAC does to its process
+    time.sleep(30)
+
+
+def test_an_xla_replica_process_killed_by_a_signal_is_a_replica_error(tmp_path):
+    """Seen once in CI: both PJRT CPU thread replicas segfaulted inside torch_xla
+    (``torch_xla::runtime::metrics::Counter::GetData``), and ``train`` raised only torch_xla's
+    ``BrokenProcessPool: A process in the process pool was terminated abruptly``. Now a ReplicaError names
+    the ranks, the likely causes and where to look, and nothing is merged."""
+    from kitlib.run.runtime import detect_runtime
+
+    with pytest.raises(ReplicaError, match=r"replica rank 0 failed: a torch_xla replica process of ranks 0-1 died "
+                                           r"without a Python error: killed by a signal") as e:
+        launch(crashing_program, str(tmp_path), detect_runtime(2, "xla-cpu"), "fork")
+    assert "dmesg" in str(e.value)
