@@ -24,9 +24,10 @@ of fork when the replica program is importable (a note says so).
 from __future__ import annotations
 
 import os
+from concurrent.futures.process import BrokenProcessPool
 
 from ... import compat
-from .base import global_rank, run_replica
+from .base import ReplicaError, global_rank, run_replica
 from .processes import start_processes
 
 
@@ -99,18 +100,14 @@ class XlaLaunch:
         process died without a Python error (torch_xla's pool says only ``BrokenProcessPool``): a signal, such as
         a crash inside torch_xla (a ``SIGSEGV`` in ``_XLAC``, seen once in 2 PJRT CPU thread replicas) or the
         out-of-memory killer; the rank is this host's first, as torch_xla does not say which died."""
-        from concurrent.futures.process import BrokenProcessPool
-
-        from .base import ReplicaError
-
         try:
             compat.xla_launch(run_replica, (fn, job, rt, start_method, precision), start_method)
         except BrokenProcessPool:
             first, last = global_rank(rt, 0), global_rank(rt, rt.num_replicas - 1)
             raise ReplicaError(first, f"a torch_xla replica process of ranks {first}-{last} died without a Python "
                                "error: killed by a signal (a crash inside torch_xla or the PJRT runtime, or the "
-                               "out-of-memory killer: `dmesg` names it). Nothing was merged; run it again, and "
-                               "if it repeats, report it with dmesg's line") from None
+                               "out-of-memory killer: `dmesg` names it); run it again, and if it repeats, "
+                               "report it with dmesg's line") from None
 
     def rank_and_world(self, index: int, rt) -> tuple[int, int]:
         return compat.xla_rank(), compat.xla_world_size()
