@@ -202,8 +202,37 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
             shards are in ``shard_dir``; nothing written.
         kitlib.storage.CannotWrite: the shard or output folder cannot be written (checked before any
             replica starts), or the submission cannot be written at the end (full disk).
+        kitlib.locks.FolderLocked: another run writes the same shard folder or submission file, by whatever
+            name or link (:func:`output_locks`); nothing started.
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
+    with output_locks(job, rt):
+        return _predict(job, rt, start_method)
+
+
+def output_locks(job: InferJob, rt: Runtime) -> contextlib.ExitStack:
+    """The run's hold on what it writes: one lock for the shard folder and one for the submission file
+    (:func:`kitlib.locks.output_lock`, one per real folder or file, whatever link reaches it), taken in the
+    process that merges (:func:`kitlib.run.runtime.holds_global_rank0`); none for a remote ``shard_dir``.
+
+    Raises:
+        kitlib.locks.FolderLocked: another run writes the same shard folder or submission; nothing started.
+    """
+    from .locks import output_lock
+
+    stack = contextlib.ExitStack()
+    if not holds_global_rank0(rt):
+        return stack
+    with stack:
+        for target, what in ((job.shard_dir, "shard folder (shard_dir)"), (job.output_csv, "submission file (output_csv)")):
+            local = None if target is None else storage.as_path(target)
+            if isinstance(local, Path):
+                stack.enter_context(output_lock(local, what))
+        return stack.pop_all()
+
+
+def _predict(job: InferJob, rt: Runtime, start_method: str) -> MergeResult | None:
+    """:func:`predict`'s work, under :func:`output_locks`."""
     kind, tokenizer, base = model_kind(job)
     folder = config_folder(job.checkpoint, base)
     checked = preflight(folder, max_len=job.max_len, device=rt.backend.device, target=job.head_label,

@@ -4,8 +4,13 @@ Two uses:
 
 * **One run per output folder at a time** (:func:`output_lock`): a training run
   (:func:`kitlib.training.train.train`) holds ``<folder>.lock`` beside its output folder for the whole
-  run, the file naming its holder (pid, host, command, start time, as JSON). A second run into the
-  same folder is refused before any work, naming the holder (:class:`FolderLocked`).
+  run, and an inference run (:func:`kitlib.infer.predict`) one beside its shard folder and one beside its
+  submission file; the file names its holder (pid, host, command, start time, as JSON). A second run into
+  the same folder is refused before any work, naming the holder (:class:`FolderLocked`).
+* **A lock belongs to the folder written, not to the name it was reached by** (:func:`lock_path`): every
+  link on the way is followed (:func:`os.path.realpath`, the rule writes follow too:
+  :func:`kitlib.atomic.real_target`), so ``artifacts/xlmr-toxic`` linked to a Drive folder and that Drive
+  folder by its own name take one lock, beside the real folder, as the run's state lives beside it.
 * **A shared record changed by several processes** (:func:`record_lock`): the runs table's
   read-change-replace (:mod:`kitlib.training.runs`) waits for ``.<name>.lock`` beside the record.
 
@@ -36,8 +41,10 @@ class FolderLocked(RuntimeError):
 
 
 def lock_path(folder: str | os.PathLike) -> Path:
-    """``<folder>.lock``, beside ``folder`` (a trailing slash does not matter)."""
-    folder = Path(os.path.abspath(folder))
+    """``<real>.lock`` beside ``real``, the folder (or file) that ``folder`` names once every link on the way is
+    followed (:func:`os.path.realpath`; it need not exist yet): one lock per real folder, whatever name or link
+    reaches it. A trailing slash does not matter."""
+    folder = Path(os.path.realpath(folder))
     return folder.with_name(folder.name + LOCK_SUFFIX)
 
 
@@ -112,8 +119,10 @@ def output_lock(folder: str | os.PathLike, what: str = "output folder") -> Itera
     if f is None:
         with contextlib.suppress(OSError), open(path, encoding="utf-8") as g:
             held = _read_holder(g)
+        real = os.path.realpath(folder)
+        via = f" (the folder {real}, which it links to)" if real != os.path.abspath(folder) else ""
         raise FolderLocked(
-            f"{what} {folder} is being written by another run: {describe(held)} holds {path}. "
+            f"{what} {folder}{via} is being written by another run: {describe(held)} holds {path}. "
             "Wait for it to end, or write elsewhere (another output folder)")
     try:
         old = _read_holder(f)
@@ -137,13 +146,13 @@ def record_lock(record: str | os.PathLike, wait_s: float) -> Iterator[Path]:
     Raises:
         TimeoutError: another process held it for ``wait_s`` seconds; names the lock and the fix.
     """
-    record = Path(record)
-    path = record.parent / f".{record.name}{LOCK_SUFFIX}"
+    real = Path(os.path.realpath(record))  # one lock per real file, whatever link reaches it (lock_path)
+    path = real.parent / f".{real.name}{LOCK_SUFFIX}"
     f = _take(path, wait_s)
     if f is None:
         raise TimeoutError(f"{record}: another process has held its lock {path} for {wait_s:g} s; wait for the "
                            "other run to finish writing, or remove the lock file if no process of the kit is running")
     try:
-        yield record
+        yield Path(record)
     finally:
         _release(path, f)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -90,3 +91,77 @@ def test_a_released_lock_leaves_no_file_and_a_waiter_takes_the_next_one(tmp_path
     t.join(10)
     assert order == ["first", "second"]
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # both lock files removed
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 39.1: one lock per real folder, whatever name or link reaches it
+# ---------------------------------------------------------------------------------------------
+def _linked(tmp_path, name="xlmr-toxic", folder=True):
+    """``artifacts/<name>``, a link to ``drive/<name>`` (Colab's Drive mount): the folder (or file) written, which
+    need not exist yet. Returns ``(link, real)``."""
+    (tmp_path / "drive").mkdir(exist_ok=True)
+    (tmp_path / "artifacts").mkdir(exist_ok=True)
+    link, real = tmp_path / "artifacts" / name, tmp_path / "drive" / name
+    link.symlink_to(real, target_is_directory=folder)
+    return link, real
+
+
+def test_a_folder_reached_through_a_link_and_by_its_own_name_takes_one_lock(tmp_path):
+    """On the old lock (keyed by os.path.abspath) the second holder took artifacts/xlmr-toxic.lock and both ran."""
+    linked, real = _linked(tmp_path)
+    assert lock_path(linked) == lock_path(real) == tmp_path / "drive" / "xlmr-toxic.lock"
+    with output_lock(real):
+        with pytest.raises(FolderLocked, match=rf"output folder {linked} \(the folder {real}, which it links to\) "
+                                               rf"is being written by another run: pid {os.getpid()}"):
+            with output_lock(linked):
+                pass
+    with output_lock(linked) as path:  # and the other way round
+        assert path == tmp_path / "drive" / "xlmr-toxic.lock"
+        with pytest.raises(FolderLocked):
+            with output_lock(real):
+                pass
+    assert sorted(p.name for p in (tmp_path / "drive").iterdir()) == []  # no lock left
+
+
+def test_a_record_reached_through_a_link_takes_the_real_records_lock(tmp_path):
+    from kitlib.locks import record_lock
+
+    _linked(tmp_path, "runs.csv", folder=False)
+    with record_lock(tmp_path / "artifacts" / "runs.csv", 10):
+        assert (tmp_path / "drive" / ".runs.csv.lock").is_file()
+        with pytest.raises(TimeoutError, match="another process has held its lock"):
+            with record_lock(tmp_path / "drive" / "runs.csv", 0.1):
+                pass
+
+
+def test_training_through_a_link_into_a_held_folder_is_refused(tmp_path):
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.training.job import TrainJob
+    from kitlib.training.train import train
+
+    linked, real = _linked(tmp_path)
+    job = TrainJob(checkpoint=str(tmp_path / "no-model"), train_csv=str(SAMPLE / "train.csv"),
+                   valid_csv=str(SAMPLE / "validation.csv"), out_dir=str(linked))
+    with output_lock(real):
+        with pytest.raises(FolderLocked, match="training output folder .* is being written by another run"):
+            train(job, detect_runtime(1, "cpu"))
+    assert not real.exists()
+
+
+@pytest.mark.parametrize("held", ["shards", "submission"])
+def test_predict_into_a_shard_folder_or_submission_another_run_holds_is_refused(tmp_path, held):
+    """The inference notebook's outputs are locked as training's are (on the old predict nothing was locked:
+    it went on to load the model, here a missing one, and failed on that instead)."""
+    from kitlib.infer import InferJob, predict
+    from kitlib.run.runtime import detect_runtime
+
+    shards, _ = _linked(tmp_path, "shards")
+    submission, _ = _linked(tmp_path, "submission.csv", folder=False)
+    job = InferJob(checkpoint=str(tmp_path / "no-model"), test_csv=str(SAMPLE / "test.csv"), shard_dir=str(shards),
+                   output_csv=str(submission), sample_submission=str(SAMPLE / "sample_submission.csv"))
+    real = tmp_path / "drive" / ("shards" if held == "shards" else "submission.csv")
+    what = "shard folder (shard_dir)" if held == "shards" else "submission file (output_csv)"
+    with output_lock(real):
+        with pytest.raises(FolderLocked, match=rf"{re.escape(what)} .* is being written by another run"):
+            predict(job, detect_runtime(1, "cpu"))
+    assert sorted(p.name for p in (tmp_path / "drive").iterdir()) == []  # nothing written, no lock left
