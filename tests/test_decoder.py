@@ -197,6 +197,76 @@ def test_adapter_refuses_another_base(lora_run, folders):
         adapters.load_adapted(lora_run["out"], other, lora_run["kind"])
 
 
+def _another_copy(src: Path, dst: Path, *, perturb: str | None = None, config=None) -> Path:
+    """``src`` copied to ``dst``: the same files, or with the tensors named ``perturb`` drawn again (another
+    fine-tune of the same shape: same config bytes, same file sizes), or with ``config.json`` rewritten by
+    ``config`` (a dict -> dict)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    if perturb:
+        weights = dst / "model.safetensors"
+        tensors = load_file(weights)
+        gen = torch.Generator().manual_seed(1)
+        for name in tensors:
+            if perturb in name:
+                tensors[name] = tensors[name] + 0.01 * torch.randn(tensors[name].shape, generator=gen).to(tensors[name].dtype)
+        save_file(tensors, weights, metadata={"format": "pt"})
+        assert weights.stat().st_size == (src / "model.safetensors").stat().st_size
+    if config:
+        (dst / "config.json").write_text(json.dumps(config(json.loads((src / "config.json").read_text())), indent=4))
+    return dst
+
+
+def test_adapters_refuse_another_fine_tune_of_the_same_shape_naming_the_tensors(lora_run, tmp_path):
+    """Issue 39.2: a base of the same config and file sizes whose weights differ is another base (the old check, by
+    config bytes and file sizes, loaded these adapters on it silently)."""
+    other = _another_copy(lora_run["folder"], tmp_path / "llama-cls-seed2", perturb="layers.0.mlp")
+    with pytest.raises(ValueError, match=r"trained on the base .*llama-cls, not on .*llama-cls-seed2, which holds another "
+                                         r"model \(weights differ in 3 tensor\(s\): model\.layers\.0\.mlp\.down_proj\.weight"):
+        adapters.load_adapted(lora_run["out"], other, lora_run["kind"])
+
+
+def test_adapters_load_on_the_same_weights_whose_config_was_written_again(lora_run, tmp_path):
+    """Issue 39.2: the same weights, config.json re-saved by another transformers version (keys in another order,
+    another version, ``torch_dtype`` for ``dtype``, a default value left out, other spacing), are the same base:
+    the adapters load and predict as before (the old check refused them as another base)."""
+    def resaved(c):
+        c = {k: c[k] for k in reversed(list(c))}
+        c["transformers_version"] = "4.57.1"
+        c["torch_dtype"] = c.pop("dtype", "float32")
+        c.pop("use_cache", None)
+        return c
+
+    same = _another_copy(lora_run["folder"], tmp_path / "llama-cls-resaved", config=resaved)
+    assert (same / "config.json").read_bytes() != (lora_run["folder"] / "config.json").read_bytes()
+    model = adapters.load_adapted(lora_run["out"], same, lora_run["kind"], merge=True)
+    with torch.no_grad():
+        again = lora_run["kind"].probabilities(model, **lora_run["batch"])
+    torch.testing.assert_close(again, lora_run["probs"], atol=1e-5, rtol=1e-4)
+
+
+def test_a_real_config_difference_is_named(lora_run, tmp_path):
+    other = _another_copy(lora_run["folder"], tmp_path / "llama-cls-eps", config=lambda c: {**c, "rms_norm_eps": 0.001})
+    with pytest.raises(ValueError, match=r"which holds another model \(config rms_norm_eps: 1e-0\d then, 0\.001 now\)"):
+        adapters.check_base(lora_run["out"], other)
+
+
+def test_identity_is_the_content_not_the_files(lora_run, tmp_path):
+    """The same tensors written into other shards are the same model (:mod:`kitlib.models.identity`)."""
+    from kitlib.models import identity
+
+    folder = lora_run["folder"]
+    model = lora_run["kind"].load(folder)
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="200KB")
+    (tmp_path / "sharded" / "config.json").write_text((folder / "config.json").read_text())
+    assert len(list((tmp_path / "sharded").glob("*.safetensors"))) > 1
+    assert identity.differences(identity.identity(folder), identity.identity(tmp_path / "sharded")) == []
+    assert identity.digest(identity.identity(folder)) == identity.digest(identity.identity(tmp_path / "sharded"))
+
+
 def test_memory_plan_refuses_too_big_and_accepts_tiny(folders):
     from transformers import Qwen3Config
 

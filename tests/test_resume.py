@@ -421,6 +421,28 @@ def test_a_run_cut_off_from_model_a_is_not_continued_from_model_b(sharp_checkpoi
     assert resume.read_run(resume.state_dir(out)) == state  # the cut-off run's state, untouched
 
 
+def test_a_starting_model_is_identified_by_its_content(sharp_checkpoint, tmp_path):
+    """Issue 39.2: the same weights whose config.json was written again (another transformers version: order,
+    version, spacing) are the same starting model; another fine-tune of the same shape, same config bytes and
+    file sizes, is not (the old fingerprint, by config bytes and sizes, said the opposite in both cases)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    resaved, other = tmp_path / "resaved", tmp_path / "other"
+    shutil.copytree(sharp_checkpoint, resaved)
+    config = json.loads((resaved / "config.json").read_text())
+    (resaved / "config.json").write_text(json.dumps({**dict(reversed(config.items())), "transformers_version": "4.57.1"}))
+    shutil.copytree(sharp_checkpoint, other)
+    tensors = load_file(other / "model.safetensors")
+    name = next(n for n in sorted(tensors) if n.endswith("dense.weight"))
+    tensors[name] = tensors[name].flip(0).contiguous()
+    save_file(tensors, other / "model.safetensors", metadata={"format": "pt"})
+    prints = {p.name: resume.model_identity(p, "train_history.json")[0] for p in (sharp_checkpoint, resaved, other)}
+    assert (other / "model.safetensors").stat().st_size == (sharp_checkpoint / "model.safetensors").stat().st_size
+    assert prints["resaved"] == prints[sharp_checkpoint.name] != prints["other"], prints
+
+
 def _fold_files(tmp_path: Path, k: int) -> tuple[Path, Path]:
     """Fold 0 of ``k`` of the first 120 sample rows, written where the training notebook writes a fold's
     two CSVs (the same paths for any K: only their rows differ)."""

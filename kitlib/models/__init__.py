@@ -9,5 +9,6 @@
 * :mod:`kitlib.models.mean_pooling`: the mean-pooled BERT classifier (multilingual-e5).
 * :mod:`kitlib.models.kinds`: the model kind (encoder, decoder, answer tokens): one table of small objects.
 * :mod:`kitlib.models.adapters`: LoRA adapters through peft: wrap, save (adapters + head), load on the base.
+* :mod:`kitlib.models.identity`: what a base model is: its content (sampled tensors, config values), not its files' bytes.
 * :mod:`kitlib.models.memory`: a memory plan per device before any replica starts, and its refusal.
 """

@@ -2,9 +2,9 @@
 
 A fold's output is then megabytes, not the base model: :func:`save_adapter` writes peft's
 ``adapter_config.json`` + ``adapter_model.safetensors`` (the LoRA matrices and the trained head,
-peft's ``modules_to_save``) and :data:`RECORD_FILE`, which names the base (its folder and
-:func:`fingerprint`) and the kind. :func:`load_adapted` loads the base once and the adapters on
-top (or merged into its weights), after checking that fingerprint.
+peft's ``modules_to_save``) and :data:`RECORD_FILE`, which names the base (its folder and its content:
+:func:`kitlib.models.identity.identity`) and the kind. :func:`load_adapted` loads the base once and the
+adapters on top (or merged into its weights), after checking that it is the same model (:func:`check_base`).
 
 What trains (:func:`wrap`): the LoRA matrices of :attr:`LoraSpec.target_modules` (peft's
 ``"all-linear"``: every ``Linear`` but the output embedding) and the kind's head
@@ -13,15 +13,15 @@ answer-token form trains adapters only); every other weight is frozen.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import identity
+
 RECORD_FILE = "kitlib-adapter.json"
 ADAPTER_CONFIG = "adapter_config.json"  # peft's; its presence makes a folder an adapter checkpoint
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 
 @dataclass(frozen=True)
@@ -38,33 +38,6 @@ class LoraSpec:
         if self.r < 1 or self.alpha <= 0 or not 0 <= self.dropout < 1:
             raise ValueError(f"LoraSpec(r={self.r}, alpha={self.alpha}, dropout={self.dropout}): need r >= 1, "
                              "alpha > 0 and 0 <= dropout < 1")
-
-
-SAMPLED_BLOCK = 1 << 16  # fingerprint(sampled=True): bytes read at each of 4 places of every weight file
-
-
-def fingerprint(base: str | os.PathLike, *, sampled: bool = False) -> str:
-    """sha256 (hex) of ``base``'s ``config.json`` bytes and its weight files' names and sizes (cheap: no weight is read).
-
-    ``sampled``: also hash :data:`SAMPLED_BLOCK` bytes at the start, a third, two thirds and the end of every
-    weight file (256 KiB a file, whatever its size): two fine-tunes of one base have the same config and
-    sizes, never the same weights there (a training run's state records this one: :mod:`kitlib.training.resume`).
-
-    Raises:
-        FileNotFoundError: ``base`` has no ``config.json``.
-    """
-    base = Path(base)
-    h = hashlib.sha256((base / "config.json").read_bytes())
-    for f in sorted(base.iterdir()):
-        if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES):
-            size = f.stat().st_size
-            h.update(f"{f.name}:{size}\n".encode())
-            if sampled:
-                with open(f, "rb") as r:
-                    for at in (0, size // 3, 2 * size // 3, max(0, size - SAMPLED_BLOCK)):
-                        r.seek(at)
-                        h.update(r.read(SAMPLED_BLOCK))
-    return h.hexdigest()
 
 
 def is_adapter(path: str | os.PathLike) -> bool:
@@ -119,8 +92,8 @@ def save_adapter(model, out_dir: str | os.PathLike, *, base: str | os.PathLike, 
     """Write only the adapters and the head of the wrapped ``model`` to ``out_dir``, with the base's record.
 
     Written atomically (:func:`kitlib.atomic.atomic_dir`): peft's ``adapter_config.json`` and
-    ``adapter_model.safetensors``, and :data:`RECORD_FILE` (``base``: the folder, ``base_fingerprint``,
-    ``kind``, ``label``, ``lora``).
+    ``adapter_model.safetensors``, and :data:`RECORD_FILE` (``base``: the folder, ``base_identity``: what it
+    holds, :func:`kitlib.models.identity.identity`; ``kind``, ``label``, ``lora``).
 
     Returns:
         ``out_dir``.
@@ -143,7 +116,7 @@ def write_adapter(model, folder: str | os.PathLike, *, base: str | os.PathLike, 
     state = {n: p.detach().cpu() for n, p in model.named_parameters() if p.requires_grad}
     model.save_pretrained(folder, state_dict=state)
     (Path(folder) / RECORD_FILE).write_text(json.dumps({
-        "base": str(Path(base).resolve()), "base_fingerprint": fingerprint(base),
+        "base": str(Path(base).resolve()), "base_identity": identity.identity(base),
         "kind": kind.name, "label": kind.label, "lora": asdict(spec), "weights": quantized_width(model),
     }, indent=1))
 
@@ -204,17 +177,35 @@ def read_record(adapter_dir: str | os.PathLike) -> dict:
 
 
 def check_base(adapter_dir: str | os.PathLike, base: str | os.PathLike) -> None:
-    """Refuse a base other than the one the adapters were trained on.
+    """Refuse a base other than the model the adapters were trained on, by content (:mod:`kitlib.models.identity`):
+    the same weights whose ``config.json`` another transformers version wrote are the same base; another
+    fine-tune of the same shape is not.
 
     Raises:
-        ValueError: the fingerprints differ (naming both folders and both fingerprints).
+        ValueError: ``base`` holds another model; names both folders and what differs (config values, tensors).
     """
     record = read_record(adapter_dir)
-    got = fingerprint(base)
-    if got != record["base_fingerprint"]:
-        raise ValueError(f"{adapter_dir}: these adapters were trained on the base {record['base']} (fingerprint "
-                         f"{record['base_fingerprint'][:12]}), not on {base} (fingerprint {got[:12]}); "
-                         "give the base they were trained on")
+    if "base_identity" not in record:  # a record of kit versions before issue 39: names and sizes only
+        return _check_legacy(adapter_dir, base, record)
+    differ = identity.differences(record["base_identity"], identity.identity(base))
+    if differ:
+        raise ValueError(f"{adapter_dir}: these adapters were trained on the base {record['base']}, not on {base}, which "
+                         f"holds another model ({'; '.join(differ)}); give the base they were trained on (base_model=...)")
+
+
+def _check_legacy(adapter_dir, base, record: dict) -> None:
+    """A ``base_fingerprint`` record (config.json bytes, weight files' names and sizes). Delete when no adapter
+    checkpoint of a kit before issue 39 is in use (they predate December 2026)."""
+    import hashlib
+
+    h = hashlib.sha256((Path(base) / "config.json").read_bytes())
+    for f in sorted(Path(base).iterdir()):
+        if f.is_file() and f.name.endswith(identity.WEIGHT_SUFFIXES):
+            h.update(f"{f.name}:{f.stat().st_size}\n".encode())
+    if h.hexdigest() != record["base_fingerprint"]:
+        raise ValueError(f"{adapter_dir}: these adapters were trained on the base {record['base']}, not on {base}: its "
+                         "config.json or weight files differ from the record (an older kit's, which holds no content); "
+                         "give the base they were trained on, or train the adapters again")
 
 
 def load_adapted(adapter_dir: str | os.PathLike, base: str | os.PathLike, kind, *, merge: bool = False,

@@ -58,7 +58,7 @@ STATE_SUFFIX = ".state"
 RUN_FILE = "run.json"
 TENSORS_FILE = "tensors.pt"
 WEIGHTS_FILE = "model.pt"
-STATE_FORMAT = 3  # 3: Settings record the run's model and validation rows (issue 33)
+STATE_FORMAT = 4  # 3: Settings record the run's model and validation rows (issue 33); 4: its content (issue 39.2)
 RESUME_MODES = ("auto", "never")
 
 
@@ -89,7 +89,7 @@ class Settings:
         train_rows, valid_rows: fingerprints of the training and validation rows (:func:`rows_fingerprint`:
             file content and row limit; a fold's rows, pseudo-labelled rows added, are in them).
         model: the folder the run started from (``TrainJob.checkpoint``).
-        model_print: :func:`model_identity`'s fingerprint of it (16 hex digits: config and sampled weights).
+        model_print: :func:`model_identity`'s fingerprint of it (16 hex digits of its content).
         model_run: the ``run_id`` in that folder's history when it is kit-trained (a run continued from
             its own folder starts from itself), else None.
         fold: ``"fold i of K (cv <id>)"`` from ``TrainJob.tags`` for one fold of a cross-validation, else ``""``.
@@ -139,18 +139,18 @@ def rows_fingerprint(path: str | os.PathLike, limit: int | None) -> str:
 
 
 def model_identity(checkpoint: str | os.PathLike, history_file: str) -> tuple[str, str | None]:
-    """``(model_print, model_run)`` of a starting folder for :class:`Settings`: 16 hex digits of
-    :func:`kitlib.models.adapters.fingerprint` with ``sampled=True`` (its config, its weight files' names
-    and sizes, and 256 KiB of each: two fine-tunes of one base differ there), and the ``run_id`` of its
-    history when it is kit-trained (else None)."""
-    from ..models.adapters import fingerprint
+    """``(model_print, model_run)`` of a starting folder for :class:`Settings`: 16 hex digits of its content
+    (:func:`kitlib.models.identity.digest`: sampled tensors, so two fine-tunes of one base differ, and the same
+    weights whose config.json was written again do not), and the ``run_id`` of its history when it is
+    kit-trained (else None)."""
+    from ..models import identity
 
     history = Path(checkpoint) / history_file
     try:
         run_id = json.loads(history.read_text()).get("run_id") if history.is_file() else None
     except (ValueError, AttributeError):
         run_id = None
-    return fingerprint(checkpoint, sampled=True)[:16], run_id
+    return identity.digest(identity.identity(checkpoint)), run_id
 
 
 def fold_label(tags: dict) -> str:
