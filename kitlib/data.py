@@ -148,6 +148,7 @@ def iter_csv_checked(
     label_cols: tuple[str, ...] = (),
     limit: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
+    fields: tuple[str, ...] = (),
 ) -> Iterator[pd.DataFrame]:
     """:func:`read_csv_checked`, chunk by chunk: the same checks, the same columns.
 
@@ -167,20 +168,20 @@ def iter_csv_checked(
         text_col = next((c for c in TEXT_COLUMNS if c in columns), None)
         if text_col is None:
             raise ValueError(f"{path}: no text column (looked for {', '.join(TEXT_COLUMNS)}; found {', '.join(columns)})")
-    for col in (id_col, text_col, *label_cols):
+    for col in (id_col, text_col, *label_cols, *fields):
         if col not in columns:
-            what = {id_col: "id_col", text_col: "text_col"}.get(col, "label_col")  # the notebooks' parameter naming it
+            what = {id_col: "id_col", text_col: "text_col", **dict.fromkeys(fields, "prompt")}.get(col, "label_col")  # the notebooks' parameter naming it
             raise ValueError(f"{path}: missing column {col!r} (found {', '.join(columns)}); name the file's column "
                              f"with the {what} parameter (docs/own-data.md)")
     seen, total = [], 0
-    for df in read_csv_strings(path, usecols=list(dict.fromkeys([id_col, text_col, *label_cols])), nrows=limit,
+    for df in read_csv_strings(path, usecols=list(dict.fromkeys([id_col, text_col, *label_cols, *fields])), nrows=limit,
                                chunk_rows=chunk_rows):
         ids = df[id_col]
         blank = ids.str.strip() == ""
         if blank.any():
             rows = (np.flatnonzero(blank.to_numpy()) + total + 1).tolist()[:5]
             raise ValueError(f"{path}: blank {id_col!r} at data row(s) {rows}")
-        out = pd.DataFrame({"id": ids, "text": df[text_col]})
+        out = pd.DataFrame({"id": ids, "text": df[text_col], **{f"field:{c}": df[c] for c in fields}})
         for col in label_cols:
             vals = pd.to_numeric(df[col], errors="coerce")
             bad = vals.isna() | (vals < 0) | (vals > 1)
@@ -204,6 +205,7 @@ def read_csv_checked(
     text_col: str | None = None,
     label_cols: tuple[str, ...] = (),
     limit: int | None = None,
+    fields: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     """Read a competition CSV and check the fields the kit relies on.
 
@@ -216,10 +218,12 @@ def read_csv_checked(
         text_col: the text column; None picks the first of ``content``, ``comment_text``, ``text``.
         label_cols: label columns that must be present, numeric and in [0, 1].
         limit: keep only the first ``limit`` rows (for quick runs).
+        fields: columns a model kind reads from each row besides its text
+            (:meth:`kitlib.models.kinds.Kind.row_columns`), kept as strings (:func:`row_fields`).
 
     Returns:
-        A DataFrame with columns ``id`` (str), ``text`` (str; blank text becomes ``""``) and the
-        label columns (float32), in file order, with a fresh 0-based index.
+        A DataFrame with columns ``id`` (str), ``text`` (str; blank text becomes ``""``), the
+        label columns (float32) and ``field:<name>`` per field (str), in file order, with a fresh 0-based index.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -227,8 +231,16 @@ def read_csv_checked(
             label is not a number in [0, 1]; the message names the file, the column and the data
             row (1-based, header not counted).
     """
-    chunks = list(iter_csv_checked(path, id_col=id_col, text_col=text_col, label_cols=label_cols, limit=limit))
+    chunks = list(iter_csv_checked(path, id_col=id_col, text_col=text_col, label_cols=label_cols, limit=limit,
+                                   fields=fields))
     return pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0].reset_index(drop=True)
+
+
+def row_fields(df: pd.DataFrame) -> list[dict] | None:
+    """The ``field:<name>`` columns of a checked frame (:func:`read_csv_checked`) as one ``{name: value}`` per row,
+    what :meth:`kitlib.models.kinds.Kind.encode` takes as ``rows``; None when there are none."""
+    cols = [c for c in df.columns if c.startswith("field:")]
+    return df[cols].rename(columns=lambda c: c[6:]).to_dict("records") if cols else None
 
 
 @dataclass(frozen=True)
@@ -415,16 +427,18 @@ def tokenize(tokenizer, texts: list[str], max_len: int, chunk_rows: int = CHUNK_
 
 
 def tokenize_csv(tokenizer, path: str | os.PathLike, folder: str | os.PathLike, max_len: int, *,
-                 text_col: str | None = None, chunk_rows: int = CHUNK_ROWS, prefix: str = "", encode=None) -> Tokens:
+                 text_col: str | None = None, chunk_rows: int = CHUNK_ROWS, prefix: str = "", encode=None,
+                 fields: tuple[str, ...] = ()) -> Tokens:
     """Read ``path`` (:func:`iter_csv_checked`) and tokenize it chunk by chunk into ``folder``.
 
     What :func:`tokenize` gives for the file's text column, written as :meth:`Tokens.save` writes it,
     with bounded memory: at any time one chunk's texts and encodings, the row lengths (8 bytes a
     row) and the ids being checked; the packed ids go to ``folder`` as they come. ``prefix`` is put
     before every text (:func:`kitlib.checkpoint.text_prefix`: ``"query: "`` for multilingual-e5-small).
-    ``encode``: None (the tokenizer, as :func:`tokenize`), or a callable ``texts -> (lengths, ids)``
+    ``encode``: None (the tokenizer, as :func:`tokenize`), or a callable ``(texts, rows) -> (lengths, ids)``
     as :meth:`kitlib.models.kinds.Kind.packed` gives them (a model kind's own rows: a prompt around the
-    text); the filler slot is then ``encode([""])``'s row.
+    text, ``rows`` each row's ``fields`` columns, :func:`row_fields`); the filler slot is then the empty
+    text's row with the first row's fields.
 
     Returns:
         ``Tokens.load(folder)`` (ids memory-mapped, not read back into memory).
@@ -435,15 +449,16 @@ def tokenize_csv(tokenizer, path: str | os.PathLike, folder: str | os.PathLike, 
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    lengths = []
+    lengths, first = [], None
     try:
         with open(folder / Tokens.IDS, "wb") as f:
-            for chunk in iter_csv_checked(path, text_col=text_col, chunk_rows=chunk_rows):
-                texts = [prefix + t for t in chunk["text"].tolist()]
-                n, ids = _encode(tokenizer, texts, max_len) if encode is None else encode(texts)
+            for chunk in iter_csv_checked(path, text_col=text_col, chunk_rows=chunk_rows, fields=fields):
+                texts, rows = [prefix + t for t in chunk["text"].tolist()], row_fields(chunk)
+                n, ids = _encode(tokenizer, texts, max_len) if encode is None else encode(texts, rows)
                 ids.astype("<i4", copy=False).tofile(f)
                 lengths.append(n)
-        filler = _filler(tokenizer, max_len) if encode is None else encode([prefix])[1]
+                first = first or (rows or [None])[:1]
+        filler = _filler(tokenizer, max_len) if encode is None else encode([prefix], first if fields else None)[1]
         _save_index(folder, _offsets(lengths), int(tokenizer.pad_token_id), filler)
     except BaseException:
         for name in (Tokens.IDS, Tokens.OFFSETS, Tokens.META):

@@ -195,7 +195,8 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
             do not name ``prediction_column``, an attention the device lacks: :func:`kitlib.models.limits.preflight`),
             an unknown or removed ``precision`` (``"int8"``), a sample submission that does not fit the
             test set (:func:`check_outputs`), a memory plan that does not fit (:func:`weights_for`), or a bad
-            test CSV (file, row, field named); nothing started then.
+            test CSV (file, row, field named), or a prompt field neither the test CSV nor the prompt's defaults
+            give (:meth:`kitlib.models.kinds.Prompt.columns`); nothing started then.
         FileNotFoundError: no such sample submission (or test file); nothing started.
         kitlib.run.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
         kitlib.outputs.merge.MergeError: the shards cannot give a correct submission, or another run's
@@ -234,6 +235,7 @@ def output_locks(job: InferJob, rt: Runtime) -> contextlib.ExitStack:
 def _predict(job: InferJob, rt: Runtime, start_method: str) -> MergeResult | None:
     """:func:`predict`'s work, under :func:`output_locks`."""
     kind, tokenizer, base = model_kind(job)
+    kind.row_columns(job.test_csv)  # a prompt field the test set gives nowhere: refused before any work
     folder = config_folder(job.checkpoint, base)
     checked = preflight(folder, max_len=job.max_len, device=rt.backend.device, target=job.head_label,
                         tokenizer=tokenizer, read_head=bool(kind.head))
@@ -318,7 +320,8 @@ def check_outputs(job: InferJob, rt: Runtime) -> None:
 def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None, kind: Kind | None = None) -> Tokens:
     """``job.test_csv`` checked and tokenized into ``folder`` (:func:`kitlib.data.tokenize_csv`) by
     ``tokenizer`` and ``kind`` (None: :func:`model_kind`'s, worked out here): the rows as the kind
-    renders them (:meth:`kitlib.models.kinds.Kind.packed`: its text prefix, the answer-token prompt).
+    renders them (:meth:`kitlib.models.kinds.Kind.packed`: its text prefix, the answer-token prompt with each
+    row's fields, :meth:`kitlib.models.kinds.Kind.row_columns`).
 
     Memory in the calling process stays bounded: chunks of :data:`kitlib.data.CHUNK_ROWS` rows,
     the packed ids written to ``folder`` as they come (the replicas map them).
@@ -326,7 +329,8 @@ def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None, kind: Kind | 
     if tokenizer is None or kind is None:
         kind, tokenizer, _ = model_kind(job)
     return tokenize_csv(tokenizer, job.test_csv, folder, job.max_len, text_col=job.text_col,
-                        encode=lambda texts: kind.packed(tokenizer, texts, job.max_len))
+                        fields=kind.row_columns(job.test_csv),
+                        encode=lambda texts, rows: kind.packed(tokenizer, texts, job.max_len, rows))
 
 
 def config_folder(checkpoint: str | os.PathLike, base: str | os.PathLike | None) -> str:
@@ -358,11 +362,11 @@ def model_kind(job: InferJob) -> tuple[Kind, object, str | None]:
 def what_the_model_sees(job: InferJob, row: int = 0) -> str:
     """What the model of ``job`` sees for row ``row`` of ``job.test_csv`` (:meth:`kitlib.models.kinds.Kind.seen`),
     to print before a run: the prompt and the text as tokenized, special tokens shown."""
-    from .data import read_csv_checked
+    from .data import read_csv_checked, row_fields
 
     kind, tokenizer, _ = model_kind(job)
-    text = read_csv_checked(job.test_csv, text_col=job.text_col, limit=row + 1)["text"].iloc[row]
-    return kind.seen(tokenizer, text, job.max_len)
+    df = read_csv_checked(job.test_csv, text_col=job.text_col, limit=row + 1, fields=kind.row_columns(job.test_csv))
+    return kind.seen(tokenizer, df["text"].iloc[row], job.max_len, **((row_fields(df) or [{}])[row]))
 
 
 def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult:

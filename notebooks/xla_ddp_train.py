@@ -106,7 +106,7 @@ from kitlib import compat, paths, storage
 from kitlib.outputs.collapse import check_ready, refuses_collapse
 from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
-from kitlib.data import kit_id_copy, read_csv_checked
+from kitlib.data import kit_id_copy, read_csv_checked, row_fields
 from kitlib.training.handoff import check_reload, mark_passed, refusal_marked
 from kitlib.models.model import TINY, resolve_checkpoint
 from kitlib.infer import InferJob, predict
@@ -116,6 +116,7 @@ from kitlib.cv.splits import SPLITS, english_holdout_split, holdout_split, resol
 from kitlib.metrics import auc_text
 from kitlib.checkpoint import VALID_PREDICTIONS_FILE
 from kitlib.training.job import TrainJob
+from kitlib.training.plan import bound_kind
 from kitlib.training.resume import state_dir
 from kitlib.training.runs import save_scores
 from kitlib.training.train import train
@@ -338,8 +339,10 @@ with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never 
     if scores is not None:
         check_ready(scores["roc_auc"], ml_pred[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scores["rows"], refuse=refuse)
     print(held["problem"] or f"{scored} predictions: std {held['std']:.3f}, interquartile range {held['iqr']:.3f}")
+    fields = row_fields(read_csv_checked(epoch_valid_path, text_col=text_col or None, limit=valid_limit or None,
+                                         fields=bound_kind(job)[0].row_columns(epoch_valid_path)))  # the prompt's per-row fields
     reload = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved[label_col].to_numpy(), max_len, history["precision"],
-                          label=label_col)
+                          label=label_col, fields=fields)
 print(f"reloaded checkpoint vs in-memory model on {reload['rows']} validation rows, both at {reload['precision']}: "
       f"max |diff| = {reload['gap']:.2e} (a correct reload stays within {reload['tolerance']:g})")
 mark_passed(out_dir, {"reload": reload, "predictions": held, "heldout_auc": scores and scores["roc_auc"]})  # ready: model="auto" may pick it

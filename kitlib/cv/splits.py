@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..atomic import MANIFEST, atomic_dir
-from ..data import read_csv_checked, read_csv_strings
+from ..data import TEXT_COLUMNS, csv_columns, read_csv_checked, read_csv_strings
 from ..metrics import hard_labels
 
 TRAIN_FILE = "train-en.csv"
@@ -333,8 +333,9 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
     rows of ``test_csv`` whose ``test_label_col`` is not empty, in file order), then the other training rows
     shuffled (``seed``): a run cut to its first N rows (``TrainJob.train_limit``, when the deadline calls for
     fewer) keeps the rows most like the test set, and a fair draw of the rest. Both parts have the columns
-    ``id`` (``train:<id>`` and ``test:<id>``: the two files' ids may overlap), ``text``, ``label_col`` and
-    ``source`` (``train`` or ``test``); ``out_dir`` (built atomically) holds ``train-and-labelled-test.csv``,
+    ``id`` (``train:<id>`` and ``test:<id>``: the two files' ids may overlap), ``text``, ``label_col``,
+    ``source`` (``train`` or ``test``) and every other column both files have (a prompt's per-row fields, such as
+    ``rule``: :meth:`kitlib.models.kinds.Prompt.columns`), as written; ``out_dir`` (built atomically) holds ``train-and-labelled-test.csv``,
     ``holdout-part.csv`` and ``split.json``.
 
     Args:
@@ -361,14 +362,17 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
     if not 0 < frac < 1:
         raise ValueError(f"holdout_frac={frac}: the held-out share of {train_csv.name}'s rows must be between 0 and 1 "
                          "(exclusive), e.g. 0.1")
-    train = read_csv_checked(train_csv, text_col=text_col, label_cols=(label_col,))
+    skip = {"id", "source", label_col, test_label_col, text_col, *TEXT_COLUMNS}
+    shared = tuple(c for c in csv_columns(train_csv) if c in csv_columns(test_csv) and c not in skip)
+    train = read_csv_checked(train_csv, text_col=text_col, label_cols=(label_col,), fields=shared)
     y = hard_labels(train[label_col].to_numpy())
     tr, ho = _stratified_holdout(np.arange(len(train)), y, frac, seed, f"among {len(y)}", train_csv, label_col,
                                  hint=" (holdout_frac, or more rows)")
-    labelled = _labelled_test_rows(test_csv, test_label_col, text_col, label_col)
+    labelled = _labelled_test_rows(test_csv, test_label_col, text_col, label_col, shared)
     part = lambda df, rows, source: pd.DataFrame({"id": f"{source}:" + df["id"].iloc[rows].astype(str).to_numpy(),
                                                   "text": df["text"].iloc[rows].to_numpy(),
-                                                  label_col: df[label_col].iloc[rows].to_numpy(), "source": source})
+                                                  label_col: df[label_col].iloc[rows].to_numpy(), "source": source,
+                                                  **{c: df[f"field:{c}"].iloc[rows].to_numpy() for c in shared}})
     shuffled = np.random.default_rng(seed).permutation(tr)
     training = pd.concat([part(labelled, np.arange(len(labelled)), "test"), part(train, shuffled, "train")], ignore_index=True)
     counts = {"train_rows": len(tr), "labelled_test_rows": len(labelled), "holdout_rows": len(ho)}
@@ -381,9 +385,11 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
     return (*paths, counts)
 
 
-def _labelled_test_rows(test_csv: Path, column: str, text_col: str | None, label_col: str) -> pd.DataFrame:
-    """The rows of ``test_csv`` with a label in ``column`` (``id``, ``text``, ``label_col``: float); none for ``""``."""
-    test = read_csv_checked(test_csv, text_col=text_col)
+def _labelled_test_rows(test_csv: Path, column: str, text_col: str | None, label_col: str,
+                        fields: tuple = ()) -> pd.DataFrame:
+    """The rows of ``test_csv`` with a label in ``column`` (``id``, ``text``, ``label_col``: float, and ``fields``
+    as :func:`kitlib.data.read_csv_checked` keeps them); none for ``""``."""
+    test = read_csv_checked(test_csv, text_col=text_col, fields=fields)
     if not column:
         return test.iloc[:0].assign(**{label_col: np.zeros(0)})
     columns = list(read_csv_strings(test_csv, nrows=0).columns)
@@ -398,4 +404,4 @@ def _labelled_test_rows(test_csv: Path, column: str, text_col: str | None, label
         row = int(np.flatnonzero(has)[np.argmax(bad.to_numpy())])
         raise ValueError(f"{test_csv}: column {column!r} (test_label_col) at data row {row + 1} is {values.iloc[row]!r}, "
                          "not a label: a number from 0 to 1, or empty for an unlabelled row")
-    return test.loc[has, ["id", "text"]].assign(**{label_col: labels.to_numpy(dtype=float)}).reset_index(drop=True)
+    return test.loc[has, ["id", "text", *(f"field:{c}" for c in fields)]].assign(**{label_col: labels.to_numpy(dtype=float)}).reset_index(drop=True)

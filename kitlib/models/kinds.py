@@ -44,6 +44,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -67,7 +69,8 @@ class Prompt:
     """The answer-token form's prompt: a ``str.format`` template with ``{text}`` and other fields.
 
     Attributes:
-        template: must contain ``{text}`` once; other ``{names}`` come from :attr:`fields` or the row.
+        template: must contain ``{text}`` once; other ``{names}`` come from each row's column, else :attr:`fields`
+            (:meth:`columns`: the rule); the row's text and fields are data (:func:`_template_ids`).
         fields: defaults for the other names (Jigsaw Agile Community Rules has a ``rule`` column;
             the kit's toxicity sample has none, so :data:`DEFAULT_RULE` stands in).
         yes, no: answer variants; each that the tokenizer makes a single token joins its set.
@@ -78,8 +81,30 @@ class Prompt:
     yes: tuple = ("Yes", " Yes", "yes", " yes", "YES", " YES")
     no: tuple = ("No", " No", "no", " no", "NO", " NO")
 
-    def parts(self, **row) -> tuple[str, str]:
-        """``(head, tail)``: the template around ``{text}``, other fields filled from defaults then ``row``.
+    @property
+    def names(self) -> tuple:
+        """The template's ``{names}`` other than ``{text}``, in order."""
+        return tuple(dict.fromkeys(f for _, f, _, _ in string.Formatter().parse(self.template) if f and f != "text"))
+
+    def columns(self, path) -> tuple:
+        """The :attr:`names` that CSV ``path`` has as columns: each row's own value is used (the one rule of a
+        template's fields; a name the file lacks takes its :attr:`fields` default).
+
+        Raises:
+            ValueError: a name neither a column of ``path`` nor in :attr:`fields` (file, name and fix named).
+        """
+        from ..data import csv_columns
+
+        found = csv_columns(path)
+        for name in self.names:
+            if name not in found and name not in dict(self.fields):
+                raise ValueError(f"{path}: the prompt template names {{{name}}}, but the file has no column {name!r} "
+                                 f"(found {', '.join(found)}) and Prompt.fields gives no default; add the column "
+                                 "or take the name out of the prompt")
+        return tuple(n for n in self.names if n in found)
+
+    def values(self, **row) -> dict:
+        """The :attr:`names`' values: :attr:`fields`' defaults, then ``row``'s (its ``text`` left out).
 
         Raises:
             ValueError: the template lacks ``{text}`` (or has it twice), or names a field given nowhere.
@@ -87,12 +112,17 @@ class Prompt:
         if self.template.count("{text}") != 1:
             raise ValueError(f"prompt template must contain {{text}} exactly once: {self.template!r}")
         values = {**dict(self.fields), **{k: v for k, v in row.items() if k != "text"}}
+        missing = [n for n in self.names if n not in values]
+        if missing:
+            raise ValueError(f"prompt template names {{{missing[0]}}}, which neither the row nor Prompt.fields "
+                             f"gives (fields: {sorted(values)}); add it to Prompt(fields=...) or the data")
+        return values
+
+    def parts(self, **row) -> tuple[str, str]:
+        """``(head, tail)``: the template around ``{text}``, its fields filled (:meth:`values`; its errors)."""
+        values = self.values(**row)
         head, tail = self.template.split("{text}")
-        try:
-            return head.format(**values), tail.format(**values)
-        except KeyError as e:
-            raise ValueError(f"prompt template names {{{e.args[0]}}}, which neither the row nor Prompt.fields "
-                             f"gives (fields: {sorted(values)}); add it to Prompt(fields=...) or the data") from None
+        return head.format(**values), tail.format(**values)
 
     def render(self, text: str, **row) -> str:
         """The whole prompt for one row (``str``)."""
@@ -150,14 +180,23 @@ class Kind:
         """The text a row becomes before tokenization."""
         return self.prefix + text
 
+    def row_columns(self, path) -> tuple:
+        """The columns of CSV ``path`` that :meth:`render` reads from each row besides its text (the answer-token
+        prompt's: :meth:`Prompt.columns`, which raises ValueError for a name given nowhere)."""
+        return ()
+
     def encode(self, tokenizer, texts, max_length: int, rows=None) -> dict:
         """Tokenize ``texts`` (``rows``: per-row fields, or None) into right-padded tensors.
+
+        A row is data: a special token's string in it is text (``split_special_tokens``), and a row that
+        gives no token (empty or blank, no bos) is read as :func:`_stand_in`'s tokens.
 
         Returns:
             ``{"input_ids", "attention_mask"}``: int64 ``[N, L]``, L the longest row (<= ``max_length``).
         """
         rendered = [self.render(t, **(r or {})) for t, r in zip(texts, rows or [None] * len(texts))]
-        return dict(tokenizer(rendered, truncation=True, max_length=max_length, padding=True, return_tensors="pt"))
+        return _padded(tokenizer, tokenizer(rendered, truncation=True, max_length=max_length,
+                                            split_special_tokens=True)["input_ids"], max_length)
 
     def seen(self, tokenizer, text: str, max_length: int, **row) -> str:
         """What the model sees for one row: its tokens decoded back (special tokens shown), with a header."""
@@ -215,16 +254,65 @@ class Kind:
         z = self.positive_logit(model, input_ids, attention_mask)
         return F.binary_cross_entropy_with_logits(z, labels.to(z.device, z.dtype), pos_weight=pos_weight)
 
-    def packed(self, tokenizer, texts, max_length: int):
-        """``texts`` as :meth:`encode` makes them, checked (:meth:`check_tokens`) and packed for
+    def packed(self, tokenizer, texts, max_length: int, rows=None):
+        """``texts`` (and ``rows``) as :meth:`encode` makes them, checked (:meth:`check_tokens`) and packed for
         :class:`kitlib.data.Tokens`: ``(lengths, ids)``, int64 ``[N]`` real tokens per row and int32
         ``[sum(lengths)]`` the rows' ids one after another (the padding dropped)."""
         import numpy as np
 
-        batch = self.encode(tokenizer, list(texts), max_length)
+        batch = self.encode(tokenizer, list(texts), max_length, rows)
         self.check_tokens(batch["input_ids"], batch["attention_mask"])
         mask = batch["attention_mask"].numpy().astype(bool)
         return mask.sum(axis=1).astype(np.int64), batch["input_ids"].numpy()[mask].astype(np.int32)
+
+
+def _stand_in(tokenizer) -> list:
+    """The ids of a row that gives no token: a space's, else the first of bos, eos, unk that is not the pad.
+
+    Raises:
+        ValueError: the tokenizer has none of them (name the fix).
+    """
+    ids = tokenizer(" ", add_special_tokens=False)["input_ids"] or [
+        i for i in (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id)
+        if i is not None and i != tokenizer.pad_token_id][:1]
+    if not ids:
+        raise ValueError("an empty row gives no token, and the tokenizer has no space, bos, eos or unk token but the "
+                         "pad to read it as; give the tokenizer a bos token")
+    return ids
+
+
+def _padded(tokenizer, seqs, max_length: int) -> dict:
+    """Rows of ids (an empty one as :func:`_stand_in`'s) right-padded into int64 ``input_ids``/``attention_mask``."""
+    import torch
+
+    seqs = [s or _stand_in(tokenizer)[:max_length] for s in seqs]
+    width = max(map(len, seqs), default=0)
+    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s, dtype=torch.long), 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _pieces(tokenizer, part: str) -> list:
+    """A template ``part`` split at the tokenizer's special tokens' strings: text, special, text, ..."""
+    specials = sorted({*tokenizer.all_special_tokens, *(t.content for t in tokenizer.added_tokens_decoder.values()
+                                                         if t.special)}, key=len, reverse=True)
+    return re.split("(" + "|".join(map(re.escape, specials)) + ")", part) if specials else [part]
+
+
+def _template_ids(tokenizer, pieces: list, values: dict, first: bool) -> list:
+    """The ids of a template part's :func:`_pieces`: its special tokens (the template's, not the data's) as their
+    ids, the text between, its fields filled from ``values``, tokenized as data (``split_special_tokens``);
+    ``first``: the tokenizer's own special tokens (bos) added as ``tokenizer(part)`` adds them."""
+    ids = []
+    for i, piece in enumerate(pieces):
+        if i % 2:
+            ids.append(tokenizer.convert_tokens_to_ids(piece))
+        elif piece or (first and i == 0):
+            ids += tokenizer(piece.format(**values), add_special_tokens=first and i == 0,
+                             split_special_tokens=True)["input_ids"]
+    return ids
 
 
 @dataclass(frozen=True)
@@ -410,30 +498,30 @@ class AnswerTokens(Kind):
     def config_keys(self) -> dict:
         return {KIND_KEY: self.name, PROMPT_KEY: self.prompt.template}
 
+    def row_columns(self, path) -> tuple:
+        return self.prompt.columns(path)
+
     def encode(self, tokenizer, texts, max_length: int, rows=None) -> dict:
-        """As :meth:`Kind.encode`, but a long text is cut inside the prompt, so ``"Answer:"`` always ends the row.
+        """As :meth:`Kind.encode` (each row's fields filled in, :meth:`Prompt.values`; the fields and the text
+        are data, the template's own special tokens are not), but a long text is cut inside the prompt, so
+        ``"Answer:"`` always ends the row.
 
         Raises:
-            ValueError: the prompt alone (without the text) takes ``max_length`` tokens or more.
+            ValueError: the prompt alone (without the text) takes ``max_length`` tokens or more; a field given nowhere.
         """
-        import torch
-
         seqs = []
+        pieces = [_pieces(tokenizer, p) for p in self.prompt.template.split("{text}")]
         for text, row in zip(texts, rows or [{}] * len(texts)):
-            head, tail = self.prompt.parts(**(row or {}))
-            head_ids = tokenizer(head)["input_ids"]
-            tail_ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
+            values = self.prompt.values(**(row or {}))  # the template checked: pieces are its head and tail
+            head_ids = _template_ids(tokenizer, pieces[0], values, True)
+            tail_ids = _template_ids(tokenizer, pieces[-1], values, False)
             room = max_length - len(head_ids) - len(tail_ids)
             if room < 1:
                 raise ValueError(f"answer-tokens: the prompt alone is {len(head_ids) + len(tail_ids)} tokens, no room "
                                  f"for the text within max_length={max_length}; raise max_length or shorten the template")
-            seqs.append(head_ids + tokenizer(self.prefix + text, add_special_tokens=False)["input_ids"][:room] + tail_ids)
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
-        return {"input_ids": ids, "attention_mask": mask}
+            text_ids = tokenizer(self.prefix + text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            seqs.append(head_ids + text_ids[:room] + tail_ids)
+        return _padded(tokenizer, seqs, max_length)
 
     def load(self, path, *, dtype=None, xla: bool = False, head_for_training: bool = False, quantization=None,
              device=None):

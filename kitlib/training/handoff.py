@@ -36,7 +36,7 @@ class HandoffMismatch(RuntimeError):
 
 
 def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndarray, max_len: int,
-                 precision: str, rows: int = RELOAD_ROWS, label: str = "toxic") -> dict:
+                 precision: str, rows: int = RELOAD_ROWS, label: str = "toxic", fields: list[dict] | None = None) -> dict:
     """Reload ``checkpoint`` on the CPU and compare its predictions with the in-memory model's.
 
     Args:
@@ -50,6 +50,8 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
         rows: how many of the first rows to predict again.
         label: the label trained (``TrainJob.label_col``): its head column is read as training read it
             (:func:`kitlib.models.model.prediction_column`).
+        fields: each text's prompt fields, as training read them (:func:`kitlib.data.row_fields` of the
+            held-out frame read with the kind's ``row_columns``); None: the prompt's defaults.
 
     Returns:
         ``{"rows", "gap", "tolerance", "precision"}``: the largest |difference| of the probabilities
@@ -65,7 +67,7 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
     n = min(rows, len(texts), len(saved))
     kind, model, tok = reload(checkpoint, label)
     with torch.no_grad(), p.autocast():
-        again = kind.probabilities(model, *tokenize_rows(kind, tok, list(texts[:n]), max_len)).numpy()
+        again = kind.probabilities(model, *tokenize_rows(kind, tok, list(texts[:n]), max_len, fields and fields[:n])).numpy()
     return compare(checkpoint, np.asarray(saved, dtype=np.float64)[:n], again, p, "reloaded")
 
 
@@ -115,12 +117,14 @@ def check_predicted(job, valid_csv: str | os.PathLike, precision: str, rt, start
 
     from ..checkpoint import VALID_PREDICTIONS_FILE
     from ..data import read_csv_checked
-    from ..infer import predict
+    from ..infer import model_kind, predict
 
     kept = pd.read_csv(Path(job.checkpoint) / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False).iloc[:rows]
-    texts = read_csv_checked(valid_csv, text_col=job.text_col).set_index("id")["text"]
+    fields = model_kind(job)[0].row_columns(valid_csv)  # the prompt's fields, carried with the texts
+    held = read_csv_checked(valid_csv, text_col=job.text_col, fields=fields).set_index("id").loc[kept["id"]]
     with tempfile.TemporaryDirectory(prefix="kitlib-reload-") as tmp:
-        pd.DataFrame({"id": kept["id"], "text": texts.loc[kept["id"]].to_numpy()}).to_csv(Path(tmp) / "rows.csv", index=False)
+        pd.DataFrame({"id": kept["id"], "text": held["text"].to_numpy(),
+                      **{c: held[f"field:{c}"].to_numpy() for c in fields}}).to_csv(Path(tmp) / "rows.csv", index=False)
         predict(dataclasses.replace(job, test_csv=str(Path(tmp) / "rows.csv"), text_col="text", shard_dir=str(Path(tmp) / "shards"),
                                     output_csv=str(Path(tmp) / "again.csv"), sample_submission=None, collapsed="warn"),
                 rt, start_method)

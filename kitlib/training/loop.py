@@ -60,7 +60,7 @@ from .plan import Plan
 from .runs import Tracker
 from ..atomic import atomic_write, real_target
 from ..checkpoint import HISTORY_FILE, save_checkpoint
-from ..data import plan_batches, read_csv_checked
+from ..data import plan_batches, read_csv_checked, row_fields
 from ..metrics import auc_text, slice_name
 from ..models.model import prediction_column
 
@@ -111,13 +111,14 @@ def merge_gathered(probs: np.ndarray, num_rows: int, world: int, batch_size: int
     return probs[keep][first].astype(np.float32)
 
 
-def tokenize_rows(kind, tokenizer, texts: list[str], max_len: int):
+def tokenize_rows(kind, tokenizer, texts: list[str], max_len: int, rows: list[dict] | None = None):
     """``(input_ids, attention_mask)``: int64 ``[len(texts), max_len]``, the rows as ``kind`` renders them
-    (:meth:`kitlib.models.kinds.Kind.encode`: its text prefix, the answer-token prompt), right-padded to
+    (:meth:`kitlib.models.kinds.Kind.encode`: its text prefix, the answer-token prompt with ``rows``' fields:
+    :func:`kitlib.data.row_fields`), right-padded to
     ``max_len`` (one training shape) and checked (:meth:`kitlib.models.kinds.Kind.check_tokens`)."""
     import torch.nn.functional as F
 
-    enc = kind.encode(tokenizer, texts, max_len)
+    enc = kind.encode(tokenizer, texts, max_len, rows)
     extra = max_len - enc["input_ids"].shape[1]
     ids = F.pad(enc["input_ids"], (0, extra), value=tokenizer.pad_token_id)
     mask = F.pad(enc["attention_mask"], (0, extra), value=0)
@@ -301,10 +302,11 @@ def _read_data(replica, job: TrainJob, tokenizer, kind) -> _Data:
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     labels = (job.label_col,)
-    train_df = read_csv_checked(job.train_csv, text_col=job.text_col, label_cols=labels, limit=job.train_limit)
-    valid_df = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=labels, limit=job.valid_limit)
+    train_df, valid_df = (read_csv_checked(path, text_col=job.text_col, label_cols=labels, limit=limit,
+                                           fields=kind.row_columns(path))
+                          for path, limit in ((job.train_csv, job.train_limit), (job.valid_csv, job.valid_limit)))
     train_set = TensorDataset(
-        *tokenize_rows(kind, tokenizer, train_df["text"].tolist(), job.max_len),
+        *tokenize_rows(kind, tokenizer, train_df["text"].tolist(), job.max_len, row_fields(train_df)),
         torch.tensor(train_df[job.label_col].to_numpy(np.float32)),
     )
     sampler = DistributedSampler(train_set, num_replicas=replica.world_size, rank=replica.rank, shuffle=True,
@@ -313,7 +315,7 @@ def _read_data(replica, job: TrainJob, tokenizer, kind) -> _Data:
     if len(loader) == 0:
         raise ValueError(f"{job.train_csv}: {len(train_df)} training rows give no full global batch of "
                          f"{job.batch_size} x {replica.world_size} replicas; lower batch_size or add rows")
-    valid_ids, valid_mask = tokenize_rows(kind, tokenizer, valid_df["text"].tolist(), job.max_len)
+    valid_ids, valid_mask = tokenize_rows(kind, tokenizer, valid_df["text"].tolist(), job.max_len, row_fields(valid_df))
     return _Data(train_df, valid_df, loader, sampler, valid_ids, valid_mask,
                  validation_rows(len(valid_df), replica.world_size, replica.rank, job.batch_size),
                  valid_df[job.label_col].to_numpy(np.float32))

@@ -192,12 +192,17 @@ def bound_kind(job: TrainJob) -> tuple[Kind, "object"]:
     its tokenizer, and the tokenizer.
 
     Raises:
-        ValueError: an unknown kind, or one ``"auto"`` cannot tell; a tokenizer the kind cannot read.
+        ValueError: an unknown kind, or one ``"auto"`` cannot tell; a tokenizer the kind cannot read; a prompt
+            field neither the training or validation CSV nor the prompt's defaults give
+            (:meth:`kitlib.models.kinds.Prompt.columns`).
     """
     from ..models.kinds import Prompt, kind_for
 
     kind = kind_for(job.checkpoint, job.kind, prompt=Prompt(template=job.prompt) if job.prompt else None,
                     label=job.label_col)
+    for path in (job.train_csv, job.valid_csv):
+        if Path(path).is_file():
+            kind.row_columns(path)  # a prompt field a CSV gives nowhere: refused before any work
     tokenizer = kind.load_tokenizer(job.checkpoint)
     return kind.bind(tokenizer), tokenizer
 
@@ -205,12 +210,12 @@ def bound_kind(job: TrainJob) -> tuple[Kind, "object"]:
 def _seen(job: TrainJob, kind: Kind, tokenizer) -> tuple[str, ...]:
     """What a decoder or answer-token model sees for the first training row (:meth:`kitlib.models.kinds.Kind.seen`),
     printed before the run (issue 32); nothing for encoders, whose rows are their text."""
-    from ..data import read_csv_checked
+    from ..data import read_csv_checked, row_fields
 
     if kind.name == "encoder":
         return ()
-    text = read_csv_checked(job.train_csv, text_col=job.text_col, limit=1)["text"].iloc[0]
-    return (kind.seen(tokenizer, text, job.max_len),)
+    df = read_csv_checked(job.train_csv, text_col=job.text_col, limit=1, fields=kind.row_columns(job.train_csv))
+    return (kind.seen(tokenizer, df["text"].iloc[0], job.max_len, **(row_fields(df) or [{}])[0]),)
 
 
 def memory_plan(job: TrainJob, rt, precision: Precision, kind: Kind) -> WeightsChoice | None:
