@@ -13,11 +13,12 @@ the test CSV once, in chunks, into a temporary folder the replicas map
 (:func:`kitlib.data.tokenize_csv`: this process keeps no text or token of the whole set), and
 chooses the padded lengths (:func:`kitlib.data.choose_bucket_lengths`) from the whole test set, so
 every replica compiles the same few shapes. Then one replica per
-device (:func:`kitlib.run.runtime.launch`) runs :func:`_mp_fn`: it takes its rows with
-``DistributedSampler(shuffle=False, drop_last=False)`` (which pads every rank to
-``ceil(N / world_size)`` rows by repeating the first rows), sorts them by length, runs fixed-shape
-``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.outputs.shards`), marking the
-sampler's padding rows. Last, the shards of this run alone are merged into the submission
+device (:func:`kitlib.run.runtime.launch`) runs :func:`_mp_fn`: it takes its rows split by tokens, not
+by row count (:func:`kitlib.run.balance.split_by_tokens` over the mapped lengths, the same pure split in
+every replica: each row on one rank exactly once, each rank about the same tokens, so no replica waits
+on one handed the long rows; its ``tokens`` are in :func:`replica_stats`), sorts them by length, runs
+fixed-shape ``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.outputs.shards`).
+Last, the shards of this run alone are merged into the submission
 (:func:`merge_run`: a shard of another run in the folder is refused, never merged).
 
 The model is asked of its kind (:mod:`kitlib.models.kinds`: encoder, decoder, answer tokens), never branched
@@ -58,6 +59,7 @@ import numpy as np
 from . import storage
 from .outputs import provenance
 from .run import heap
+from .run.balance import split_by_tokens
 from .run.backends.precision import check as check_precision
 from .run.backends.precision import WEIGHTS, Precision, check_float32_logits, check_inference, load_dtype
 from .outputs.collapse import POLICIES
@@ -69,7 +71,7 @@ from .models.kinds import Encoder, Kind
 from .models.model import check_ready_for_inference, find_checkpoints, resolve_checkpoint
 from .run.replica import PeerFailed
 from .run.runtime import Runtime, holds_global_rank0, launch
-from .outputs.shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
+from .outputs.shards import SHARD_RE, clear_shards, read_shard_info, write_shard
 from .outputs.submission_csv import NO_SAMPLE
 
 TOKENS_DIR = "tokens"  # kitlib.data.Tokens, in a local temporary folder of the calling process
@@ -429,8 +431,6 @@ def _mp_fn(replica, plan: _Plan) -> None:
         replica: the :class:`kitlib.run.replica.Replica` the launcher built.
         plan: the :class:`_Plan` from :func:`predict`.
     """
-    from torch.utils.data import DistributedSampler
-
     from .models import adapters
 
     job = plan.job
@@ -442,22 +442,21 @@ def _mp_fn(replica, plan: _Plan) -> None:
                 storage.as_path(job.shard_dir).mkdir(parents=True, exist_ok=True)
                 clear_shards(job.shard_dir)
         run_id = agreed_run_id(replica, run_id)
-    sampler = DistributedSampler(range(plan.num_rows), num_replicas=world, rank=rank, shuffle=False, drop_last=False)
-    rows = np.fromiter(iter(sampler), dtype=np.int64)
-    padding = sampler_padding(rank, world, plan.num_rows, len(rows))
     tokens = Tokens.load(plan.tokens_file)
+    rows = split_by_tokens(tokens.lengths, world)[rank]  # this rank's rows, by tokens (kitlib.run.balance)
     kind, model = load_for_inference(plan, replica)
     start = time.perf_counter()
     positions, probs = predict_rows(model, tokens, rows, plan, replica, kind)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
-             "seconds": round(time.perf_counter() - start, 3), "device": replica.device_name(),
+             "tokens": int(tokens.lengths[rows].sum()), "seconds": round(time.perf_counter() - start, 3),
+             "device": replica.device_name(),
              "precision": replica.precision.name, "weights": adapters.loaded_width(model), **replica.compile_stats()}
     ids = read_ids(job.test_csv)
     done = rows[positions]
 
     def write() -> None:
         write_shard(job.shard_dir, rank=rank, world_size=world, num_rows=plan.num_rows, rows=done,
-                    ids=ids[done], predictions={job.prediction_column: probs}, padding=padding[positions],
+                    ids=ids[done], predictions={job.prediction_column: probs}, padding=np.zeros(len(done), bool),
                     run_id=run_id, stats=stats)
 
     if not plan.multi_host:
@@ -525,7 +524,7 @@ def agreed_run_id(replica, run_id: str) -> str:
 
 
 def replica_stats(shard_dir: str | Path, run_id: str | None = None) -> list[dict]:
-    """Each shard's rank, rows and the figures its replica recorded (seconds, batches, compilations).
+    """Each shard's rank, rows and the figures its replica recorded (tokens, seconds, batches, compilations).
 
     Args:
         shard_dir: the run's ``InferJob.shard_dir``.
@@ -535,7 +534,8 @@ def replica_stats(shard_dir: str | Path, run_id: str | None = None) -> list[dict
 
     Returns:
         One dict per kit shard (a parquet file without the kit's metadata is left out), sorted
-        by file name: ``rank``, ``world_size``, ``run_id`` and the replica's stats.
+        by file name: ``rank``, ``world_size``, ``run_id`` and the replica's stats; ``tokens`` is the sum of
+        its rows' token counts after truncation (the split's measure, :func:`kitlib.run.balance.split_by_tokens`).
         ``xla_compiles`` is the replica's own count; ``xla_compiles_process`` (``xla-cpu``
         thread replicas) is the count of the process its threads share.
     """

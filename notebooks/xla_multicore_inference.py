@@ -13,12 +13,12 @@
 # one replica per device (8 TPU v5e chips, 2 T4 GPUs, or the CPU), and merges
 # the per-device prediction shards into a Kaggle submission with exactly one row per test row.
 #
-# * Each replica takes its rows with `DistributedSampler(shuffle=False, drop_last=False)`,
-#   runs fixed-shape `[batch_size, L]` batches for a few lengths `L` (no XLA recompilation at
-#   the tail), and writes its shard atomically. With no accelerator it runs eager torch, which
-#   is faster than XLA on a CPU.
-# * The merger drops the sampler's padding duplicates, checks that every row and every id is
-#   there, and writes the rows in `sample_submission.csv` order. It refuses, writing nothing,
+# * Each replica takes its rows split by tokens, not by row count (`kitlib/run/balance.py`: every
+#   row once, each replica about the same tokens), runs fixed-shape `[batch_size, L]` batches for
+#   a few lengths `L` (no XLA recompilation at the tail), and writes its shard atomically. With no
+#   accelerator it runs eager torch, which is faster than XLA on a CPU.
+# * The merger checks that every row and every id is there, and writes the rows in
+#   `sample_submission.csv` order. It refuses, writing nothing,
 #   when something is wrong. Predictions that barely vary (a collapsed or random model) are
 #   refused, or get a loud warning where that is expected: the bundled sample, or the random
 #   model named on purpose (`kitlib/outputs/collapse.py`).
@@ -106,7 +106,7 @@ print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}"
 
 # %%
 test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path, text_col=text_col or None))  # checked in chunks: no text is kept here
-print(f"{test_rows:,} rows" + (f"; {test_rows / rt.world_size:,.1f} per replica before padding" if rt.world_size else ""))
+print(f"{test_rows:,} rows" + (f"; {rt.world_size} replicas, each about the same tokens" if rt.world_size else ""))
 if "lang" in pd.read_csv(test_path, nrows=0).columns:
     langs = pd.read_csv(test_path, dtype=str, keep_default_na=False, usecols=["id", "lang"])
     display(langs["lang"].value_counts().rename("rows").to_frame().T)
@@ -191,14 +191,14 @@ if result is None:  # a multi-host run (docs/multi-host.md): the host of global 
 else:
     print(
         f"wrote {result.output}: {result.num_rows:,} rows from {result.num_shards} shard(s) "
-        f"in {time.perf_counter() - t0:.1f} s; {result.num_padding_duplicates} padding duplicate(s) dropped"
+        f"in {time.perf_counter() - t0:.1f} s"
     )
     for note in result.notes:  # a WARNING (predictions that barely vary) is framed so that nobody misses it
         print(f"{'!' * 80}\n{note}\n{'!' * 80}" if note.startswith("WARNING") else f"note: {note}")
 
 # %% [markdown]
 # ## Results
-# What each replica did (its own rows, batches, seconds; XLA compilations, labelled as the
+# What each replica did (its own rows, tokens, batches, seconds; XLA compilations, labelled as the
 # process's when thread replicas share one), and the predictions by language.
 
 # %%

@@ -71,16 +71,38 @@ def test_eager_cpu_is_the_default_and_matches_plain_torch(sharp_checkpoint, slic
 def test_eager_replicas_and_buckets_agree(sharp_checkpoint, slice_103, reference, tmp_path):
     sub, stats, result = run(sharp_checkpoint, slice_103, tmp_path, 3, num_buckets=3)
     assert sorted(s["rank"] for s in stats) == [0, 1, 2] and {s["world_size"] for s in stats} == {3}
-    assert [s["rows"] for s in stats] == [35] * 3  # ceil(103 / 3): two padding duplicates, marked in the shards
-    assert result.num_padding_duplicates == 2
+    assert sum(s["rows"] for s in stats) == 103 and result.num_padding_duplicates == 0  # split by tokens, no padding
     assert sub["id"].tolist() == reference[0]["id"].tolist()
     np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
+
+
+def test_replicas_get_rows_by_tokens_not_by_row_count(sharp_checkpoint, tmp_path):
+    """Issue 39 item 9: every other row is long, so a round-robin split handed rank 0 every long row (640
+    tokens against 40). Each rank's tokens, counted here from its shard's rows, are within one row of the
+    other's, and the submission holds every input row once, in the test set's order."""
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    texts = [("toxic words and more words " * 20).strip() if i % 2 == 0 else "hi" for i in range(20)]
+    test = pd.DataFrame({"id": [f"r{i:02d}" for i in range(20)], "content": texts})
+    test.to_csv(tmp_path / "test.csv", index=False)
+    sub, stats, result = run(sharp_checkpoint, tmp_path / "test.csv", tmp_path, 2, sample_submission="none")
+    tok = AutoTokenizer.from_pretrained(str(sharp_checkpoint))
+    length = {i: len(tok(t, truncation=True, max_length=64)["input_ids"]) for i, t in zip(test["id"], texts)}
+    counted = {}
+    for f in sorted((tmp_path / "shards").glob("shard-*.parquet")):
+        shard = pq.read_table(f).to_pandas()
+        counted[len(counted)] = sum(length[i] for i in shard["id"])
+    assert sum(counted.values()) == sum(length.values())
+    assert abs(counted[0] - counted[1]) <= max(length.values()), counted  # round-robin: 640 against 40
+    assert [s["tokens"] for s in stats] == [counted[0], counted[1]]  # what each replica says it read
+    assert sub["id"].tolist() == test["id"].tolist() and result.num_rows == 20 and result.num_padding_duplicates == 0
 
 
 @pytest.mark.slow
 def test_xla_cpu_threads_match_eager_and_compile_once_per_shape(sharp_checkpoint, slice_103, reference, tmp_path):
     sub, stats, _ = run(sharp_checkpoint, slice_103, tmp_path / "a", 4, accelerator="xla-cpu")
-    assert [s["world_size"] for s in stats] == [4] * 4 and [s["rows"] for s in stats] == [26] * 4
+    assert [s["world_size"] for s in stats] == [4] * 4 and sum(s["rows"] for s in stats) == 103
     assert all(s["device"].startswith("xla:") for s in stats)
     # thread replicas share one process's compile counter: labelled as the process's, not a replica's
     assert all("xla_compiles_process" in s and "xla_compiles" not in s for s in stats)
