@@ -116,7 +116,8 @@ def _add_cascade(sub) -> None:
     c.add_argument("b", help="model B's CSV: the picked rows (or every row)")
     c.add_argument("-o", "--output", required=True, help="submission CSV to write")
     c.add_argument("--fraction", required=True, type=float, help="share of rows B re-scores, in (0, 1]")
-    c.add_argument("--rule", choices=RULES, default="replace", help="how B's value enters (default: replace)")
+    c.add_argument("--rule", choices=RULES, default="replace", help="how B's value enters (default: replace, for two files on one scale; reorder keeps A's "
+                   "values, for two kinds: what make decoder measured, with --by rank)")
     c.add_argument("--weight", type=float, default=0.5, help="B's share under --rule mean (default 0.5)")
     c.add_argument("--by", choices=tuple(SCORES), default="probability", help="uncertainty of A's probability or rank")
     c.add_argument("--center", type=float, default=0.5, help="the least certain score (default 0.5)")
