@@ -85,7 +85,7 @@ class InferJob:
     Attributes:
         checkpoint: local folder with the transformers checkpoint and tokenizer
             (from :func:`kitlib.models.model.resolve_checkpoint`).
-        test_csv: the CSV to predict (``id`` plus a text column).
+        test_csv: the CSV to predict (``id_col`` plus a text column).
         shard_dir: folder the per-rank shards are written to (cleared of older shards first);
             a local path or a URL (``gs://``, ``s3://``, ``file://``; :mod:`kitlib.storage`), one run
             at a time: the merge refuses another run's shards there.
@@ -119,6 +119,9 @@ class InferJob:
             record names (the one it was trained on). Refused when it is not that base (its fingerprint).
         merge_adapters: fold an adapter checkpoint's LoRA matrices into the base's weights once loaded (a
             plain model, as fast as the base); False: keep them beside it (peft's ``PeftModel``).
+        id_col: the id column of ``test_csv``, ``sample_submission`` and the submission, read as exact strings
+            (the one rule: :mod:`kitlib.outputs.submission_csv`; a sample whose header lacks it is refused before
+            any work, naming both).
         weights: ``"auto"`` or one width of :data:`kitlib.run.backends.precision.WEIGHTS` for a decoder's weights
             (the one weights rule), planned per device before any replica starts (:func:`weights_for`).
     """
@@ -141,6 +144,7 @@ class InferJob:
     base: str | None = None
     merge_adapters: bool = True
     weights: str = "auto"
+    id_col: str = "id"
 
     @property
     def head_label(self) -> str:
@@ -284,8 +288,8 @@ def check_outputs(job: InferJob, rt: Runtime) -> None:
         return
     storage.check_writable(job.output_csv, "output_csv")
     if job.sample_submission is not None:
-        check_sample_submission(job.sample_submission, read_ids(job.test_csv), (job.prediction_column,),
-                                test_path=job.test_csv)
+        check_sample_submission(job.sample_submission, lambda: read_ids(job.test_csv, job.id_col), (job.prediction_column,),
+                                test_path=job.test_csv, id_col=job.id_col)
 
 
 def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None, kind: Kind | None = None) -> Tokens:
@@ -298,7 +302,7 @@ def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None, kind: Kind | 
     """
     if tokenizer is None or kind is None:
         kind, tokenizer, _ = model_kind(job)
-    return tokenize_csv(tokenizer, job.test_csv, folder, job.max_len, text_col=job.text_col,
+    return tokenize_csv(tokenizer, job.test_csv, folder, job.max_len, text_col=job.text_col, id_col=job.id_col,
                         encode=lambda texts: kind.packed(tokenizer, texts, job.max_len))
 
 
@@ -334,7 +338,7 @@ def what_the_model_sees(job: InferJob, row: int = 0) -> str:
     from .data import read_csv_checked
 
     kind, tokenizer, _ = model_kind(job)
-    text = read_csv_checked(job.test_csv, text_col=job.text_col, limit=row + 1)["text"].iloc[row]
+    text = read_csv_checked(job.test_csv, text_col=job.text_col, id_col=job.id_col, limit=row + 1)["text"].iloc[row]
     return kind.seen(tokenizer, text, job.max_len)
 
 
@@ -344,7 +348,7 @@ def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
                         test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size,
                         writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed,
-                        runs=run_ids_of(job.checkpoint))
+                        runs=run_ids_of(job.checkpoint), id_col=job.id_col)
 
 
 EAGER_LENGTHS = 16  # at most this many padded lengths on an eager device (see padded_lengths)
@@ -451,7 +455,7 @@ def _mp_fn(replica, plan: _Plan) -> None:
              "tokens": int(tokens.lengths[rows].sum()), "seconds": round(time.perf_counter() - start, 3),
              "device": replica.device_name(),
              "precision": replica.precision.name, "weights": adapters.loaded_width(model), **replica.compile_stats()}
-    ids = read_ids(job.test_csv)
+    ids = read_ids(job.test_csv, job.id_col)
     done = rows[positions]
 
     def write() -> None:
@@ -721,6 +725,7 @@ def predict_members(job, members: list[Path], rt, start_method: str = "fork", *,
 
         shutil.copyfile(outputs[0], job.output_csv)
         return replace(result, output=Path(job.output_csv), notes=notes)
-    b = blending.blend(outputs, job.output_csv, rank=blend == "rank", sample_submission=job.sample_submission)
+    b = blending.blend(outputs, job.output_csv, rank=blend == "rank", sample_submission=job.sample_submission,
+                       id_col=job.id_col)
     notes.append(f"blend ({blend}) of {len(outputs)} models' predictions, each kept in {pred_dir}")
     return replace(result, output=b.output, notes=notes)

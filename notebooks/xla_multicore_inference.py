@@ -31,7 +31,7 @@ model = "auto"  # "auto": the training notebook's checkpoint (working folder, or
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv; "none": no sample, rows in the test set's order (checked before any replica starts)
-id_col = "id"  # the id column of test_csv and the sample submission: "id" only, today (the submission writers' column)
+id_col = "id"  # the id column of test_csv, the sample submission and the submission (e.g. "row_id"), as the sample submission's header names it; read as exact strings
 text_col = ""  # "": the text column is content, comment_text or text; else its name in test_csv
 label_col = ""  # "": the label the checkpoint's head names (the training notebook's label_col); read as the positive class
 prediction_column = ""  # "": the sample submission's prediction column; with sample_submission "none": label_col (the trained label)
@@ -78,7 +78,7 @@ import pandas as pd
 
 from kitlib import compat, paths, storage
 from kitlib.outputs import collapse
-from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
+from kitlib.outputs.submission_csv import choose_prediction_column
 from kitlib.data import iter_csv_checked
 from kitlib.checkpoint import checkpoint_report
 from kitlib.infer import InferJob, predict, predict_members, replica_stats, resolve_members, what_the_model_sees
@@ -94,7 +94,6 @@ sample_path = storage.as_path(sample_submission) if sample_submission else data 
 out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"  # a Path, or a URL
 shards = storage.as_path(shard_dir) if shard_dir else paths.scratch_dir(root) / "shards" / "xla_multicore_inference"
 
-check_id_col(id_col)  # kitlib/outputs/submission_csv.py: the submission writers' id column
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
 print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}")
@@ -105,10 +104,10 @@ print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}"
 # column) stop here with the file, row and field named.
 
 # %%
-test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path, text_col=text_col or None))  # checked in chunks: no text is kept here
+test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path, text_col=text_col or None, id_col=id_col))  # checked in chunks: no text is kept here
 print(f"{test_rows:,} rows" + (f"; {rt.world_size} replicas, each about the same tokens" if rt.world_size else ""))
 if "lang" in pd.read_csv(test_path, nrows=0).columns:
-    langs = pd.read_csv(test_path, dtype=str, keep_default_na=False, usecols=["id", "lang"])
+    langs = pd.read_csv(test_path, dtype=str, keep_default_na=False, usecols=[id_col, "lang"])
     display(langs["lang"].value_counts().rename("rows").to_frame().T)
 
 # %% [markdown]
@@ -150,7 +149,7 @@ if not max_len:
     print(f"max_len {max_len}" + (" (as trained)" if trained else " (default)"))
 label = label_col or trained_label(checkpoint)  # the head's label (kitlib/models/model.py)
 column = choose_prediction_column(prediction_column, None if sample_submission.lower() == "none" else sample_path, label,
-                                  label_parameter="label_col is empty and the checkpoint's head")
+                                  label_parameter="label_col is empty and the checkpoint's head", id_col=id_col)
 print(f"predicting P({label or column}) into column {column!r}")
 
 # %% [markdown]
@@ -181,6 +180,7 @@ job = InferJob(
                                 search_dir=paths.kaggle_input_dir(), purpose="training")) if base_model else None,
     merge_adapters=merge_adapters,
     weights=weights,
+    id_col=id_col,
 )
 print(what_the_model_sees(job))  # the first row as the model reads it (its prompt, prefix and special tokens)
 t0 = time.perf_counter()
@@ -206,7 +206,7 @@ stats = replica_stats(shards, run_id=result.run_id if result is not None else No
 display(pd.DataFrame(stats).drop(columns="run_id").set_index("rank"))
 
 if result is not None:  # the merging host (the only host of a one-host run)
-    submission = pd.read_csv(str(out_path), dtype={"id": str}, keep_default_na=False)
+    submission = pd.read_csv(str(out_path), dtype={id_col: str}, keep_default_na=False)
     assert len(submission) == test_rows, (len(submission), test_rows)
     assert submission[column].between(0, 1).all()
     print(submission[column].describe().to_string())
@@ -215,7 +215,7 @@ if result is not None:  # the merging host (the only host of a one-host run)
 import matplotlib.pyplot as plt
 
 if result is not None and "lang" in pd.read_csv(test_path, nrows=0).columns:
-    by_lang = submission.merge(langs, on="id")
+    by_lang = submission.merge(langs, on=id_col)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for lang, group in by_lang.groupby("lang"):
         ax.hist(group[column], bins=30, histtype="step", label=f"{lang} ({len(group)})")

@@ -425,3 +425,39 @@ def test_an_eager_replica_gives_back_what_its_batches_freed(sharp_checkpoint, sl
     assert stats[0]["batches"] == 26 and heap.EVERY == 8
     assert len(calls) == 1 + 26 // 8  # once after tokenizing, then every 8 batches
     np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
+
+
+def test_the_id_column_follows_the_sample_submissions_header(sharp_checkpoint, tmp_path):
+    """Issue 39 item 10: a competition whose sample submission says ``row_id`` (ids like "007", strings, not 7) gets
+    a submission with ``row_id`` in the sample's order through predict/merge, blend and cascade; an ``id_col`` that
+    disagrees with the sample's header is refused before any work, naming both."""
+    from kitlib.outputs.blend import blend
+    from kitlib.outputs.cascade import cascade
+
+    ids = ["007", "010", "0", "1e3", "42", "08"]
+    pd.DataFrame({"row_id": ids, "content": [f"comment number {i} " * (i + 1) for i in range(6)]}).to_csv(
+        tmp_path / "test.csv", index=False)
+    order = ids[::-1]
+    pd.DataFrame({"row_id": order, "toxic": 0.5}).to_csv(tmp_path / "sample.csv", index=False)
+    read = lambda p: pd.read_csv(p, dtype=str, keep_default_na=False)  # noqa: E731
+    with pytest.raises(ValueError, match=r"sample\.csv: no 'id' column \(id_col='id'; its header is row_id,toxic\)"):
+        run(sharp_checkpoint, tmp_path / "test.csv", tmp_path, 1, sample_submission=str(tmp_path / "sample.csv"))
+    assert not any((tmp_path / "shards").glob("*")) and not (tmp_path / "sub.csv").exists()  # refused before any work
+    with pytest.raises(ValueError):  # the default: the header must say "id"
+        run(sharp_checkpoint, tmp_path / "test.csv", tmp_path, 1)
+    job = dict(sample_submission=str(tmp_path / "sample.csv"), id_col="row_id")
+    rt = detect_runtime(1, "cpu")
+    predict(InferJob(checkpoint=str(sharp_checkpoint), test_csv=str(tmp_path / "test.csv"),
+                     shard_dir=str(tmp_path / "shards"), output_csv=str(tmp_path / "sub.csv"), batch_size=4, max_len=32,
+                     precision="fp32", collapsed="warn", **job), rt)
+    sub = read(tmp_path / "sub.csv")
+    assert list(sub.columns) == ["row_id", "toxic"] and sub["row_id"].tolist() == order
+    other = tmp_path / "other.csv"
+    sub.assign(toxic=1 - pd.to_numeric(sub["toxic"])).iloc[::-1].to_csv(other, index=False)
+    blend([tmp_path / "sub.csv", other], tmp_path / "blend.csv", rank=True, sample_submission=tmp_path / "sample.csv",
+          collapsed="warn", id_col="row_id")
+    cascade(tmp_path / "sub.csv", other, tmp_path / "cascade.csv", fraction=0.5, rule="reorder",
+            sample_submission=tmp_path / "sample.csv", collapsed="warn", id_col="row_id")
+    for name in ("blend.csv", "cascade.csv"):
+        out = read(tmp_path / name)
+        assert list(out.columns) == ["row_id", "toxic"] and out["row_id"].tolist() == order, name
