@@ -428,7 +428,7 @@ def tokenize(tokenizer, texts: list[str], max_len: int, chunk_rows: int = CHUNK_
 
 def tokenize_csv(tokenizer, path: str | os.PathLike, folder: str | os.PathLike, max_len: int, *,
                  text_col: str | None = None, chunk_rows: int = CHUNK_ROWS, prefix: str = "", encode=None,
-                 fields: tuple[str, ...] = ()) -> Tokens:
+                 fields: tuple[str, ...] = (), id_col: str = "id") -> Tokens:
     """Read ``path`` (:func:`iter_csv_checked`) and tokenize it chunk by chunk into ``folder``.
 
     What :func:`tokenize` gives for the file's text column, written as :meth:`Tokens.save` writes it,
@@ -452,7 +452,7 @@ def tokenize_csv(tokenizer, path: str | os.PathLike, folder: str | os.PathLike, 
     lengths, first = [], None
     try:
         with open(folder / Tokens.IDS, "wb") as f:
-            for chunk in iter_csv_checked(path, text_col=text_col, chunk_rows=chunk_rows, fields=fields):
+            for chunk in iter_csv_checked(path, text_col=text_col, chunk_rows=chunk_rows, fields=fields, id_col=id_col):
                 texts, rows = [prefix + t for t in chunk["text"].tolist()], row_fields(chunk)
                 n, ids = _encode(tokenizer, texts, max_len) if encode is None else encode(texts, rows)
                 ids.astype("<i4", copy=False).tofile(f)

@@ -13,11 +13,12 @@ the test CSV once, in chunks, into a temporary folder the replicas map
 (:func:`kitlib.data.tokenize_csv`: this process keeps no text or token of the whole set), and
 chooses the padded lengths (:func:`kitlib.data.choose_bucket_lengths`) from the whole test set, so
 every replica compiles the same few shapes. Then one replica per
-device (:func:`kitlib.run.runtime.launch`) runs :func:`_mp_fn`: it takes its rows with
-``DistributedSampler(shuffle=False, drop_last=False)`` (which pads every rank to
-``ceil(N / world_size)`` rows by repeating the first rows), sorts them by length, runs fixed-shape
-``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.outputs.shards`), marking the
-sampler's padding rows. Last, the shards of this run alone are merged into the submission
+device (:func:`kitlib.run.runtime.launch`) runs :func:`_mp_fn`: it takes its rows split by tokens, not
+by row count (:func:`kitlib.run.balance.split_by_tokens` over the mapped lengths, the same pure split in
+every replica: each row on one rank exactly once, each rank about the same tokens, so no replica waits
+on one handed the long rows; its ``tokens`` are in :func:`replica_stats`), sorts them by length, runs
+fixed-shape ``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.outputs.shards`).
+Last, the shards of this run alone are merged into the submission
 (:func:`merge_run`: a shard of another run in the folder is refused, never merged).
 
 The model is asked of its kind (:mod:`kitlib.models.kinds`: encoder, decoder, answer tokens), never branched
@@ -58,6 +59,7 @@ import numpy as np
 from . import storage
 from .outputs import provenance
 from .run import heap
+from .run.balance import split_by_tokens
 from .run.backends.precision import check as check_precision
 from .run.backends.precision import WEIGHTS, Precision, check_float32_logits, check_inference, load_dtype
 from .outputs.collapse import POLICIES
@@ -69,7 +71,7 @@ from .models.kinds import Encoder, Kind
 from .models.model import check_ready_for_inference, find_checkpoints, resolve_checkpoint
 from .run.replica import PeerFailed
 from .run.runtime import Runtime, holds_global_rank0, launch
-from .outputs.shards import SHARD_RE, clear_shards, read_shard_info, sampler_padding, write_shard
+from .outputs.shards import SHARD_RE, clear_shards, read_shard_info, write_shard
 from .outputs.submission_csv import NO_SAMPLE
 
 TOKENS_DIR = "tokens"  # kitlib.data.Tokens, in a local temporary folder of the calling process
@@ -83,7 +85,7 @@ class InferJob:
     Attributes:
         checkpoint: local folder with the transformers checkpoint and tokenizer
             (from :func:`kitlib.models.model.resolve_checkpoint`).
-        test_csv: the CSV to predict (``id`` plus a text column).
+        test_csv: the CSV to predict (``id_col`` plus a text column).
         shard_dir: folder the per-rank shards are written to (cleared of older shards first);
             a local path or a URL (``gs://``, ``s3://``, ``file://``; :mod:`kitlib.storage`), one run
             at a time: the merge refuses another run's shards there.
@@ -117,6 +119,9 @@ class InferJob:
             record names (the one it was trained on). Refused when it is not that base (its fingerprint).
         merge_adapters: fold an adapter checkpoint's LoRA matrices into the base's weights once loaded (a
             plain model, as fast as the base); False: keep them beside it (peft's ``PeftModel``).
+        id_col: the id column of ``test_csv``, ``sample_submission`` and the submission, read as exact strings
+            (the one rule: :mod:`kitlib.outputs.submission_csv`; a sample whose header lacks it is refused before
+            any work, naming both).
         weights: ``"auto"`` or one width of :data:`kitlib.run.backends.precision.WEIGHTS` for a decoder's weights
             (the one weights rule), planned per device before any replica starts (:func:`weights_for`).
     """
@@ -139,6 +144,7 @@ class InferJob:
     base: str | None = None
     merge_adapters: bool = True
     weights: str = "auto"
+    id_col: str = "id"
 
     @property
     def head_label(self) -> str:
@@ -313,8 +319,8 @@ def check_outputs(job: InferJob, rt: Runtime) -> None:
         return
     storage.check_writable(job.output_csv, "output_csv")
     if job.sample_submission is not None:
-        check_sample_submission(job.sample_submission, read_ids(job.test_csv), (job.prediction_column,),
-                                test_path=job.test_csv)
+        check_sample_submission(job.sample_submission, lambda: read_ids(job.test_csv, job.id_col), (job.prediction_column,),
+                                test_path=job.test_csv, id_col=job.id_col)
 
 
 def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None, kind: Kind | None = None) -> Tokens:
@@ -328,7 +334,7 @@ def tokenize_test_set(job: InferJob, folder: Path, tokenizer=None, kind: Kind | 
     """
     if tokenizer is None or kind is None:
         kind, tokenizer, _ = model_kind(job)
-    return tokenize_csv(tokenizer, job.test_csv, folder, job.max_len, text_col=job.text_col,
+    return tokenize_csv(tokenizer, job.test_csv, folder, job.max_len, text_col=job.text_col, id_col=job.id_col,
                         fields=kind.row_columns(job.test_csv),
                         encode=lambda texts, rows: kind.packed(tokenizer, texts, job.max_len, rows))
 
@@ -365,7 +371,8 @@ def what_the_model_sees(job: InferJob, row: int = 0) -> str:
     from .data import read_csv_checked, row_fields
 
     kind, tokenizer, _ = model_kind(job)
-    df = read_csv_checked(job.test_csv, text_col=job.text_col, limit=row + 1, fields=kind.row_columns(job.test_csv))
+    df = read_csv_checked(job.test_csv, text_col=job.text_col, id_col=job.id_col, limit=row + 1,
+                          fields=kind.row_columns(job.test_csv))
     return kind.seen(tokenizer, df["text"].iloc[row], job.max_len, **((row_fields(df) or [{}])[row]))
 
 
@@ -375,7 +382,7 @@ def merge_run(job: InferJob, run_id: str, world_size: int | None) -> MergeResult
     return merge_shards([job.shard_dir], job.output_csv, sample_submission=job.sample_submission,
                         test=None if job.sample_submission else job.test_csv, run_id=run_id, world_size=world_size,
                         writer=provenance.INFER, source=f"model {job.checkpoint}", collapsed=job.collapsed,
-                        runs=run_ids_of(job.checkpoint))
+                        runs=run_ids_of(job.checkpoint), id_col=job.id_col)
 
 
 EAGER_LENGTHS = 16  # at most this many padded lengths on an eager device (see padded_lengths)
@@ -462,8 +469,6 @@ def _mp_fn(replica, plan: _Plan) -> None:
         replica: the :class:`kitlib.run.replica.Replica` the launcher built.
         plan: the :class:`_Plan` from :func:`predict`.
     """
-    from torch.utils.data import DistributedSampler
-
     from .models import adapters
 
     job = plan.job
@@ -475,22 +480,21 @@ def _mp_fn(replica, plan: _Plan) -> None:
                 storage.as_path(job.shard_dir).mkdir(parents=True, exist_ok=True)
                 clear_shards(job.shard_dir)
         run_id = agreed_run_id(replica, run_id)
-    sampler = DistributedSampler(range(plan.num_rows), num_replicas=world, rank=rank, shuffle=False, drop_last=False)
-    rows = np.fromiter(iter(sampler), dtype=np.int64)
-    padding = sampler_padding(rank, world, plan.num_rows, len(rows))
     tokens = Tokens.load(plan.tokens_file)
+    rows = split_by_tokens(tokens.lengths, world)[rank]  # this rank's rows, by tokens (kitlib.run.balance)
     kind, model = load_for_inference(plan, replica)
     start = time.perf_counter()
     positions, probs = predict_rows(model, tokens, rows, plan, replica, kind)
     stats = {"rows": int(len(positions)), "batches": -(-len(positions) // job.batch_size),
-             "seconds": round(time.perf_counter() - start, 3), "device": replica.device_name(),
+             "tokens": int(tokens.lengths[rows].sum()), "seconds": round(time.perf_counter() - start, 3),
+             "device": replica.device_name(),
              "precision": replica.precision.name, "weights": adapters.loaded_width(model), **replica.compile_stats()}
-    ids = read_ids(job.test_csv)
+    ids = read_ids(job.test_csv, job.id_col)
     done = rows[positions]
 
     def write() -> None:
         write_shard(job.shard_dir, rank=rank, world_size=world, num_rows=plan.num_rows, rows=done,
-                    ids=ids[done], predictions={job.prediction_column: probs}, padding=padding[positions],
+                    ids=ids[done], predictions={job.prediction_column: probs}, padding=np.zeros(len(done), bool),
                     run_id=run_id, stats=stats)
 
     if not plan.multi_host:
@@ -558,7 +562,7 @@ def agreed_run_id(replica, run_id: str) -> str:
 
 
 def replica_stats(shard_dir: str | Path, run_id: str | None = None) -> list[dict]:
-    """Each shard's rank, rows and the figures its replica recorded (seconds, batches, compilations).
+    """Each shard's rank, rows and the figures its replica recorded (tokens, seconds, batches, compilations).
 
     Args:
         shard_dir: the run's ``InferJob.shard_dir``.
@@ -568,7 +572,8 @@ def replica_stats(shard_dir: str | Path, run_id: str | None = None) -> list[dict
 
     Returns:
         One dict per kit shard (a parquet file without the kit's metadata is left out), sorted
-        by file name: ``rank``, ``world_size``, ``run_id`` and the replica's stats.
+        by file name: ``rank``, ``world_size``, ``run_id`` and the replica's stats; ``tokens`` is the sum of
+        its rows' token counts after truncation (the split's measure, :func:`kitlib.run.balance.split_by_tokens`).
         ``xla_compiles`` is the replica's own count; ``xla_compiles_process`` (``xla-cpu``
         thread replicas) is the count of the process its threads share.
     """
@@ -754,6 +759,7 @@ def predict_members(job, members: list[Path], rt, start_method: str = "fork", *,
 
         shutil.copyfile(outputs[0], job.output_csv)
         return replace(result, output=Path(job.output_csv), notes=notes)
-    b = blending.blend(outputs, job.output_csv, rank=blend == "rank", sample_submission=job.sample_submission)
+    b = blending.blend(outputs, job.output_csv, rank=blend == "rank", sample_submission=job.sample_submission,
+                       id_col=job.id_col)
     notes.append(f"blend ({blend}) of {len(outputs)} models' predictions, each kept in {pred_dir}")
     return replace(result, output=b.output, notes=notes)

@@ -13,12 +13,12 @@
 # one replica per device (8 TPU v5e chips, 2 T4 GPUs, or the CPU), and merges
 # the per-device prediction shards into a Kaggle submission with exactly one row per test row.
 #
-# * Each replica takes its rows with `DistributedSampler(shuffle=False, drop_last=False)`,
-#   runs fixed-shape `[batch_size, L]` batches for a few lengths `L` (no XLA recompilation at
-#   the tail), and writes its shard atomically. With no accelerator it runs eager torch, which
-#   is faster than XLA on a CPU.
-# * The merger drops the sampler's padding duplicates, checks that every row and every id is
-#   there, and writes the rows in `sample_submission.csv` order. It refuses, writing nothing,
+# * Each replica takes its rows split by tokens, not by row count (`kitlib/run/balance.py`: every
+#   row once, each replica about the same tokens), runs fixed-shape `[batch_size, L]` batches for
+#   a few lengths `L` (no XLA recompilation at the tail), and writes its shard atomically. With no
+#   accelerator it runs eager torch, which is faster than XLA on a CPU.
+# * The merger checks that every row and every id is there, and writes the rows in
+#   `sample_submission.csv` order. It refuses, writing nothing,
 #   when something is wrong. Predictions that barely vary (a collapsed or random model) are
 #   refused, or get a loud warning where that is expected: the bundled sample, or the random
 #   model named on purpose (`kitlib/outputs/collapse.py`).
@@ -31,7 +31,7 @@ model = "auto"  # "auto": the training notebook's checkpoint (working folder, or
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 test_csv = ""  # "": <data_dir>/test.csv
 sample_submission = ""  # "": <data_dir>/sample_submission.csv; "none": no sample, rows in the test set's order (checked before any replica starts)
-id_col = "id"  # the id column of test_csv and the sample submission: "id" only, today (the submission writers' column)
+id_col = "id"  # the id column of test_csv, the sample submission and the submission (e.g. "row_id"), as the sample submission's header names it; read as exact strings
 text_col = ""  # "": the text column is content, comment_text or text; else its name in test_csv
 label_col = ""  # "": the label the checkpoint's head names (the training notebook's label_col); read as the positive class
 prediction_column = ""  # "": the sample submission's prediction column; with sample_submission "none": label_col (the trained label)
@@ -78,7 +78,7 @@ import pandas as pd
 
 from kitlib import compat, paths, storage
 from kitlib.outputs import collapse
-from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
+from kitlib.outputs.submission_csv import choose_prediction_column
 from kitlib.data import iter_csv_checked
 from kitlib.checkpoint import checkpoint_report
 from kitlib.infer import InferJob, predict, predict_members, replica_stats, resolve_members, what_the_model_sees
@@ -94,7 +94,6 @@ sample_path = storage.as_path(sample_submission) if sample_submission else data 
 out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"  # a Path, or a URL
 shards = storage.as_path(shard_dir) if shard_dir else paths.scratch_dir(root) / "shards" / "xla_multicore_inference"
 
-check_id_col(id_col)  # kitlib/outputs/submission_csv.py: the submission writers' id column
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
 print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}")
@@ -105,10 +104,10 @@ print(f"test: {test_path}\nsample submission: {sample_path}\noutput: {out_path}"
 # column) stop here with the file, row and field named.
 
 # %%
-test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path, text_col=text_col or None))  # checked in chunks: no text is kept here
-print(f"{test_rows:,} rows" + (f"; {test_rows / rt.world_size:,.1f} per replica before padding" if rt.world_size else ""))
+test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path, text_col=text_col or None, id_col=id_col))  # checked in chunks: no text is kept here
+print(f"{test_rows:,} rows" + (f"; {rt.world_size} replicas, each about the same tokens" if rt.world_size else ""))
 if "lang" in pd.read_csv(test_path, nrows=0).columns:
-    langs = pd.read_csv(test_path, dtype=str, keep_default_na=False, usecols=["id", "lang"])
+    langs = pd.read_csv(test_path, dtype=str, keep_default_na=False, usecols=[id_col, "lang"])
     display(langs["lang"].value_counts().rename("rows").to_frame().T)
 
 # %% [markdown]
@@ -150,7 +149,7 @@ if not max_len:
     print(f"max_len {max_len}" + (" (as trained)" if trained else " (default)"))
 label = label_col or trained_label(checkpoint)  # the head's label (kitlib/models/model.py)
 column = choose_prediction_column(prediction_column, None if sample_submission.lower() == "none" else sample_path, label,
-                                  label_parameter="label_col is empty and the checkpoint's head")
+                                  label_parameter="label_col is empty and the checkpoint's head", id_col=id_col)
 print(f"predicting P({label or column}) into column {column!r}")
 
 # %% [markdown]
@@ -181,6 +180,7 @@ job = InferJob(
                                 search_dir=paths.kaggle_input_dir(), purpose="training")) if base_model else None,
     merge_adapters=merge_adapters,
     weights=weights,
+    id_col=id_col,
 )
 print(what_the_model_sees(job))  # the first row as the model reads it (its prompt, prefix and special tokens)
 t0 = time.perf_counter()
@@ -191,14 +191,14 @@ if result is None:  # a multi-host run (docs/multi-host.md): the host of global 
 else:
     print(
         f"wrote {result.output}: {result.num_rows:,} rows from {result.num_shards} shard(s) "
-        f"in {time.perf_counter() - t0:.1f} s; {result.num_padding_duplicates} padding duplicate(s) dropped"
+        f"in {time.perf_counter() - t0:.1f} s"
     )
     for note in result.notes:  # a WARNING (predictions that barely vary) is framed so that nobody misses it
         print(f"{'!' * 80}\n{note}\n{'!' * 80}" if note.startswith("WARNING") else f"note: {note}")
 
 # %% [markdown]
 # ## Results
-# What each replica did (its own rows, batches, seconds; XLA compilations, labelled as the
+# What each replica did (its own rows, tokens, batches, seconds; XLA compilations, labelled as the
 # process's when thread replicas share one), and the predictions by language.
 
 # %%
@@ -206,7 +206,7 @@ stats = replica_stats(shards, run_id=result.run_id if result is not None else No
 display(pd.DataFrame(stats).drop(columns="run_id").set_index("rank"))
 
 if result is not None:  # the merging host (the only host of a one-host run)
-    submission = pd.read_csv(str(out_path), dtype={"id": str}, keep_default_na=False)
+    submission = pd.read_csv(str(out_path), dtype={id_col: str}, keep_default_na=False)
     assert len(submission) == test_rows, (len(submission), test_rows)
     assert submission[column].between(0, 1).all()
     print(submission[column].describe().to_string())
@@ -215,7 +215,7 @@ if result is not None:  # the merging host (the only host of a one-host run)
 import matplotlib.pyplot as plt
 
 if result is not None and "lang" in pd.read_csv(test_path, nrows=0).columns:
-    by_lang = submission.merge(langs, on="id")
+    by_lang = submission.merge(langs, on=id_col)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for lang, group in by_lang.groupby("lang"):
         ax.hist(group[column], bins=30, histtype="step", label=f"{lang} ({len(group)})")

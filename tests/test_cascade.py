@@ -145,3 +145,16 @@ def test_cli_exit_codes(tmp_path, files):
     short = write(tmp_path / "b_missing.csv", ["s"], [0.7])
     r = cli(a, short, "-o", tmp_path / "o.csv", "--fraction", "0.3")
     assert r.returncode == 2 and "b_missing.csv" in r.stderr and not (tmp_path / "o.csv").exists()
+
+
+def test_the_readme_cascade_command_is_the_one_make_decoder_measured():
+    """Issue 39 item 9: README's cross-kind cascade ran the CLI's default rule (replace by probability, which needs
+    both files on one scale) while ``make decoder`` (scripts/decoder.py) measured "reorder by rank"."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    measured = re.search(r'cascade\([^)]*rule="(\w+)", by="(\w+)"', (root / "scripts" / "decoder.py").read_text())
+    documented = re.search(r"`python -m kitlib cascade ([^`]*)`", (root / "README.md").read_text()).group(1).split()
+    option = {k: v for k, v in zip(documented, documented[1:]) if k.startswith("--")}
+    assert (option.get("--rule"), option.get("--by")) == measured.groups() == ("reorder", "rank"), documented
+    assert "--center" in option

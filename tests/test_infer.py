@@ -71,16 +71,38 @@ def test_eager_cpu_is_the_default_and_matches_plain_torch(sharp_checkpoint, slic
 def test_eager_replicas_and_buckets_agree(sharp_checkpoint, slice_103, reference, tmp_path):
     sub, stats, result = run(sharp_checkpoint, slice_103, tmp_path, 3, num_buckets=3)
     assert sorted(s["rank"] for s in stats) == [0, 1, 2] and {s["world_size"] for s in stats} == {3}
-    assert [s["rows"] for s in stats] == [35] * 3  # ceil(103 / 3): two padding duplicates, marked in the shards
-    assert result.num_padding_duplicates == 2
+    assert sum(s["rows"] for s in stats) == 103 and result.num_padding_duplicates == 0  # split by tokens, no padding
     assert sub["id"].tolist() == reference[0]["id"].tolist()
     np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
+
+
+def test_replicas_get_rows_by_tokens_not_by_row_count(sharp_checkpoint, tmp_path):
+    """Issue 39 item 9: every other row is long, so a round-robin split handed rank 0 every long row (640
+    tokens against 40). Each rank's tokens, counted here from its shard's rows, are within one row of the
+    other's, and the submission holds every input row once, in the test set's order."""
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    texts = [("toxic words and more words " * 20).strip() if i % 2 == 0 else "hi" for i in range(20)]
+    test = pd.DataFrame({"id": [f"r{i:02d}" for i in range(20)], "content": texts})
+    test.to_csv(tmp_path / "test.csv", index=False)
+    sub, stats, result = run(sharp_checkpoint, tmp_path / "test.csv", tmp_path, 2, sample_submission="none")
+    tok = AutoTokenizer.from_pretrained(str(sharp_checkpoint))
+    length = {i: len(tok(t, truncation=True, max_length=64)["input_ids"]) for i, t in zip(test["id"], texts)}
+    counted = {}
+    for f in sorted((tmp_path / "shards").glob("shard-*.parquet")):
+        shard = pq.read_table(f).to_pandas()
+        counted[len(counted)] = sum(length[i] for i in shard["id"])
+    assert sum(counted.values()) == sum(length.values())
+    assert abs(counted[0] - counted[1]) <= max(length.values()), counted  # round-robin: 640 against 40
+    assert [s["tokens"] for s in stats] == [counted[0], counted[1]]  # what each replica says it read
+    assert sub["id"].tolist() == test["id"].tolist() and result.num_rows == 20 and result.num_padding_duplicates == 0
 
 
 @pytest.mark.slow
 def test_xla_cpu_threads_match_eager_and_compile_once_per_shape(sharp_checkpoint, slice_103, reference, tmp_path):
     sub, stats, _ = run(sharp_checkpoint, slice_103, tmp_path / "a", 4, accelerator="xla-cpu")
-    assert [s["world_size"] for s in stats] == [4] * 4 and [s["rows"] for s in stats] == [26] * 4
+    assert [s["world_size"] for s in stats] == [4] * 4 and sum(s["rows"] for s in stats) == 103
     assert all(s["device"].startswith("xla:") for s in stats)
     # thread replicas share one process's compile counter: labelled as the process's, not a replica's
     assert all("xla_compiles_process" in s and "xla_compiles" not in s for s in stats)
@@ -403,3 +425,39 @@ def test_an_eager_replica_gives_back_what_its_batches_freed(sharp_checkpoint, sl
     assert stats[0]["batches"] == 26 and heap.EVERY == 8
     assert len(calls) == 1 + 26 // 8  # once after tokenizing, then every 8 batches
     np.testing.assert_allclose(sub["toxic"].to_numpy(), reference[0]["toxic"].to_numpy(), atol=1e-5)
+
+
+def test_the_id_column_follows_the_sample_submissions_header(sharp_checkpoint, tmp_path):
+    """Issue 39 item 10: a competition whose sample submission says ``row_id`` (ids like "007", strings, not 7) gets
+    a submission with ``row_id`` in the sample's order through predict/merge, blend and cascade; an ``id_col`` that
+    disagrees with the sample's header is refused before any work, naming both."""
+    from kitlib.outputs.blend import blend
+    from kitlib.outputs.cascade import cascade
+
+    ids = ["007", "010", "0", "1e3", "42", "08"]
+    pd.DataFrame({"row_id": ids, "content": [f"comment number {i} " * (i + 1) for i in range(6)]}).to_csv(
+        tmp_path / "test.csv", index=False)
+    order = ids[::-1]
+    pd.DataFrame({"row_id": order, "toxic": 0.5}).to_csv(tmp_path / "sample.csv", index=False)
+    read = lambda p: pd.read_csv(p, dtype=str, keep_default_na=False)  # noqa: E731
+    with pytest.raises(ValueError, match=r"sample\.csv: no 'id' column \(id_col='id'; its header is row_id,toxic\)"):
+        run(sharp_checkpoint, tmp_path / "test.csv", tmp_path, 1, sample_submission=str(tmp_path / "sample.csv"))
+    assert not any((tmp_path / "shards").glob("*")) and not (tmp_path / "sub.csv").exists()  # refused before any work
+    with pytest.raises(ValueError):  # the default: the header must say "id"
+        run(sharp_checkpoint, tmp_path / "test.csv", tmp_path, 1)
+    job = dict(sample_submission=str(tmp_path / "sample.csv"), id_col="row_id")
+    rt = detect_runtime(1, "cpu")
+    predict(InferJob(checkpoint=str(sharp_checkpoint), test_csv=str(tmp_path / "test.csv"),
+                     shard_dir=str(tmp_path / "shards"), output_csv=str(tmp_path / "sub.csv"), batch_size=4, max_len=32,
+                     precision="fp32", collapsed="warn", **job), rt)
+    sub = read(tmp_path / "sub.csv")
+    assert list(sub.columns) == ["row_id", "toxic"] and sub["row_id"].tolist() == order
+    other = tmp_path / "other.csv"
+    sub.assign(toxic=1 - pd.to_numeric(sub["toxic"])).iloc[::-1].to_csv(other, index=False)
+    blend([tmp_path / "sub.csv", other], tmp_path / "blend.csv", rank=True, sample_submission=tmp_path / "sample.csv",
+          collapsed="warn", id_col="row_id")
+    cascade(tmp_path / "sub.csv", other, tmp_path / "cascade.csv", fraction=0.5, rule="reorder",
+            sample_submission=tmp_path / "sample.csv", collapsed="warn", id_col="row_id")
+    for name in ("blend.csv", "cascade.csv"):
+        out = read(tmp_path / name)
+        assert list(out.columns) == ["row_id", "toxic"] and out["row_id"].tolist() == order, name

@@ -588,7 +588,7 @@ REFUSALS = {
     case_seed_inf_value: r"a\.csv: 1 non-finite 'toxic' value\(s\) \(nan or inf\) for id\(s\) 'y'",
     case_seed_no_prediction: r"a\.csv: no prediction column besides 'id'$",
     case_seed_blank_id: r"a\.csv: blank id at data row\(s\) 2$",
-    case_ss_no_id: r"ss\.csv: the sample submission has no 'id' column",
+    case_ss_no_id: r"the sample submission: \S*ss\.csv: no 'id' column \(id_col='id'; its header is ",
     case_ss_blank_id: r"ss\.csv: blank id at data row\(s\) 2$",
     case_ss_duplicate_ids: r"ss\.csv: duplicate id\(s\) '007'$",
     case_ss_no_prediction_column: r"ss\.csv: the sample submission names no prediction column besides 'id'",

@@ -56,14 +56,14 @@ def _preview(values, total: int | None = None) -> str:
     return shown + (f" and {total - _SHOW} more" if total > _SHOW else "")
 
 
-def _read(path: Path, notes: list[str] | None = None):
+def _read(path: Path, notes: list[str] | None = None, id_col: str = "id"):
     """One submission as a DataFrame (ids the exact strings of the file), read by the one reader of
     submission-like files (:func:`kitlib.outputs.submission_csv.read`): an index column (``Unnamed: 0``) is
-    dropped, its note appended to ``notes``."""
+    dropped, its note appended to ``notes``; the file's ``id_col`` is the frame's ``id``."""
     from . import submission_csv
 
     try:
-        sub = submission_csv.read(path)
+        sub = submission_csv.read(path, id_col)
     except FileNotFoundError:
         raise BlendError(f"{path}: no such file") from None
     except submission_csv.SubmissionFileError as e:
@@ -177,7 +177,8 @@ def _weights(weights, n: int) -> tuple[float, ...]:
 
 
 def read_aligned(inputs: list[str | os.PathLike], sample_submission: str | os.PathLike | None = None, *,
-                 expected=None, expected_name: str = "the expected rows", notes: list[str] | None = None):
+                 expected=None, expected_name: str = "the expected rows", notes: list[str] | None = None,
+                 id_col: str = "id"):
     """Read prediction files by the rules every blend input passes, in one row order.
 
     Args:
@@ -188,6 +189,7 @@ def read_aligned(inputs: list[str | os.PathLike], sample_submission: str | os.Pa
         expected: instead of ``sample_submission``, a DataFrame of the same shape (``id`` as strings +
             the prediction columns), named ``expected_name`` in messages (e.g. the held-out rows).
         notes: a list the readers' notes are appended to (an index column dropped).
+        id_col: every file's id column (:mod:`kitlib.outputs.submission_csv`'s rule).
 
     Returns:
         ``(ids, columns, values)``: the reference ids (a ``pandas.Index`` of exact strings), the
@@ -203,12 +205,12 @@ def read_aligned(inputs: list[str | os.PathLike], sample_submission: str | os.Pa
     paths = [Path(normalise(p)) for p in inputs]
     if not paths:
         raise BlendError("no prediction file given")
-    frames = [_read(p, notes) for p in paths]
+    frames = [_read(p, notes, id_col) for p in paths]
     if expected is not None:
         ref_path, ref = expected_name, expected
     elif sample_submission is not None:
         ref_path = Path(normalise(sample_submission))
-        ref = _read(ref_path, notes)
+        ref = _read(ref_path, notes, id_col)
     else:
         ref_path, ref = paths[0], frames[0]
     columns = _prediction_columns(ref_path, ref)  # the sample submission's (kitlib.outputs.submission_csv)
@@ -216,7 +218,8 @@ def read_aligned(inputs: list[str | os.PathLike], sample_submission: str | os.Pa
 
 
 def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights=None, rank: bool = False,
-          sample_submission: str | os.PathLike | None = None, collapsed: str | None = None) -> BlendResult:
+          sample_submission: str | os.PathLike | None = None, collapsed: str | None = None,
+          id_col: str = "id") -> BlendResult:
     """Write the weighted mean of ``inputs``' predictions (or of their ranks) to ``output``.
 
     Args:
@@ -229,6 +232,7 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
         collapsed: a blend whose predictions barely vary (:func:`kitlib.outputs.collapse.check_predictions`):
             ``"warn"`` (written, with a ``WARNING`` note) or ``"refuse"``; None: a warning only when
             ``sample_submission`` is the bundled sample's, else refused.
+        id_col: the id column of every input, the sample and ``output`` (:mod:`kitlib.outputs.submission_csv`).
 
     Returns:
         :class:`BlendResult`.
@@ -250,7 +254,7 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
         raise BlendError(f"blend needs two or more submissions, got {len(paths)}")
     w = _weights(weights, len(paths))
     notes: list[str] = []
-    ref_ids, columns, aligned = read_aligned(paths, sample_submission, notes=notes)
+    ref_ids, columns, aligned = read_aligned(paths, sample_submission, notes=notes, id_col=id_col)
     total = {c: np.zeros(len(ref_ids)) for c in columns}
     for values, weight in zip(aligned, w):
         for c in columns:
@@ -267,7 +271,7 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
     if warning:
         notes.append(warning)
         warnings.warn(warning, CollapsedPredictionWarning, stacklevel=2)
-    out = pd.DataFrame({"id": ref_ids.to_numpy(), **total})
+    out = pd.DataFrame({id_col: ref_ids.to_numpy(), **total})
     replaced = provenance.write_recorded(output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"),
                                          writer=provenance.BLEND, source=f"blend of {', '.join(map(str, paths))}",
                                          rows=len(out), runs=[r for p in paths for r in provenance.recorded_runs(p, say=notes.append)])

@@ -197,7 +197,7 @@ class CascadeResult:
     notes: tuple[str, ...] = ()
 
 
-def _b_values(b_path: Path, ids, picked, columns, notes: list, what: str) -> dict:
+def _b_values(b_path: Path, ids, picked, columns, notes: list, what: str, id_col: str = "id") -> dict:
     """B's columns for the ``picked`` rows (positions into ``ids``), after the blend's checks: B holds
     exactly the picked ids, or exactly every id (module docstring). Raises BlendError naming B's file."""
     import pandas as pd
@@ -205,27 +205,28 @@ def _b_values(b_path: Path, ids, picked, columns, notes: list, what: str) -> dic
     from . import submission_csv
 
     try:
-        b_ids = set(submission_csv.read(b_path).table.column("id").to_pylist())
+        b_ids = set(submission_csv.read(b_path, id_col).table.column("id").to_pylist())
     except (FileNotFoundError, submission_csv.SubmissionFileError) as e:
         raise CascadeError(str(e) if not isinstance(e, FileNotFoundError) else f"{b_path}: no such file") from None
     every = b_ids == set(ids)
     ref_rows = np.arange(len(ids)) if every else picked
     expected = pd.DataFrame({"id": ids[ref_rows], **{c: 0.0 for c in columns}})
     name = "A's rows" if every else what
-    _, _, (b,) = read_aligned([b_path], expected=expected, expected_name=name, notes=notes)
+    _, _, (b,) = read_aligned([b_path], expected=expected, expected_name=name, notes=notes, id_col=id_col)
     return {c: v[picked] for c, v in b.items()} if every else b
 
 
 def cascade(a_csv: str | os.PathLike, b_csv: str | os.PathLike, output: str | os.PathLike, *, fraction: float,
             rule: str = "replace", weight: float = 0.5, by: str = "probability", center: float = 0.5,
-            sample_submission: str | os.PathLike | None = None, collapsed: str | None = None) -> CascadeResult:
+            sample_submission: str | os.PathLike | None = None, collapsed: str | None = None,
+            id_col: str = "id") -> CascadeResult:
     """Write A's predictions with B's entered for A's least certain ``fraction`` of rows.
 
     Args:
         a_csv: A's submission (every row). b_csv: B's, for the picked rows (or every row).
         output: the CSV to write (``id`` + the prediction columns, rows in A's, or the sample's, order).
         fraction, by, center: which rows (:func:`uncertain_rows`). rule, weight: how (:func:`combine`).
-        sample_submission: row order and id set, as for the blend. collapsed: as for the blend.
+        sample_submission: row order and id set, as for the blend. collapsed, id_col: as for the blend.
 
     Returns:
         :class:`CascadeResult`.
@@ -243,10 +244,10 @@ def cascade(a_csv: str | os.PathLike, b_csv: str | os.PathLike, output: str | os
     check_parameters(fraction, rule, weight, by, center)
     a_path, b_path, output = (Path(normalise(p)) for p in (a_csv, b_csv, output))
     notes: list[str] = []
-    ids, columns, (a,) = read_aligned([a_path], sample_submission, notes=notes)
+    ids, columns, (a,) = read_aligned([a_path], sample_submission, notes=notes, id_col=id_col)
     picked = uncertain_rows(np.column_stack([a[c] for c in columns]), fraction, by=by, center=center)
     what = f"the {len(picked)} rows the cascade picked from {a_path} (fraction {fraction:g}, by {by})"
-    b = _b_values(b_path, ids, picked, columns, notes, what)
+    b = _b_values(b_path, ids, picked, columns, notes, what, id_col)
     total = {c: combine(a[c], b[c], picked, rule=rule, weight=weight) for c in columns}
     try:
         warning = check_predictions(total, str(output), policy=collapsed,
@@ -256,7 +257,7 @@ def cascade(a_csv: str | os.PathLike, b_csv: str | os.PathLike, output: str | os
     if warning:
         notes.append(warning)
         warnings.warn(warning, CollapsedPredictionWarning, stacklevel=2)
-    out = pd.DataFrame({"id": ids.to_numpy(), **total})
+    out = pd.DataFrame({id_col: ids.to_numpy(), **total})
     runs = [r for p in (a_path, b_path) for r in provenance.recorded_runs(p, say=notes.append)]
     replaced = provenance.write_recorded(
         output, lambda tmp: out.to_csv(tmp, index=False, float_format="%.9g"), writer=provenance.CASCADE,

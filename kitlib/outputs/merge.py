@@ -420,17 +420,17 @@ def _merge_seed(shards: list[tuple[Path, pa.Table]], targets: tuple[str, ...] | 
     return ids, {c: g.column(f"{c}_min").to_numpy() for c in cols}, table.num_rows - g.num_rows
 
 
-def _reference_ids(path: Path, what: str) -> tuple[pa.Array, list[str]]:
+def _reference_ids(path: Path, what: str, id_col: str = "id") -> tuple[pa.Array, list[str]]:
     """The ids (exact strings) and the column names of a sample submission or test file.
 
     Read by the kit's CSV rules (:func:`kitlib.data.read_csv_strings`, as
-    :func:`kitlib.data.read_csv_checked` reads it), only the ``id`` column kept in memory.
+    :func:`kitlib.data.read_csv_checked` reads it), only the ``id_col`` column kept in memory.
     """
     try:
         columns = csv_columns(path)
-        if "id" not in columns:
-            raise MergeError(f"{path}: {what} has no 'id' column")
-        ids = pa.array(read_ids(path), pa.string())
+        if id_col not in columns:
+            raise MergeError(f"{what}: " + submission_csv.no_id_col(path, id_col, columns))
+        ids = pa.array(read_ids(path, id_col), pa.string())
     except FileNotFoundError:
         raise MergeError(f"{path}: no such file ({what})") from None
     except MergeError:
@@ -482,12 +482,12 @@ def _write_csv(table: pa.Table, path: str) -> None:
 def merge_shards(inputs: list[str | os.PathLike], output: str | os.PathLike, *, sample_submission: str | os.PathLike | None = None,
                  test: str | os.PathLike | None = None, run_id: str | None = None, world_size: int | None = None,
                  writer: str = "kitlib.outputs.merge.merge_shards", source: str = "", collapsed: str | None = None,
-                 runs=()) -> MergeResult:
+                 runs=(), id_col: str = "id") -> MergeResult:
     """Merge prediction shards into a submission CSV.
 
     Args:
         inputs: shard files and/or folders holding them (see :func:`expand_shard_paths`).
-        output: the CSV to write (``id`` then the prediction columns; with a sample
+        output: the CSV to write (``id_col`` then the prediction columns; with a sample
             submission, exactly its columns in its order).
         sample_submission: Kaggle's ``sample_submission.csv``; rows are written in its order,
             every one of its ids must be predicted, no more, and its columns name the
@@ -501,7 +501,8 @@ def merge_shards(inputs: list[str | os.PathLike], output: str | os.PathLike, *, 
         world_size: with ``run_id``, the run's world size (None: read from the shards).
         writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
             submission another writer recorded is said (:mod:`kitlib.outputs.provenance` holds the rule).
-        runs: the training run ids the predictions came from, recorded beside ``output``.
+        runs: the training run ids the predictions came from, recorded beside ``output``. id_col: the id
+            column of ``sample_submission``, ``test`` and ``output`` (:mod:`kitlib.outputs.submission_csv`).
         collapsed: predictions that barely vary (:func:`kitlib.outputs.collapse.check_predictions`):
             ``"warn"`` writes them with a ``WARNING`` note (also a
             :class:`kitlib.outputs.collapse.CollapsedPredictionWarning`), ``"refuse"`` writes nothing;
@@ -522,18 +523,17 @@ def merge_shards(inputs: list[str | os.PathLike], output: str | os.PathLike, *, 
     """
     output = storage.as_path(output)
     notes = _Notes()
-    ss_path, ss_ids, targets = _sample_targets(sample_submission, notes)
+    ss_path, ss_ids, targets = _sample_targets(sample_submission, notes, id_col)
     paths, read = _read_shards(inputs, output, run_id, world_size, notes)
     kit = any(i is not None for _, _, i, _ in read)
     ids, preds, dups = _merge_read(read, paths, targets, notes)
     src = f"{len(paths)} shard(s) in {paths[0].parent}"
-    test = storage.as_path(test) if test is not None else None
-    if test is not None:
-        ids, preds = _test_order(ids, preds, test, kit, src)
+    if (test := storage.as_path(test) if test is not None else None) is not None:
+        ids, preds = _test_order(ids, preds, test, kit, src, id_col)
     elif not kit and sample_submission is None:
         raise MergeError("seed-pattern shards carry no row index: pass --sample-submission or --test for the order")
     ids, preds, columns = _sample_order(ids, preds, ss_path, ss_ids, targets, src, notes)
-    table = _checked_table(ids, preds, columns, output, collapsed, (test, sample_submission), notes)
+    table = _checked_table(ids, preds, columns, output, collapsed, (test, sample_submission), notes, id_col)
     replaced = provenance.write_recorded(output, lambda tmp: _write_csv(table, tmp), writer=writer,
                                          source=source or src, rows=table.num_rows, runs=runs)
     if replaced:
@@ -541,18 +541,18 @@ def merge_shards(inputs: list[str | os.PathLike], output: str | os.PathLike, *, 
     return MergeResult(output, table.num_rows, len(paths), dups, tuple(columns), notes.lines(), run_id)
 
 
-def _sample_targets(sample_submission, notes: _Notes) -> tuple[Path | None, pa.Array | None, tuple[str, ...] | None]:
+def _sample_targets(sample_submission, notes: _Notes, id_col: str = "id") -> tuple[Path | None, pa.Array | None, tuple[str, ...] | None]:
     """The sample submission's path, ids and prediction columns (all None without one); an index
     column of it is noted."""
     if sample_submission is None:
         return None, None, None
     ss_path = storage.as_path(sample_submission)  # ~ expanded (storage.normalise)
-    ss_ids, ss_columns = _reference_ids(ss_path, "the sample submission")
+    ss_ids, ss_columns = _reference_ids(ss_path, "the sample submission", id_col)
     for c in ss_columns:
-        if c != "id" and submission_csv.is_index_column(c):
+        if c != id_col and submission_csv.is_index_column(c):
             notes.add(submission_csv.index_note(c) + " (the sample submission)", ss_path)
     try:
-        return ss_path, ss_ids, submission_csv.prediction_columns(ss_columns, ss_path)  # the one rule
+        return ss_path, ss_ids, submission_csv.prediction_columns(ss_columns, ss_path, id_col)  # the one rule
     except submission_csv.SubmissionFileError as e:
         raise MergeError(str(e)) from None
 
@@ -596,10 +596,10 @@ def _merge_read(read: list, paths: list[Path], targets: tuple[str, ...] | None, 
     return ids, preds, dups
 
 
-def _test_order(ids, preds: dict[str, np.ndarray], test: Path, kit: bool, src: str) -> tuple:
+def _test_order(ids, preds: dict[str, np.ndarray], test: Path, kit: bool, src: str, id_col: str = "id") -> tuple:
     """Against the test file: kit shards' ids must match it row by row; seed shards' rows are put
     in its order. Returns (ids, predictions)."""
-    test_ids, _ = _reference_ids(test, "the test file")
+    test_ids, _ = _reference_ids(test, "the test file", id_col)
     if not kit:
         order = _align(ids, test_ids, test, src)
         return test_ids, {c: v[order] for c, v in preds.items()}
@@ -631,7 +631,7 @@ def _sample_order(ids, preds: dict[str, np.ndarray], ss_path: Path | None, ss_id
 
 
 def _checked_table(ids, preds: dict[str, np.ndarray], columns: list[str], output: Path, collapsed: str | None,
-                   data_files: tuple, notes: _Notes) -> pa.Table:
+                   data_files: tuple, notes: _Notes, id_col: str = "id") -> pa.Table:
     """The submission table, after the one collapse rule (:func:`kitlib.outputs.collapse.check_predictions`):
     a warning is noted and warned, a refusal raised as :class:`MergeError`."""
     try:
@@ -641,4 +641,4 @@ def _checked_table(ids, preds: dict[str, np.ndarray], columns: list[str], output
     if warning:
         notes.add(warning)
         warnings.warn(warning, CollapsedPredictionWarning, stacklevel=3)
-    return pa.table({"id": ids, **{c: pa.array(preds[c]) for c in columns}})
+    return pa.table({id_col: ids, **{c: pa.array(preds[c]) for c in columns}})

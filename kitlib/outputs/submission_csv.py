@@ -3,6 +3,9 @@ blend inputs (``python -m kitlib merge``, ``blend``, and ``kaggle_kit`` submit's
 
 The rules, one home:
 
+* the id column is the ``id_col`` parameter (``id`` by default, ``row_id`` where the sample
+  submission's header says so), read and written under that name; a sample submission whose header
+  lacks it is refused before any work, naming both (:func:`check_sample_submission`);
 * ids are the exact strings of the file (``"007"`` stays ``"007"``, ``"NA"`` stays ``"NA"``); a
   quoted field may hold newlines, whatever the file's size (pyarrow otherwise splits a file over
   1 MB at raw newlines);
@@ -10,7 +13,7 @@ The rules, one home:
   ``to_csv(path)`` writes it; ``Unnamed: N`` once pandas read it back; ``__index_level_N__`` in
   Parquet) and a seed shard's ``row`` (:data:`INDEX_COLUMN_RE`). It is dropped, with a note naming
   the file (:func:`read`);
-* the prediction columns are the sample submission's: its columns other than ``id`` and index
+* the prediction columns are the sample submission's: its columns other than the id column and index
   columns (:func:`prediction_columns`). A file's other columns are not predictions of the
   submission (its writers ignore them with a note, or refuse them).
 
@@ -41,8 +44,9 @@ class SubmissionTable:
 
     Attributes:
         path: the file.
-        table: ``id`` (string, exact) and every other column but the index columns, in file order;
-            numeric columns as pyarrow infers them (float64 / int64), others as strings.
+        table: ``id`` (string, exact: the file's ``id_col``, named ``id`` here) and every other column but the
+            index columns, in file order; numeric columns as pyarrow infers them (float64 / int64), others as strings.
+        id_col: the file's name of its id column (what a writer names it back).
         dropped: the index columns dropped.
         notes: one line per column dropped, naming the file.
     """
@@ -51,6 +55,7 @@ class SubmissionTable:
     table: pa.Table
     dropped: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    id_col: str = ID
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -97,43 +102,57 @@ def read_table(path: str | os.PathLike, string_columns: tuple[str, ...] = (ID,))
         raise SubmissionFileError(f"{p}: unreadable CSV ({e})") from None
 
 
-def drop_index_columns(path: str | os.PathLike, table: pa.Table) -> SubmissionTable:
-    """``table`` without its index columns (:func:`is_index_column`; never ``id``), with a note for each."""
-    dropped = tuple(c for c in table.column_names if c != ID and is_index_column(c))
+def drop_index_columns(path: str | os.PathLike, table: pa.Table, id_col: str = ID) -> SubmissionTable:
+    """``table`` without its index columns (:func:`is_index_column`; never ``id_col``), with a note for each."""
+    dropped = tuple(c for c in table.column_names if c != id_col and is_index_column(c))
     kept = table.drop_columns(list(dropped)) if dropped else table
-    return SubmissionTable(Path(str(path)), kept, dropped, [index_note(c, path) for c in dropped])
+    return SubmissionTable(Path(str(path)), kept, dropped, [index_note(c, path) for c in dropped], id_col)
 
 
-def read(path: str | os.PathLike) -> SubmissionTable:
-    """Read one submission-like CSV by the module's rules: exact string ids, index columns dropped
-    with a note.
+def no_id_col(path, id_col: str, columns) -> str:
+    """The message for a file whose header lacks ``id_col``, naming both and the fix."""
+    return (f"{path}: no {id_col!r} column (id_col={id_col!r}; its header is {','.join(columns)}); pass id_col "
+            "(--id-col) as the sample submission's header names its id column")
+
+
+def read(path: str | os.PathLike, id_col: str = ID) -> SubmissionTable:
+    """Read one submission-like CSV by the module's rules: ``id_col`` as exact strings (named ``id`` in the
+    table), index columns dropped with a note.
 
     Raises:
         FileNotFoundError: no such file.
-        SubmissionFileError: not a readable CSV, or no ``id`` column (the columns found named).
+        SubmissionFileError: not a readable CSV, or no ``id_col`` column (both named: :func:`no_id_col`).
     """
-    table = read_table(path)
-    if ID not in table.column_names:
-        raise SubmissionFileError(f"{path}: no 'id' column (columns: {', '.join(table.column_names)})")
-    return drop_index_columns(path, table)
+    table = read_table(path, (id_col,))
+    if id_col not in table.column_names:
+        raise SubmissionFileError(no_id_col(path, id_col, table.column_names))
+    if ID in table.column_names and id_col != ID:
+        raise SubmissionFileError(f"{path}: has both {id_col!r} (id_col) and {ID!r} columns; pass id_col={ID!r}, or "
+                                  f"drop one of them")
+    out = drop_index_columns(path, table.rename_columns([ID if c == id_col else c for c in table.column_names]), ID)
+    out.id_col = id_col
+    return out
 
 
-def prediction_columns(sample: SubmissionTable | tuple[str, ...] | list[str], path: str | os.PathLike = "") -> tuple[str, ...]:
+def prediction_columns(sample: SubmissionTable | tuple[str, ...] | list[str], path: str | os.PathLike = "",
+                       id_col: str = ID) -> tuple[str, ...]:
     """The prediction columns a submission must have: the sample submission's columns other than
-    ``id`` and index columns.
+    its id column and index columns.
 
     Args:
         sample: the sample submission as :func:`read` gave it, or its column names.
         path: the sample submission, for the message.
+        id_col: the id column of ``sample`` given as names (a :class:`SubmissionTable`'s is ``id``).
 
     Raises:
         SubmissionFileError: it names no prediction column.
     """
     names = sample.table.column_names if isinstance(sample, SubmissionTable) else list(sample)
-    cols = tuple(c for c in names if c != ID and not is_index_column(c))
+    id_col = ID if isinstance(sample, SubmissionTable) else id_col
+    cols = tuple(c for c in names if c != id_col and not is_index_column(c))
     if not cols:
         where = path or (sample.path if isinstance(sample, SubmissionTable) else "the sample submission")
-        raise SubmissionFileError(f"{where}: the sample submission names no prediction column besides 'id'")
+        raise SubmissionFileError(f"{where}: the sample submission names no prediction column besides {id_col!r}")
     return cols
 
 
@@ -141,21 +160,15 @@ NO_SAMPLE = "none"  # sample_submission="none": no sample submission, the test s
 
 
 def check_id_col(id_col: str) -> None:
-    """Refuse an ``id_col`` parameter other than ``id`` where a submission is written: the merge writes
-    (and reads the sample submission's) ``id`` column, and a submission whose id column is not the
-    competition's would be rejected by Kaggle.
-
-    Raises:
-        ValueError: naming ``id_col`` and what works today.
-    """
+    """Raises ValueError for an ``id_col`` other than ``id`` in the Keras and test-time notebooks, whose
+    submissions are not yet written by the rule above."""
     if id_col != ID:
-        raise ValueError(f"id_col={id_col!r}: submissions are written with an {ID!r} column (kitlib.outputs.merge); "
-                         f"a competition whose id column is {id_col!r} is not supported yet by the submission writers. "
-                         "The training notebook takes any id_col")
+        raise ValueError(f"id_col={id_col!r}: this notebook writes an {ID!r} column; predict with the inference "
+                         f"notebook (-p id_col {id_col}), which takes any id_col")
 
 
 def choose_prediction_column(prediction_column: str, sample_submission: str | os.PathLike | None,
-                             label: str | None, *, label_parameter: str = "the checkpoint's head") -> str:
+                             label: str | None, *, label_parameter: str = "the checkpoint's head", id_col: str = ID) -> str:
     """The column a notebook writes its predictions to: the one rule (the ``prediction_column`` parameter).
 
     ``prediction_column`` when given; else the sample submission's one prediction column
@@ -169,6 +182,7 @@ def choose_prediction_column(prediction_column: str, sample_submission: str | os
         sample_submission: the sample submission, or None (``sample_submission="none"``).
         label: the trained label, or None when nothing names it.
         label_parameter: where ``label`` came from, for the message.
+        id_col: the sample submission's id column (the one rule: the module docstring).
 
     Raises:
         FileNotFoundError, SubmissionFileError: an unreadable sample submission (:func:`read`).
@@ -178,7 +192,7 @@ def choose_prediction_column(prediction_column: str, sample_submission: str | os
     if prediction_column:
         return prediction_column
     if sample_submission is not None:
-        cols = prediction_columns(read(sample_submission), sample_submission)
+        cols = prediction_columns(read(sample_submission, id_col), sample_submission)
         if len(cols) != 1:
             raise SubmissionFileError(f"{sample_submission}: the sample submission has {len(cols)} prediction columns "
                                       f"({', '.join(cols)}); the kit predicts one: pass -p prediction_column <one of them>")
@@ -190,32 +204,35 @@ def choose_prediction_column(prediction_column: str, sample_submission: str | os
 
 
 def check_sample_submission(path: str | os.PathLike, test_ids, columns: tuple[str, ...], *,
-                            test_path: str | os.PathLike = "the test set") -> SubmissionTable:
+                            test_path: str | os.PathLike = "the test set", id_col: str = ID) -> SubmissionTable:
     """Check, before any replica starts, that the merge at the run's end can use this sample submission.
 
-    It must exist and be readable (:func:`read`), hold each id once, exactly the test set's ids
+    It must exist and be readable (:func:`read`), have the id column ``id_col`` (else refused naming both
+    ``id_col`` and its header), hold each id once, exactly the test set's ids
     (in any order), and name exactly ``columns`` as its prediction columns
     (:func:`prediction_columns`; an index column is not one). Found only at the merge, after every
     replica predicted every row, each of these used to cost the whole run (issue 27 item 7).
 
     Args:
         path: the sample submission.
-        test_ids: the test set's ids, exact strings (a sequence, numpy or pyarrow array).
+        test_ids: the test set's ids, exact strings (a sequence, numpy or pyarrow array), or a callable giving
+            them, called once the sample's header is checked (so a wrong ``id_col`` names the sample's header).
         columns: the columns the run predicts (``InferJob.prediction_column``).
         test_path: the test file, for the message.
+        id_col: the id column (the notebooks' ``id_col`` parameter).
 
     Returns:
         The sample as read.
 
     Raises:
         FileNotFoundError: no such file (the message says how to run without one).
-        SubmissionFileError: unreadable, no ``id``, a repeated id, ids other than the test set's,
+        SubmissionFileError: unreadable, no ``id_col``, a repeated id, ids other than the test set's,
             or other prediction columns; the message names the file, the ids or columns, and the fix.
     """
     import pyarrow.compute as pc
 
     try:
-        sample = read(path)
+        sample = read(path, id_col)
     except FileNotFoundError:
         raise FileNotFoundError(f"sample_submission={path}: no such file. Pass the competition's "
                                 f"sample_submission.csv, or sample_submission={NO_SAMPLE!r} to write the rows in the "
@@ -234,6 +251,7 @@ def check_sample_submission(path: str | os.PathLike, test_ids, columns: tuple[st
         counts = pc.value_counts(ids)
         dup = counts.field("values").filter(pc.greater(counts.field("counts"), 1)).to_pylist()
         raise SubmissionFileError(f"{path}: id(s) {_preview(dup)} repeated in the sample submission")
+    test_ids = test_ids() if callable(test_ids) else test_ids
     test = pa.array(list(test_ids) if not isinstance(test_ids, (pa.Array, pa.ChunkedArray)) else test_ids, pa.string())
     missing = test.filter(pc.invert(pc.is_in(test, value_set=ids))).to_pylist()
     extra = ids.filter(pc.invert(pc.is_in(ids, value_set=test))).to_pylist()

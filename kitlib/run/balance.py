@@ -1,22 +1,8 @@
-"""Rows balanced by tokens: split rows over replicas by token count, and batch them to a token budget.
+"""Rows balanced by tokens: split over replicas by token count (what ``predict`` does), batched to a token budget.
 
-A decoder's inference time grows with the tokens it reads, not the rows: a replica handed the
-same number of rows as another but longer ones finishes later, and the job waits for the slowest
-(Kaggle's 2025 text competitions sorted rows by length and split them per GPU; issue 32).
-
-* :func:`split_by_tokens`: rows sorted longest first, each given to the replica with the fewest
-  tokens so far (greedy "longest processing time first", Graham 1969: the largest replica is at
-  most ``4/3`` of the optimum, and in practice within one row's length of the mean). Each
-  replica's rows come back sorted by length, longest first, so its batches pad little.
-* :func:`token_batches`: consecutive rows of one replica, longest first, packed while
-  ``rows x the batch's longest row <= budget`` (the padded tensor's tokens), so short rows go in
-  big batches and long rows in small ones; the first batch is the biggest tensor, so running out
-  of memory shows at once.
-* :func:`token_imbalance`: how far the busiest replica is above the mean, to print or assert.
-
-Every function is pure (numpy only): the parent works the split out once and hands each replica its
-rows. Shapes vary from batch to batch, which suits eager CPU and CUDA; an XLA run keeps its bucket
-lengths (:func:`kitlib.data.choose_bucket_lengths`) or pads each batch to ``multiple_of``.
+A decoder's time grows with the tokens it reads, not the rows: a replica handed longer rows finishes
+later, and the job waits for the slowest (issue 32). :func:`split_by_tokens` (greedy longest first,
+Graham 1969), :func:`token_batches`, :func:`token_imbalance`: pure numpy, the same result in every process.
 """
 from __future__ import annotations
 
