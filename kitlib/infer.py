@@ -210,11 +210,35 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
         kitlib.storage.CannotWrite: the shard or output folder cannot be written (checked before any
             replica starts), or the submission cannot be written at the end (full disk).
         kitlib.locks.FolderLocked: another run writes the same shard folder or submission file, by whatever
-            name or link (:func:`output_locks`); nothing started.
+            name or link (:func:`output_locks`, taken once the checks passed); nothing written.
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
-    with output_locks(job, rt):
-        return _predict(job, rt, start_method)
+    kind, tokenizer, base = model_kind(job)
+    kind.row_columns(job.test_csv)  # a prompt field the test set gives nowhere: refused before any work
+    folder = config_folder(job.checkpoint, base)
+    checked = preflight(folder, max_len=job.max_len, device=rt.backend.device, target=job.head_label,
+                        tokenizer=tokenizer, read_head=bool(kind.head))
+    check_inference(job.precision, rt.backend.device)
+    precision = rt.backend.resolve_precision(job.precision)  # once, here: every replica gets this object
+    weights = weights_for(job, rt, precision, kind, folder, base)  # the memory plan, printed; refused if it cannot fit
+    check_outputs(job, rt)  # what the merge at the end needs, before any work
+    with output_locks(job, rt):  # after the checks (which write nothing), before the first write
+        with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
+            tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR, tokenizer, kind)
+            checked.check_tokens(folder, tokens.ids, job.test_csv)  # every id below the embedding's rows
+            plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
+                         padded_lengths(tokens.lengths, job, rt), kind, base, weights,
+                         multi_host=rt.multi_host)
+            del tokens  # the replicas map the folder; this process keeps no token of the test set
+            heap.give_back_freed()  # what tokenizing freed, before a replica runs here (kitlib.run.heap)
+            if not plan.multi_host:
+                shard_dir = storage.as_path(job.shard_dir)
+                shard_dir.mkdir(parents=True, exist_ok=True)
+                clear_shards(shard_dir)
+            launch(_mp_fn, plan, rt, start_method, precision=precision)
+        if job.output_csv is None or not holds_global_rank0(rt):
+            return None
+        return merge_run(job, plan.run_id, rt.world_size)
 
 
 def output_locks(job: InferJob, rt: Runtime) -> contextlib.ExitStack:
@@ -236,35 +260,6 @@ def output_locks(job: InferJob, rt: Runtime) -> contextlib.ExitStack:
             if isinstance(local, Path):
                 stack.enter_context(output_lock(local, what))
         return stack.pop_all()
-
-
-def _predict(job: InferJob, rt: Runtime, start_method: str) -> MergeResult | None:
-    """:func:`predict`'s work, under :func:`output_locks`."""
-    kind, tokenizer, base = model_kind(job)
-    kind.row_columns(job.test_csv)  # a prompt field the test set gives nowhere: refused before any work
-    folder = config_folder(job.checkpoint, base)
-    checked = preflight(folder, max_len=job.max_len, device=rt.backend.device, target=job.head_label,
-                        tokenizer=tokenizer, read_head=bool(kind.head))
-    check_inference(job.precision, rt.backend.device)
-    precision = rt.backend.resolve_precision(job.precision)  # once, here: every replica gets this object
-    weights = weights_for(job, rt, precision, kind, folder, base)  # the memory plan, printed; refused if it cannot fit
-    check_outputs(job, rt)  # what the merge at the end needs, before any work
-    with tempfile.TemporaryDirectory(prefix="kitlib-tokens-") as tmp:
-        tokens = tokenize_test_set(job, Path(tmp) / TOKENS_DIR, tokenizer, kind)
-        checked.check_tokens(folder, tokens.ids, job.test_csv)  # every id below the embedding's rows
-        plan = _Plan(job, str(Path(tmp) / TOKENS_DIR), tokens.num_rows,
-                     padded_lengths(tokens.lengths, job, rt), kind, base, weights,
-                     multi_host=rt.multi_host)
-        del tokens  # the replicas map the folder; this process keeps no token of the test set
-        heap.give_back_freed()  # what tokenizing freed, before a replica runs here (kitlib.run.heap)
-        if not plan.multi_host:
-            shard_dir = storage.as_path(job.shard_dir)
-            shard_dir.mkdir(parents=True, exist_ok=True)
-            clear_shards(shard_dir)
-        launch(_mp_fn, plan, rt, start_method, precision=precision)
-    if job.output_csv is None or not holds_global_rank0(rt):
-        return None
-    return merge_run(job, plan.run_id, rt.world_size)
 
 
 def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, folder: str,

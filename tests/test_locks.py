@@ -149,19 +149,21 @@ def test_training_through_a_link_into_a_held_folder_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("held", ["shards", "submission"])
-def test_predict_into_a_shard_folder_or_submission_another_run_holds_is_refused(tmp_path, held):
-    """The inference notebook's outputs are locked as training's are (on the old predict nothing was locked:
-    it went on to load the model, here a missing one, and failed on that instead)."""
+def test_predict_into_a_shard_folder_or_submission_another_run_holds_is_refused(sharp_checkpoint, tmp_path, held):
+    """The inference notebook's outputs are locked as training's are, once the checks passed and before the first
+    write (the old predict locked nothing: it predicted and wrote both)."""
+    from conftest import write_slice
     from kitlib.infer import InferJob, predict
     from kitlib.run.runtime import detect_runtime
 
+    test_csv, sample = write_slice(tmp_path / "data", 8)
     shards, _ = _linked(tmp_path, "shards")
     submission, _ = _linked(tmp_path, "submission.csv", folder=False)
-    job = InferJob(checkpoint=str(tmp_path / "no-model"), test_csv=str(SAMPLE / "test.csv"), shard_dir=str(shards),
-                   output_csv=str(submission), sample_submission=str(SAMPLE / "sample_submission.csv"))
+    job = InferJob(checkpoint=str(sharp_checkpoint), test_csv=str(test_csv), shard_dir=str(shards),
+                   output_csv=str(submission), sample_submission=str(sample), max_len=32)
     real = tmp_path / "drive" / ("shards" if held == "shards" else "submission.csv")
     what = "shard folder (shard_dir)" if held == "shards" else "submission file (output_csv)"
     with output_lock(real):
         with pytest.raises(FolderLocked, match=rf"{re.escape(what)} .* is being written by another run"):
             predict(job, detect_runtime(1, "cpu"))
-    assert sorted(p.name for p in (tmp_path / "drive").iterdir()) == []  # nothing written, no lock left
+    assert [p.name for p in (tmp_path / "drive").rglob("*") if p.is_file()] == []  # no shard, no submission, no lock left
