@@ -2,6 +2,7 @@
 the rows it learns from (kitlib/cv/splits.py ttt_split), and the notebook rehearsed as Kaggle runs it."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -88,6 +89,29 @@ def test_ttt_split_trains_the_labelled_test_rows_first_and_holds_out_training_ro
     assert held["toxic"].astype(float).sum() == 2  # stratified: 2 of the 4 held out are positive
     none = ttt_split(files / "train.csv", files / "test.csv", files / "split2", 0.2, seed=3)
     assert none[2]["labelled_test_rows"] == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ttt_split_holds_out_no_text_it_trains_on(tmp_path, seed):
+    """Reposted training texts and labelled test rows copied from the training file (issue 39 item 6): before, the
+    held-out draw took rows, so a held-out row's text was trained on (its repost, or the labelled test copy), and the
+    held-out AUC, the hand-off and the collapse check scored it."""
+    train = pd.DataFrame({"id": [str(i) for i in range(36)], "comment_text": [f"train text {i % 12}" for i in range(36)],
+                          "toxic": [int(i % 12 < 4) for i in range(36)]})
+    test = pd.DataFrame({"id": ["a", "b", "c", "d"], "comment_text": ["train text 0", "train text 5", "new", "train text 6"],
+                         "label": ["1", "0", "0", ""]})  # 2 labelled copies of training texts; "d" unlabelled
+    train.to_csv(tmp_path / "train.csv", index=False)
+    test.to_csv(tmp_path / "test.csv", index=False)
+    fit, holdout, counts = ttt_split(tmp_path / "train.csv", tmp_path / "test.csv", tmp_path / "split", 0.25, seed=seed,
+                                     test_label_col="label")
+    rows, held = (pd.read_csv(p, dtype=str, keep_default_na=False) for p in (fit, holdout))
+    assert set(rows["text"]).isdisjoint(held["text"]), set(rows["text"]) & set(held["text"])
+    assert {"train text 0", "train text 5"} <= set(rows["text"][rows["source"] == "train"])  # the copies' originals train
+    assert held["text"].nunique() == round(0.25 * 10) and len(held) == counts["holdout_rows"] == 3 * held["text"].nunique()
+    assert counts["train_rows"] + counts["holdout_rows"] == 36 and set(held["toxic"].astype(float)) == {0.0, 1.0}
+    notes = json.loads((tmp_path / "split" / "split.json").read_text())["notes"]
+    assert notes == ["36 row(s) share their text with another row (12 text(s)): each text's rows are on one side",
+                     "6 training row(s) share their text with a labelled test row: trained, never held out"]
 
 
 def test_ttt_split_names_a_bad_label_or_a_missing_column(files):
