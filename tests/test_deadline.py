@@ -159,6 +159,11 @@ def test_the_kernel_trains_then_predicts_within_its_deadline_or_refuses_before_t
     assert re.search(r"predicted again: the first 64 held-out rows within \S+ of the trained model's", out), out[-4000:]
     sub = next((tmp_path / "run").rglob("submission.csv"))
     assert pd.read_csv(sub, dtype=str)["id"].tolist() == test["id"].tolist()
+    from kitlib.checkpoint import READY_FILE, not_ready
+    from kitlib.paths import TTT_CHECKPOINT
+
+    (folder,) = [p for p in (tmp_path / "run").rglob(TTT_CHECKPOINT) if p.is_dir()]
+    assert (folder / READY_FILE).is_file() and not_ready(folder) is None  # issue 39 item 8: before, never marked passed
     late = _run_local(tmp_path / "late", *common, "-p", "time_budget_minutes", "0.05")
     assert late.returncode != 0
     assert "DeadlineError" in late.stdout + late.stderr and "nothing would train" in late.stdout + late.stderr

@@ -398,8 +398,9 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
     rows of ``test_csv`` whose ``test_label_col`` is not empty, in file order), then the other training rows
     shuffled (``seed``): a run cut to its first N rows (``TrainJob.train_limit``, when the deadline calls for
     fewer) keeps the rows most like the test set, and a fair draw of the rest. Both parts have the columns
-    ``id`` (``train:<id>`` and ``test:<id>``: the two files' ids may overlap), ``text``, ``label_col`` and
-    ``source`` (``train`` or ``test``); ``out_dir`` (built atomically) holds ``train-and-labelled-test.csv``,
+    ``id`` (``train:<id>`` and ``test:<id>``: the two files' ids may overlap), the text under ``text_col``
+    (None: ``text``: the parts are read with the notebook's ``text_col``, as its inputs are, by training and by
+    the hand-off), ``label_col`` and ``source`` (``train`` or ``test``); ``out_dir`` (built atomically) holds ``train-and-labelled-test.csv``,
     ``holdout-part.csv`` and ``split.json``.
 
     Args:
@@ -411,7 +412,7 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
         label_col: the label column of ``train_csv`` (0/1 or in [0, 1]).
         test_label_col: ``""``: the test set carries no labels; else its column whose non-empty values
             (0/1 or in [0, 1]) are labels.
-        text_col: the text column of both files (None: ``content``, ``comment_text`` or ``text``).
+        text_col: the text column of both files (None: ``content``, ``comment_text`` or ``text``), and the parts'.
 
     Returns:
         ``(train_path, holdout_path, counts)``: counts of ``train_rows``, ``labelled_test_rows``,
@@ -433,7 +434,7 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
                                         train_csv, label_col, hint=" (holdout_frac, or more rows)",
                                         trained_texts=labelled["text"])
     part = lambda df, rows, source: pd.DataFrame({"id": f"{source}:" + df["id"].iloc[rows].astype(str).to_numpy(),
-                                                  "text": df["text"].iloc[rows].to_numpy(),
+                                                  text_col or "text": df["text"].iloc[rows].to_numpy(),
                                                   label_col: df[label_col].iloc[rows].to_numpy(), "source": source})
     shuffled = np.random.default_rng(seed).permutation(tr)
     training = pd.concat([part(labelled, np.arange(len(labelled)), "test"), part(train, shuffled, "train")], ignore_index=True)
