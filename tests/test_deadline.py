@@ -162,7 +162,7 @@ def test_the_kernel_trains_then_predicts_within_its_deadline_or_refuses_before_t
     from kitlib.checkpoint import READY_FILE, not_ready
     from kitlib.paths import TTT_CHECKPOINT
 
-    (folder,) = [p for p in (tmp_path / "run").rglob(TTT_CHECKPOINT) if p.is_dir()]
+    (folder,) = [p for p in (tmp_path / "run").rglob(str(TTT_CHECKPOINT)) if p.is_dir()]
     assert (folder / READY_FILE).is_file() and not_ready(folder) is None  # issue 39 item 8: before, never marked passed
     late = _run_local(tmp_path / "late", *common, "-p", "time_budget_minutes", "0.05")
     assert late.returncode != 0
