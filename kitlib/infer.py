@@ -269,16 +269,15 @@ def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, fo
     (as saved) for a kind that plans no memory (encoders). A base quantized in training keeps that width.
 
     Raises:
-        ValueError: 8/4 bits for an encoder or off CUDA; another width than an adapter checkpoint's quantized
+        ValueError: 8/4 bits for an encoder (:func:`kitlib.models.memory.check_kind_width`, training's rule too) or
+            off CUDA; another width than an adapter checkpoint's quantized
             one; a plan that does not fit (the figure and the fix). Nothing has started then.
     """
     from .models import adapters, memory
     from .run.backends.precision import resolve_weights
 
+    memory.check_kind_width(job.weights, kind, job.checkpoint)  # the one rule, as training asks it
     if not kind.plans_memory:
-        if job.weights in memory.QUANTIZED:
-            raise ValueError(f"weights={job.weights!r}: {job.checkpoint} is an {kind.name}, which loads as saved; "
-                             "8-bit and 4-bit weights are for decoders (kitlib.models.memory); use weights='auto'")
         return None
     requested = job.weights
     recorded = adapters.read_record(job.checkpoint).get("weights") if base is not None else None

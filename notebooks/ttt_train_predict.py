@@ -14,8 +14,8 @@
 # as a model or data set. One run of this notebook
 #
 # 1. takes the rows labelled at submission time: the training file, plus the test set's own labelled rows
-#    when a column says so (`test_label_col`), first; a small stratified share of the training rows is held
-#    out to check the model (`kitlib/cv/splits.py`, `ttt_split`);
+#    when a column says so (`test_label_col`), first; a small stratified share of the training texts is held
+#    out to check the model, never a text it trains on (`kitlib/cv/splits.py`, `ttt_split`);
 # 2. **probes**: trains `probe_steps` steps and scores as many held-out batches with the real model on the
 #    real devices, and from those times fits the run to the deadline (`time_budget_minutes`): as asked, or
 #    one epoch, or the first rows only, or it refuses before training, saying which and why
@@ -93,7 +93,7 @@ from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
 from kitlib.checkpoint import VALID_PREDICTIONS_FILE
 from kitlib.run.runtime import detect_runtime
 from kitlib.training.deadline import DeadlineError, fit_deadline, probe
-from kitlib.training.handoff import RELOAD_ROWS, check_predicted, refusal_marked
+from kitlib.training.handoff import RELOAD_ROWS, check_before_training, check_predicted, handoff
 from kitlib.training.job import TrainJob
 from kitlib.training.session import time_budget
 from kitlib.training.train import train
@@ -144,11 +144,26 @@ column = choose_prediction_column("", None if sample_submission.lower() == "none
 checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
                                 real_data=paths.is_competition_data(data), purpose="training", data_files=[train_path, test_path])
 print(f"model {model!r} -> {checkpoint}")
+
+# %% [markdown]
+# ## The two jobs, and what they read after training checked now
+# The training job and the prediction job, built once. What the hand-off and the prediction read after training
+# (the held-out rows with `text_col`, the sample submission against the test set, the output folders) is checked
+# here: a bad input is refused before the probe, not after training (`kitlib/training/handoff.py`).
+
+# %%
 job = TrainJob(checkpoint=str(checkpoint), train_csv=str(fit_path), valid_csv=str(holdout_path), out_dir=str(out_dir),
                epochs=epochs, batch_size=batch_size, max_len=max_len, lr=lr, recipe=recipe, label_col=label_col,
                valid_limit=valid_limit or None, seed=seed, compile_cache_dir=str(cache / "xla-compile"),
                precision=precision, resume="never", kind=kind, prompt=prompt, lora_r=lora_r, lora_alpha=lora_alpha,
-               lora_dropout=lora_dropout, lora_targets=lora_targets, weights=weights)
+               lora_dropout=lora_dropout, lora_targets=lora_targets, weights=weights, text_col=text_col or None)
+infer_job = InferJob(checkpoint=str(out_dir), test_csv=str(test_path), shard_dir=str(scratch / "shards" / "ttt"),
+                     output_csv=str(out_path), sample_submission=str(sample_path), batch_size=batch_size,
+                     max_len=max_len, precision=precision, prediction_column=column, label=label_col,
+                     text_col=text_col or None, kind=kind, prompt=prompt, weights=weights,
+                     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY))
+check_before_training(infer_job, holdout_path, rt)  # refused now, not after training
+print(f"after training: the hand-off predicts {holdout_path.name} again, then {test_path.name} into {out_path}")
 
 # %% [markdown]
 # ## Probe, then fit the run to the deadline
@@ -204,17 +219,13 @@ print(f"trained in {time.perf_counter() - t0:.0f} s; kept epoch {best['epoch']} 
 # %%
 kept_auc = epochs_df.loc[best["epoch"], "valid_auc"]
 held_preds = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
-infer_job = InferJob(checkpoint=str(out_dir), test_csv=str(test_path), shard_dir=str(scratch / "shards" / "ttt"),
-                     output_csv=str(out_path), sample_submission=str(sample_path), batch_size=batch_size,
-                     max_len=max_len, precision=precision, prediction_column=column, label=label_col,
-                     text_col=text_col or None, kind=kind, prompt=prompt, weights=weights,
-                     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY))
-with refusal_marked(out_dir):
-    held = collapse.check_ready(kept_auc, held_preds[label_col].to_numpy(), lr=history["recipe"]["lr"],
+with handoff(out_dir) as passed:  # refused: marked so; every check passed: marked ready (kitlib/training/handoff.py)
+    held = passed["predictions"] = collapse.check_ready(kept_auc, held_preds[label_col].to_numpy(), lr=history["recipe"]["lr"],
                                 recipe=history["recipe"]["name"], what="held-out", refuse=collapse.refuses_collapse(history["recipe"]["name"], model == TINY))
     print(held["problem"] or f"held-out ROC AUC {kept_auc:.4f} ({scored} rows); predictions: std {held['std']:.3f}, "
           f"interquartile range {held['iqr']:.3f}")
-    again = check_predicted(infer_job, holdout_path, history["precision"], rt, start_method)
+    again = passed["predicted"] = check_predicted(infer_job, holdout_path, history["precision"], rt, start_method)
+    passed["heldout_auc"] = kept_auc
 print(f"predicted again: the first {again['rows']} held-out rows within {again['gap']:.2g} of the trained model's "
       f"(tolerance {again['tolerance']:g} at {again['precision']})")
 

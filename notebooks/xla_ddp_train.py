@@ -107,7 +107,7 @@ from kitlib.outputs.collapse import check_ready, refuses_collapse
 from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
 from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
 from kitlib.data import kit_id_copy, read_csv_checked, row_fields
-from kitlib.training.handoff import check_reload, mark_passed, refusal_marked
+from kitlib.training.handoff import check_reload, handoff
 from kitlib.models.model import TINY, resolve_checkpoint
 from kitlib.infer import InferJob, predict
 from kitlib.run.runtime import detect_runtime
@@ -146,7 +146,7 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 # ## Data
 # The training file is English; `validation.csv` is Turkish, Spanish and Italian. The split is
 # fixed and written down (`kitlib/cv/splits.py`; its `split.json` beside the CSVs):
-# * `split="english"`: with `holdout_frac > 0` a stratified share of the English rows is held out
+# * `split="english"`: with `holdout_frac > 0` a stratified share of the English texts is held out
 #   and scored after every epoch (held-out English AUC); `validation.csv` is scored once at the end.
 # * `split="validation"`: every English row plus the first half of `validation.csv` train; its
 #   second half is held out, scored after every epoch and at the end (held-out multilingual AUC).
@@ -334,16 +334,16 @@ if folds:
 # %%
 saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
 refuse = refuses_collapse(trained["name"], random_on_purpose=model == TINY)  # the hand-off rule: the random tiny model (tests, rehearsals) gets a warning
-with refusal_marked(out_dir):  # a refused folder is marked: model="auto" never picks it later
-    held = check_ready(kept_auc, saved[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scored, refuse=refuse)
+with handoff(out_dir) as passed:  # refused: marked so, model="auto" never picks it; every check passed: marked ready
+    held = passed["predictions"] = check_ready(kept_auc, saved[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scored, refuse=refuse)
     if scores is not None:
         check_ready(scores["roc_auc"], ml_pred[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scores["rows"], refuse=refuse)
     print(held["problem"] or f"{scored} predictions: std {held['std']:.3f}, interquartile range {held['iqr']:.3f}")
     fields = row_fields(read_csv_checked(epoch_valid_path, text_col=text_col or None, limit=valid_limit or None,
                                          fields=bound_kind(job)[0].row_columns(epoch_valid_path)))  # the prompt's per-row fields
-    reload = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved[label_col].to_numpy(), max_len, history["precision"],
-                          label=label_col, fields=fields)
+    reload = passed["reload"] = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved[label_col].to_numpy(), max_len,
+                                             history["precision"], label=label_col, fields=fields)
+    passed["heldout_auc"] = scores and scores["roc_auc"]
 print(f"reloaded checkpoint vs in-memory model on {reload['rows']} validation rows, both at {reload['precision']}: "
       f"max |diff| = {reload['gap']:.2e} (a correct reload stays within {reload['tolerance']:g})")
-mark_passed(out_dir, {"reload": reload, "predictions": held, "heldout_auc": scores and scores["roc_auc"]})  # ready: model="auto" may pick it
 print(f"checkpoint ready for the inference notebook: {out_dir}")

@@ -2,6 +2,7 @@
 the rows it learns from (kitlib/cv/splits.py ttt_split), and the notebook rehearsed as Kaggle runs it."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -90,6 +91,29 @@ def test_ttt_split_trains_the_labelled_test_rows_first_and_holds_out_training_ro
     assert none[2]["labelled_test_rows"] == 0
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ttt_split_holds_out_no_text_it_trains_on(tmp_path, seed):
+    """Reposted training texts and labelled test rows copied from the training file (issue 39 item 6): before, the
+    held-out draw took rows, so a held-out row's text was trained on (its repost, or the labelled test copy), and the
+    held-out AUC, the hand-off and the collapse check scored it."""
+    train = pd.DataFrame({"id": [str(i) for i in range(36)], "comment_text": [f"train text {i % 12}" for i in range(36)],
+                          "toxic": [int(i % 12 < 4) for i in range(36)]})
+    test = pd.DataFrame({"id": ["a", "b", "c", "d"], "comment_text": ["train text 0", "train text 5", "new", "train text 6"],
+                         "label": ["1", "0", "0", ""]})  # 2 labelled copies of training texts; "d" unlabelled
+    train.to_csv(tmp_path / "train.csv", index=False)
+    test.to_csv(tmp_path / "test.csv", index=False)
+    fit, holdout, counts = ttt_split(tmp_path / "train.csv", tmp_path / "test.csv", tmp_path / "split", 0.25, seed=seed,
+                                     test_label_col="label")
+    rows, held = (pd.read_csv(p, dtype=str, keep_default_na=False) for p in (fit, holdout))
+    assert set(rows["text"]).isdisjoint(held["text"]), set(rows["text"]) & set(held["text"])
+    assert {"train text 0", "train text 5"} <= set(rows["text"][rows["source"] == "train"])  # the copies' originals train
+    assert held["text"].nunique() == round(0.25 * 10) and len(held) == counts["holdout_rows"] == 3 * held["text"].nunique()
+    assert counts["train_rows"] + counts["holdout_rows"] == 36 and set(held["toxic"].astype(float)) == {0.0, 1.0}
+    notes = json.loads((tmp_path / "split" / "split.json").read_text())["notes"]
+    assert notes == ["36 row(s) share their text with another row (12 text(s)): each text's rows are on one side",
+                     "6 training row(s) share their text with a labelled test row: trained, never held out"]
+
+
 def test_ttt_split_names_a_bad_label_or_a_missing_column(files):
     test = pd.read_csv(files / "test.csv", dtype=str, keep_default_na=False)
     test.loc[4, "rule_label"] = "yes"
@@ -135,6 +159,11 @@ def test_the_kernel_trains_then_predicts_within_its_deadline_or_refuses_before_t
     assert re.search(r"predicted again: the first 64 held-out rows within \S+ of the trained model's", out), out[-4000:]
     sub = next((tmp_path / "run").rglob("submission.csv"))
     assert pd.read_csv(sub, dtype=str)["id"].tolist() == test["id"].tolist()
+    from kitlib.checkpoint import READY_FILE, not_ready
+    from kitlib.paths import TTT_CHECKPOINT
+
+    (folder,) = [p for p in (tmp_path / "run").rglob(str(TTT_CHECKPOINT)) if p.is_dir()]
+    assert (folder / READY_FILE).is_file() and not_ready(folder) is None  # issue 39 item 8: before, never marked passed
     late = _run_local(tmp_path / "late", *common, "-p", "time_budget_minutes", "0.05")
     assert late.returncode != 0
     assert "DeadlineError" in late.stdout + late.stderr and "nothing would train" in late.stdout + late.stderr

@@ -92,3 +92,73 @@ def test_the_test_time_kernels_check_predicts_the_saved_folder_again_through_pre
                                               r"rows up to 0\.[1-9]\d* away from the trained model \(both at fp32"):
         check_predicted(job, tmp_path / "valid.csv", "fp32", detect_runtime(1, "cpu"))
     assert not (tmp_path / "submission.csv").exists()
+
+
+# --- issue 39 item 8: the test-time kernel reads its held-out part as training does, and marks its folder ready ---
+
+
+def test_the_test_time_parts_are_read_with_the_notebooks_text_col_by_training_and_the_hand_off(tmp_path, monkeypatch):
+    """Before: ttt_split wrote its parts' text as ``text`` while the kernel's hand-off (check_predicted) read them with
+    the notebook's text_col, so text_col="body" failed after training ("missing column 'body'"). Now the parts keep the
+    notebook's text column, check_predicted reads its held-out rows with it (here through a stand-in for predict:
+    no model), and check_before_training reads them the same way before any training, refusing a part without it."""
+    import kitlib.infer
+    from kitlib.checkpoint import VALID_PREDICTIONS_FILE
+    from kitlib.cv.splits import ttt_split
+    from kitlib.data import read_csv_checked
+    from kitlib.infer import InferJob
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.training.handoff import check_before_training
+
+    pd.DataFrame({"id": [str(i) for i in range(20)], "body": [f"train row {i}" for i in range(20)],
+                  "toxic": [i % 2 for i in range(20)]}).to_csv(tmp_path / "train.csv", index=False)
+    pd.DataFrame({"id": ["a", "b"], "body": ["test row a", "test row b"], "label": ["1", ""]}).to_csv(tmp_path / "test.csv", index=False)
+    fit, holdout, _ = ttt_split(tmp_path / "train.csv", tmp_path / "test.csv", tmp_path / "split", 0.2, test_label_col="label",
+                                text_col="body")
+    assert read_csv_checked(fit, text_col="body")["text"].iloc[0] == "test row a"  # as TrainJob(text_col="body") reads it
+    folder = tmp_path / "run"
+    folder.mkdir()
+    held = read_csv_checked(holdout, text_col="body")
+    pd.DataFrame({"id": held["id"], "toxic": np.linspace(0.1, 0.9, len(held))}).to_csv(folder / VALID_PREDICTIONS_FILE, index=False)
+    job = InferJob(checkpoint=str(folder), test_csv=str(tmp_path / "test.csv"), shard_dir=str(tmp_path / "shards"),
+                   output_csv=str(tmp_path / "submission.csv"), text_col="body", precision="fp32")
+    rt = detect_runtime(1, "cpu")
+    check_before_training(job, holdout, rt)
+    seen = {}
+
+    def predict(job, rt, start_method):  # the saved folder predicts its held-out rows back exactly
+        rows = pd.read_csv(job.test_csv, dtype=str, keep_default_na=False)
+        seen["texts"] = rows["text"].tolist()
+        kept = pd.read_csv(folder / VALID_PREDICTIONS_FILE, dtype={"id": str}).set_index("id")["toxic"]
+        pd.DataFrame({"id": rows["id"], "toxic": kept.loc[rows["id"]].to_numpy()}).to_csv(job.output_csv, index=False)
+
+    monkeypatch.setattr(kitlib.infer, "predict", predict)
+    again = check_predicted(job, holdout, "fp32", rt)
+    assert again["rows"] == len(held) == 4 and again["gap"] == 0.0
+    assert seen["texts"] == held["text"].tolist() and all(t.startswith("train row ") for t in seen["texts"])
+    pd.read_csv(holdout).rename(columns={"body": "text"}).to_csv(tmp_path / "other.csv", index=False)
+    with pytest.raises(ValueError, match=r"other\.csv.*'body'"):
+        check_before_training(job, tmp_path / "other.csv", rt)
+
+
+def test_the_hand_off_block_marks_the_folder_ready_or_refused(tmp_path):
+    """Before: the test-time kernel ran its checks under refusal_marked and never wrote the passed mark, so its folder
+    stayed "unchecked" (not ready) however well it did. handoff() is the block both notebooks run: passed, the folder
+    is ready with what each check found; refused, it is marked refused and not ready."""
+    import json
+
+    from kitlib.checkpoint import HISTORY_FILE, READY_FILE, not_ready
+    from kitlib.outputs.collapse import CollapsedModelError
+    from kitlib.training.handoff import handoff
+
+    for name in ("ok", "bad"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / HISTORY_FILE).write_text(json.dumps({"run_id": name, "epochs": [{}], "finished": True}))
+    assert not_ready(tmp_path / "ok")[0] == "unchecked"
+    with handoff(tmp_path / "ok") as passed:
+        passed["predicted"] = {"rows": 64, "gap": 0.0}
+    assert not_ready(tmp_path / "ok") is None
+    assert json.loads((tmp_path / "ok" / READY_FILE).read_text())["checks"] == {"predicted": {"rows": 64, "gap": 0.0}}
+    with pytest.raises(CollapsedModelError), handoff(tmp_path / "bad"):
+        raise CollapsedModelError("held-out predictions say nothing.")
+    assert not_ready(tmp_path / "bad")[0] == "refused" and not (tmp_path / "bad" / READY_FILE).exists()

@@ -105,3 +105,33 @@ def test_device_for_reads_the_table_or_the_total():
     assert (d.gb, d.overhead_gb) == (45.1, 0.5)
     with pytest.raises(ValueError, match="device 'Quadro K1' .* is not in kitlib.models.memory.DEVICES"):
         memory.device_for("cuda", "Quadro K1")
+
+
+def test_an_encoder_asked_for_4bit_weights_is_refused_by_training_as_by_inference(tiny_checkpoint, tmp_path):
+    """Issue 39 item 8: inference refused weights='4bit' for an encoder while training silently ignored it (and
+    trained at full width). Now training refuses it with inference's words, before any replica starts: nothing
+    written."""
+    import pandas as pd
+
+    from conftest import SAMPLE
+    from kitlib.infer import InferJob, predict
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.training.job import TrainJob
+    from kitlib.training.train import train
+
+    rows = pd.read_csv(SAMPLE / "train.csv", dtype=str, keep_default_na=False)
+    rows = pd.concat([rows[rows["toxic"] == "1"].iloc[:16], rows[rows["toxic"] == "0"].iloc[:48]])
+    rows.to_csv(tmp_path / "train.csv", index=False)
+    rt = detect_runtime(1, "cpu")
+    job = TrainJob(checkpoint=str(tiny_checkpoint), train_csv=str(tmp_path / "train.csv"),
+                   valid_csv=str(tmp_path / "train.csv"), out_dir=str(tmp_path / "out"), batch_size=8, max_len=32,
+                   weights="4bit")
+    with pytest.raises(ValueError) as trained:
+        train(job, rt)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError) as predicted:
+        predict(InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(SAMPLE / "test.csv"), max_len=32,
+                         shard_dir=str(tmp_path / "shards"), weights="4bit"), rt)
+    assert str(trained.value) == str(predicted.value) == (
+        f"weights='4bit': {tiny_checkpoint} is an encoder, which loads as saved; 8-bit and 4-bit weights are for "
+        "decoders (kitlib.models.memory); use weights='auto'")

@@ -21,6 +21,17 @@ The test-time training notebook (``notebooks/ttt_train_predict.py``) has a split
 
 ``"auto"`` (:func:`resolve_split`) is ``"english"`` when the validation file exists, else ``"holdout"``.
 
+**One text, one side** (:data:`HOLDOUT_RULE`; issue 39 item 6): every held-out share this module draws
+(``"english"``, ``"holdout"``, :func:`ttt_split`) draws whole texts, not rows: the rows of one exact text
+(a repost, a merged file; grouped as the folds group them, :func:`kitlib.cv.folds.text_groups`) are all held
+out or all trained on, and a text the training part holds anyway (the test set's labelled rows, copied from
+the training file) is never held out. ``round(frac * T)`` of the ``T`` texts are held out, stratified on the
+label (and language) of each text's first row, so a part's row count moves by a repeat's rows; without
+repeated texts the draw is row for row what a plain stratified split draws. The held-out AUC, the
+hand-off's reload and the collapse check therefore score rows whose text was never trained on. What was kept
+together is named in ``split.json`` (``notes``) and printed. ``"validation"`` draws nothing (file order): it
+names the held-out rows whose text is among the training rows instead (:func:`validation_split`).
+
 Each writes its two CSVs and ``split.json`` (sources, rule, row and positive counts) into a folder of
 its own, atomically.
 """
@@ -45,10 +56,11 @@ VALID_HOLDOUT_FILE = "holdout-valid.csv"
 TRAIN_PART_FILE = "train-part.csv"
 HOLDOUT_PART_FILE = "holdout-part.csv"
 TEST_TIME_TRAIN_FILE = "train-and-labelled-test.csv"
+HOLDOUT_RULE = "whole texts held out (the rows of one exact text on one side), stratified on each text's first row"
 SPLITS = {
-    "english": "hold out a stratified share of the English training rows; validation.csv scored at the end",
+    "english": "hold out a stratified share of the English training texts; validation.csv scored at the end",
     "validation": "train on the English rows + the first half of validation.csv; hold out its second half",
-    "holdout": "hold out a stratified share (by label, and language where there is one) of the training file's rows; "
+    "holdout": "hold out a stratified share (by label, and language where there is one) of the training file's texts; "
                "no validation file",
 }
 AUTO = "auto"  # the notebooks' default split: resolve_split
@@ -92,9 +104,9 @@ def english_holdout_split(train_csv: str | os.PathLike, out_dir: str | os.PathLi
       language column. A file that does have a ``lang`` column is refused (pass ``lang_col``).
     * ``lang_col="lang"`` (say): the rows whose ``lang_col`` equals ``lang``; the column must exist.
 
-    The held-out part is ``round(frac * n)`` rows drawn by
-    ``sklearn.model_selection.train_test_split(stratify=hard_labels(label), random_state=seed)``
-    (:func:`kitlib.metrics.hard_labels`: class 1 at >= 0.5), so both
+    The held-out part is ``round(frac * T)`` of the ``T`` texts (every row of each: the module's one text,
+    one side rule) drawn by ``sklearn.model_selection.train_test_split(stratify=hard_labels(label),
+    random_state=seed)`` (:func:`kitlib.metrics.hard_labels`: class 1 at >= 0.5), so both
     parts keep the file's share of positive rows. Rows keep their file order within each part and
     every column of the file, with the original strings (ids stay exact).
 
@@ -129,9 +141,11 @@ def english_holdout_split(train_csv: str | os.PathLike, out_dir: str | os.PathLi
     raw = pd.read_csv(train_csv, dtype=str, keep_default_na=False)
     idx, rule = _language_rows(raw, train_csv, lang_col, lang)
     labels = hard_labels(checked[label_col].to_numpy())
-    tr, ho = _stratified_holdout(idx, labels[idx], frac, seed, f"among {len(idx)} ({rule})", train_csv, label_col)
+    tr, ho, notes = _stratified_holdout(idx, labels[idx], checked["text"].to_numpy()[idx], frac, seed,
+                                        f"among {len(idx)} rows ({rule})", train_csv, label_col)
     _check_own_folder(out_dir, (TRAIN_FILE, HOLDOUT_FILE))
     meta = {"source": str(train_csv), "frac": frac, "seed": seed, "language_rule": rule, "label_col": label_col,
+            "rule": HOLDOUT_RULE, "notes": _say(notes, train_csv),
             "train_rows": len(tr), "train_positives": int(labels[tr].sum()),
             "holdout_rows": len(ho), "holdout_positives": int(labels[ho].sum())}
     return _write_split(out_dir, {TRAIN_FILE: raw.iloc[tr], HOLDOUT_FILE: raw.iloc[ho]}, meta)
@@ -159,23 +173,59 @@ def _language_rows(raw: pd.DataFrame, train_csv: Path, lang_col: str | None, lan
     return np.flatnonzero(keep), f"{lang_col} == {lang!r}"
 
 
-def _stratified_holdout(idx: np.ndarray, y: np.ndarray, frac: float, seed: int, among: str, train_csv: Path,
-                        label_col: str, *, hint: str = "", stratify: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``idx`` split into (training, held-out) positions, each in file order: ``round(frac * n)``
-    held out, stratified on the hard labels ``y`` (or ``stratify``), seeded. Refuses a class too
-    small for both parts to have one of its rows (AUC on a part would be undefined)."""
-    for cls in (0, 1):
-        count = int((y == cls).sum())
-        if count < 2 or round(frac * count) < 1 or count - round(frac * count) < 1:
-            raise ValueError(
-                f"{train_csv}: {count} row(s) with {label_col} = {cls} {among}; "
-                f"too few to hold out {frac:.0%} of them with some left for training{hint}"
-            )
+def _stratified_holdout(idx: np.ndarray, y: np.ndarray, texts, frac: float, seed: int, among: str, train_csv: Path,
+                        label_col: str, *, hint: str = "", stratify: np.ndarray | None = None,
+                        trained_texts=()) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``idx`` split into (training, held-out) positions, each in file order, with every row of one text on one
+    side (:data:`HOLDOUT_RULE`), and the notes naming the repeats kept together.
+
+    ``texts``, ``y`` (hard labels) and ``stratify`` (None: ``y``) are per position of ``idx``; ``trained_texts``
+    are texts the training part holds anyway (the test set's labelled rows: :func:`ttt_split`), whose rows here
+    are never held out. Refuses a class with too few texts for both parts to have one of them (AUC on a part
+    would be undefined)."""
     from sklearn.model_selection import train_test_split
 
-    tr, ho = train_test_split(idx, test_size=int(round(frac * len(idx))), stratify=y if stratify is None else stratify,
-                              random_state=seed)
-    return np.sort(tr), np.sort(ho)
+    from .folds import text_groups
+
+    texts = pd.Series(np.asarray(texts, dtype=object)).astype(str)
+    trained_texts = pd.Series(list(trained_texts), dtype=object).astype(str)
+    groups = text_groups(pd.concat([texts, trained_texts], ignore_index=True))
+    forced = set(groups[len(texts):])  # a text the training part holds anyway stays on its side
+    groups = groups[:len(texts)]
+    first = pd.Series(np.arange(len(groups))).groupby(groups).first().to_numpy()  # each text's first row, text order
+    drawn = np.array([g for g in range(len(first)) if g not in forced], dtype=np.int64)
+    gy = y[first[drawn]]
+    for cls in (0, 1):
+        count = int((gy == cls).sum())
+        if count < 2 or round(frac * count) < 1 or count - round(frac * count) < 1:
+            raise ValueError(
+                f"{train_csv}: {count} distinct text(s) with {label_col} = {cls} {among}"
+                + (f" (not counting {len(forced)} text(s) the training part holds anyway)" if forced else "")
+                + f"; too few to hold out {frac:.0%} of them with some left for training{hint}"
+            )
+    strata = (y if stratify is None else np.asarray(stratify))[first[drawn]]
+    _, held = train_test_split(drawn, test_size=int(round(frac * len(drawn))), stratify=strata, random_state=seed)
+    out = np.isin(groups, held)
+    return np.sort(idx[~out]), np.sort(idx[out]), _repeat_notes(groups, forced)
+
+
+def _repeat_notes(groups: np.ndarray, forced: set) -> list[str]:
+    """What :func:`_stratified_holdout` kept together, in words (``split.json`` ``notes``, printed)."""
+    counts = pd.Series(groups).value_counts()
+    repeated = counts[counts > 1]
+    notes = [f"{int(repeated.sum())} row(s) share their text with another row ({len(repeated)} text(s)): "
+             "each text's rows are on one side"] if len(repeated) else []
+    kept = int(np.isin(groups, list(forced)).sum())
+    if kept:
+        notes.append(f"{kept} training row(s) share their text with a labelled test row: trained, never held out")
+    return notes
+
+
+def _say(notes: list[str], source: Path) -> list[str]:
+    """Print each note of a split of ``source`` (``note: ...``) and return them, for ``split.json``."""
+    for note in notes:
+        print(f"note: split of {source}: {note}")
+    return notes
 
 
 def _write_split(out_dir: Path, parts: dict[str, pd.DataFrame], meta: dict) -> tuple[Path, Path]:
@@ -190,12 +240,12 @@ def _write_split(out_dir: Path, parts: dict[str, pd.DataFrame], meta: dict) -> t
 def holdout_split(train_csv: str | os.PathLike, out_dir: str | os.PathLike, frac: float = 0.2, seed: int = 0, *,
                   label_col: str = "toxic", text_col: str | None = None, id_col: str = "id",
                   lang_col: str = "lang") -> tuple[Path, Path]:
-    """Hold out a stratified share of every row of ``train_csv`` (split ``"holdout"``: no validation file).
+    """Hold out a stratified share of the texts of ``train_csv`` (split ``"holdout"``: no validation file).
 
-    The held-out part is ``round(frac * n)`` rows drawn by ``sklearn.model_selection.train_test_split(
-    stratify=..., random_state=seed)``, stratified by the hard label and, where the file has a
-    ``lang_col`` column, by label x language (a label x language stratum of one row joins its
-    label's: :func:`kitlib.cv.folds.strata`), so both parts keep the file's share of positive rows
+    The held-out part is ``round(frac * T)`` of the ``T`` texts (every row of each: the module's one text,
+    one side rule) drawn by ``sklearn.model_selection.train_test_split(stratify=..., random_state=seed)``,
+    stratified by the hard label and, where the file has a ``lang_col`` column, by label x language (a
+    label x language stratum of one row joins its label's: :func:`kitlib.cv.folds.strata`), so both parts keep the file's share of positive rows
     in every language. Rows keep their file order and every column, with the original strings.
     ``out_dir`` (built atomically) then holds ``train-part.csv``, ``holdout-part.csv`` and
     ``split.json`` (source, fraction, seed, columns, row and positive counts per part).
@@ -226,11 +276,12 @@ def holdout_split(train_csv: str | os.PathLike, out_dir: str | os.PathLike, frac
     raw = pd.read_csv(train_csv, dtype=str, keep_default_na=False)
     y = hard_labels(checked[label_col].to_numpy())
     langs = raw[lang_col].to_numpy() if lang_col in raw.columns else None
-    tr, ho = _stratified_holdout(np.arange(len(raw)), y, frac, seed, f"among {len(y)}", train_csv, label_col,
-                                 hint=" (holdout_frac, or more rows)", stratify=strata(y, langs, 2))
+    tr, ho, notes = _stratified_holdout(np.arange(len(raw)), y, checked["text"].to_numpy(), frac, seed, f"among {len(y)} rows",
+                                        train_csv, label_col, hint=" (holdout_frac, or more rows)", stratify=strata(y, langs, 2))
     _check_own_folder(out_dir, (TRAIN_PART_FILE, HOLDOUT_PART_FILE))
-    meta = {"split": "holdout", "rule": f"{frac:.0%} of {train_csv.name}'s rows held out, stratified by {label_col}"
-            + (f" x {lang_col}" if langs is not None else "") + f", seed {seed}", "source": str(train_csv), "frac": frac,
+    meta = {"split": "holdout", "rule": f"{frac:.0%} of {train_csv.name}'s texts held out, stratified by {label_col}"
+            + (f" x {lang_col}" if langs is not None else "") + f", seed {seed}: {HOLDOUT_RULE}",
+            "notes": _say(notes, train_csv), "source": str(train_csv), "frac": frac,
             "seed": seed, "id_col": id_col, "label_col": label_col, "lang_col": lang_col if langs is not None else None,
             "train": _part_counts(tr, y, langs), "holdout": _part_counts(ho, y, langs)}
     return _write_split(out_dir, {TRAIN_PART_FILE: raw.iloc[tr], HOLDOUT_PART_FILE: raw.iloc[ho]}, meta)
@@ -248,7 +299,9 @@ def validation_split(train_csv: str | os.PathLike, valid_csv: str | os.PathLike,
 
     The first ``round(train_frac * n)`` rows of ``valid_csv`` (file order, no shuffle: the split is
     the same on every machine and easy to state) join the training rows; the others are the
-    held-out rows, never trained on. Both files get the columns ``id``, ``comment_text``, ``lang``
+    held-out rows, never trained on. A held-out row whose exact text is also a training row's (a repost, an
+    English row copied into validation.csv) is not moved, as the rule is file order: the split names them
+    (``split.json`` ``notes``, printed), so a held-out AUC is read knowing how many rows it has seen. Both files get the columns ``id``, ``comment_text``, ``lang``
     (``"en"`` for the training file's rows, which have none) and ``label_col``, with the original
     strings. ``out_dir`` then holds ``train-en-valid.csv``, ``holdout-valid.csv`` and
     ``split.json``, built atomically (:func:`kitlib.atomic.atomic_dir`); an existing ``out_dir``
@@ -297,8 +350,19 @@ def validation_split(train_csv: str | os.PathLike, valid_csv: str | os.PathLike,
             "valid_csv": str(valid_csv), "train_frac": train_frac, "label_col": label_col,
             "train_rows": len(train_part), "train_positives": int(y_tr.sum()), "train_english_rows": len(en),
             "holdout_rows": len(holdout_part), "holdout_positives": int(y_ho.sum()),
-            "holdout_languages": holdout_part["lang"].value_counts().to_dict()}
+            "holdout_languages": holdout_part["lang"].value_counts().to_dict(),
+            "notes": _say(_seen_texts(train_part, holdout_part, text_col or "comment_text"), valid_csv)}
     return _write_split(out_dir, {MIXED_TRAIN_FILE: train_part, VALID_HOLDOUT_FILE: holdout_part}, meta)
+
+
+def _seen_texts(train_part: pd.DataFrame, holdout_part: pd.DataFrame, column: str) -> list[str]:
+    """The note naming the held-out rows whose text is a training row's (:func:`validation_split`); [] when none."""
+    seen = holdout_part[column].isin(set(train_part[column]))
+    if not seen.any():
+        return []
+    return [f"{int(seen.sum())} held-out row(s) share their text with a training row (ids "
+            f"{', '.join(holdout_part['id'][seen].astype(str).iloc[:5])}{' ...' if seen.sum() > 5 else ''}): they stay held "
+            "out (the split is file order), and their scores are of texts the model was trained on"]
 
 
 def _split_columns(raw: pd.DataFrame, checked: pd.DataFrame, lang, text_col: str | None, label_col: str) -> pd.DataFrame:
@@ -328,14 +392,16 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
               text_col: str | None = None) -> tuple[Path, Path, dict]:
     """The rows a test-time training run learns from, and those it holds out (``notebooks/ttt_train_predict.py``).
 
-    A stratified ``frac`` share of ``train_csv``'s rows is held out, as :func:`holdout_split` draws it
-    (the hand-off's collapse check scores it). The training part is the test set's labelled rows first (the
+    A stratified ``frac`` share of ``train_csv``'s texts is held out, as :func:`holdout_split` draws it
+    (the hand-off's collapse check scores it), never a text of the test set's labelled rows (the module's one
+    text, one side rule: a labelled test row copied from the training file keeps that training row trained). The training part is the test set's labelled rows first (the
     rows of ``test_csv`` whose ``test_label_col`` is not empty, in file order), then the other training rows
     shuffled (``seed``): a run cut to its first N rows (``TrainJob.train_limit``, when the deadline calls for
     fewer) keeps the rows most like the test set, and a fair draw of the rest. Both parts have the columns
-    ``id`` (``train:<id>`` and ``test:<id>``: the two files' ids may overlap), ``text``, ``label_col``,
-    ``source`` (``train`` or ``test``) and every other column both files have (a prompt's per-row fields, such as
-    ``rule``: :meth:`kitlib.models.kinds.Prompt.columns`), as written; ``out_dir`` (built atomically) holds ``train-and-labelled-test.csv``,
+    ``id`` (``train:<id>`` and ``test:<id>``: the two files' ids may overlap), the text under ``text_col``
+    (None: ``text``: the parts are read with the notebook's ``text_col``, as its inputs are, by training and by
+    the hand-off), ``label_col``, ``source`` (``train`` or ``test``) and every other column both files have (a
+    prompt's per-row fields, such as ``rule``: :meth:`kitlib.models.kinds.Prompt.columns`), as written; ``out_dir`` (built atomically) holds ``train-and-labelled-test.csv``,
     ``holdout-part.csv`` and ``split.json``.
 
     Args:
@@ -347,7 +413,7 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
         label_col: the label column of ``train_csv`` (0/1 or in [0, 1]).
         test_label_col: ``""``: the test set carries no labels; else its column whose non-empty values
             (0/1 or in [0, 1]) are labels.
-        text_col: the text column of both files (None: ``content``, ``comment_text`` or ``text``).
+        text_col: the text column of both files (None: ``content``, ``comment_text`` or ``text``), and the parts'.
 
     Returns:
         ``(train_path, holdout_path, counts)``: counts of ``train_rows``, ``labelled_test_rows``,
@@ -366,21 +432,22 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
     shared = tuple(c for c in csv_columns(train_csv) if c in csv_columns(test_csv) and c not in skip)
     train = read_csv_checked(train_csv, text_col=text_col, label_cols=(label_col,), fields=shared)
     y = hard_labels(train[label_col].to_numpy())
-    tr, ho = _stratified_holdout(np.arange(len(train)), y, frac, seed, f"among {len(y)}", train_csv, label_col,
-                                 hint=" (holdout_frac, or more rows)")
     labelled = _labelled_test_rows(test_csv, test_label_col, text_col, label_col, shared)
+    tr, ho, notes = _stratified_holdout(np.arange(len(train)), y, train["text"].to_numpy(), frac, seed, f"among {len(y)} rows",
+                                        train_csv, label_col, hint=" (holdout_frac, or more rows)",
+                                        trained_texts=labelled["text"])
     part = lambda df, rows, source: pd.DataFrame({"id": f"{source}:" + df["id"].iloc[rows].astype(str).to_numpy(),
-                                                  "text": df["text"].iloc[rows].to_numpy(),
+                                                  text_col or "text": df["text"].iloc[rows].to_numpy(),
                                                   label_col: df[label_col].iloc[rows].to_numpy(), "source": source,
                                                   **{c: df[f"field:{c}"].iloc[rows].to_numpy() for c in shared}})
     shuffled = np.random.default_rng(seed).permutation(tr)
     training = pd.concat([part(labelled, np.arange(len(labelled)), "test"), part(train, shuffled, "train")], ignore_index=True)
     counts = {"train_rows": len(tr), "labelled_test_rows": len(labelled), "holdout_rows": len(ho)}
     _check_own_folder(out_dir, (TEST_TIME_TRAIN_FILE, HOLDOUT_PART_FILE))
-    meta = {"split": "test-time", "rule": f"{frac:.0%} of {train_csv.name}'s rows held out, stratified by {label_col}, "
-            f"seed {seed}; trained: {test_csv.name}'s labelled rows ({test_label_col or 'none'}) first, then the other "
+    meta = {"split": "test-time", "rule": f"{frac:.0%} of {train_csv.name}'s texts held out, stratified by {label_col}, "
+            f"seed {seed} ({HOLDOUT_RULE}; never a labelled test row's text); trained: {test_csv.name}'s labelled rows ({test_label_col or 'none'}) first, then the other "
             "training rows shuffled", "source": str(train_csv), "test": str(test_csv), "frac": frac, "seed": seed,
-            "label_col": label_col, "test_label_col": test_label_col or None, **counts}
+            "label_col": label_col, "test_label_col": test_label_col or None, "notes": _say(notes, train_csv), **counts}
     paths = _write_split(out_dir, {TEST_TIME_TRAIN_FILE: training, HOLDOUT_PART_FILE: part(train, ho, "train")}, meta)
     return (*paths, counts)
 

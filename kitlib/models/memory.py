@@ -195,6 +195,21 @@ def check_width(width: str, device: Device) -> None:
                          f"which the kit loads on CUDA only ({why}); use {other}, or a smaller model")
 
 
+def check_kind_width(requested: str, kind, checkpoint) -> None:
+    """The ``weights`` parameter for a model kind that plans no memory (encoders,
+    :attr:`kitlib.models.kinds.Kind.plans_memory` False): they load as saved, so 8/4-bit weights are refused, in
+    training (:func:`kitlib.training.plan.memory_plan`) and inference (:func:`kitlib.infer.weights_for`) alike,
+    before any replica starts; the other widths are the compute precision's business
+    (:mod:`kitlib.run.backends.precision`). Nothing to check for a kind that plans its memory.
+
+    Raises:
+        ValueError: ``requested`` is ``"8bit"`` or ``"4bit"`` for such a kind (``checkpoint`` and its kind named, and the fix).
+    """
+    if not kind.plans_memory and requested in QUANTIZED:
+        raise ValueError(f"weights={requested!r}: {checkpoint} is an {kind.name}, which loads as saved; "
+                         "8-bit and 4-bit weights are for decoders (kitlib.models.memory); use weights='auto'")
+
+
 def allowed_widths(device: Device) -> tuple:
     """The widths :func:`check_width` accepts on ``device``, widest first."""
     return tuple(w for w in WIDTHS if w not in QUANTIZED or device.kind == "cuda")

@@ -13,7 +13,8 @@ A folder the hand-off refused must not be used later by accident: :func:`refusal
 :data:`kitlib.checkpoint.REFUSED_FILE` into it, which ``model="auto"`` skips and an inference run
 that names the folder refuses (:func:`kitlib.models.model.resolve_checkpoint`), and the error says so. A folder
 every check passed is marked ready by :func:`mark_passed` (:data:`kitlib.checkpoint.READY_FILE`): the rule of
-ready is :func:`kitlib.checkpoint.not_ready`'s.
+ready is :func:`kitlib.checkpoint.not_ready`'s. Both training notebooks run their checks inside :func:`handoff`,
+which writes one mark or the other.
 """
 from __future__ import annotations
 
@@ -133,6 +134,31 @@ def check_predicted(job, valid_csv: str | os.PathLike, precision: str, rt, start
                    named(precision, "cpu"), "predicted again on the run's devices")
 
 
+def check_before_training(job, valid_csv: str | os.PathLike, rt) -> None:
+    """What the test-time kernel's hand-off (:func:`check_predicted`) and its prediction read after training,
+    checked before training, so a bad input costs no training time: the held-out rows read with ``job.text_col`` as
+    the hand-off reads them (the split's parts name their text column so too: :func:`kitlib.cv.splits.ttt_split`),
+    and the run's end (:func:`kitlib.infer.check_outputs`: the shard and
+    submission folders writable, the sample submission fits the test set).
+
+    Args:
+        job: the :class:`kitlib.infer.InferJob` the submission is predicted with (its checkpoint need not exist yet).
+        valid_csv: the run's held-out CSV (``TrainJob.valid_csv``).
+        rt: the runtime it predicts on.
+
+    Raises:
+        ValueError: the held-out CSV lacks the text column or has a bad id (:func:`kitlib.data.read_csv_checked`:
+            file, column and fix named); the sample submission does not fit the test set.
+        FileNotFoundError: no held-out CSV, test set or sample submission.
+        kitlib.storage.CannotWrite: a folder the prediction writes cannot be written.
+    """
+    from ..data import read_csv_checked
+    from ..infer import check_outputs
+
+    read_csv_checked(valid_csv, text_col=job.text_col)
+    check_outputs(job, rt)
+
+
 def reload(checkpoint: str | os.PathLike, label: str = "toxic"):
     """``(kind, model, tokenizer)``: a trained folder loaded on the CPU as inference loads it: through its
     kind (:func:`kitlib.models.kinds.kind_for`: the ``kitlib_kind`` it was trained as), an adapter
@@ -154,7 +180,7 @@ def reload(checkpoint: str | os.PathLike, label: str = "toxic"):
 def mark_passed(out_dir: str | os.PathLike, checks: dict) -> Path:
     """Mark ``out_dir`` ready: write :data:`kitlib.checkpoint.READY_FILE` (atomically) with the run's id and epoch
     count from its history and ``checks`` (what passed: JSON values), after every hand-off check passed. The
-    training notebook calls it last; :func:`kitlib.checkpoint.not_ready` reads it. A new training run into
+    training notebooks reach it through :func:`handoff`; :func:`kitlib.checkpoint.not_ready` reads it. A new training run into
     ``out_dir`` replaces the folder and the mark with it.
 
     Raises:
@@ -194,3 +220,20 @@ def refusal_marked(out_dir: str | os.PathLike):
                   f"it and the inference notebook refuses it by name; training again into {out_dir} replaces it (and the "
                   f"mark), or delete {REFUSED_FILE} to use it anyway.", *e.args[1:])
         raise
+
+
+@contextlib.contextmanager
+def handoff(out_dir: str | os.PathLike):
+    """The hand-off's checks as one block, the same in both training notebooks: yields a dict for the block to
+    fill with what each check found (JSON values); a refusal inside marks ``out_dir`` refused
+    (:func:`refusal_marked`), and the block's end, every check passed, marks it ready (:func:`mark_passed`, with
+    the dict), so no notebook can run its checks and forget the mark (issue 39 item 8: the test-time kernel did).
+
+    Raises:
+        What the block raises (a refusal with :func:`refusal_marked`'s words added); FileNotFoundError: ``out_dir``
+        holds no training history (:func:`mark_passed`).
+    """
+    checks: dict = {}
+    with refusal_marked(out_dir):
+        yield checks
+    mark_passed(out_dir, checks)

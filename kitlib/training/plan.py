@@ -224,11 +224,13 @@ def memory_plan(job: TrainJob, rt, precision: Precision, kind: Kind) -> WeightsC
 
     Raises:
         ValueError: the run cannot fit a device (the figure and the fix: :func:`kitlib.models.memory.check_fits`);
-            8/4-bit weights off CUDA (:func:`kitlib.models.memory.check_width`) or without LoRA.
+            8/4-bit weights off CUDA (:func:`kitlib.models.memory.check_width`), without LoRA, or for an encoder
+            (:func:`kitlib.models.memory.check_kind_width`, inference's rule too).
     """
     from ..models import memory
     from ..run.backends.precision import resolve_weights
 
+    memory.check_kind_width(job.weights, kind, job.checkpoint)
     if not kind.plans_memory:
         return None
     devices = memory.replica_devices(rt.backend.hardware, rt.world_size)

@@ -74,6 +74,9 @@ hand-off, :mod:`kitlib.training.handoff`).
                          them needs LoRA (frozen weights)
 =======================  =================================================================================
 
+An encoder (a kind that plans no memory) loads as saved: ``"8bit"``/``"4bit"`` asked of one is refused, by
+training and inference alike, before any replica starts (:func:`kitlib.models.memory.check_kind_width`).
+
 Training (:func:`kitlib.training.plan.memory_plan`) and inference (:func:`kitlib.infer.weights_for`, which
 also keeps an adapter checkpoint's quantized base at its recorded width) ask the same rule; before any
 replica starts the plan of each device is printed, one line each (:meth:`WeightsChoice.lines`), and the
