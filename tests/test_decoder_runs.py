@@ -360,7 +360,10 @@ def test_decoder_plans_on_2_t4_under_fork_touch_no_cuda(folders, trained, data, 
     made, and the 2 replicas started, without initialising CUDA; Qwen3-14B's shape picks 4-bit weights there."""
     import torch
 
+    from dataclasses import replace
+
     from kitlib.models import memory
+    from kitlib.training import plan as plan_module
 
     adapter, _ = trained["llama"]  # trained on the CPU first, before CUDA is poisoned
     started = _cuda_stand_in(monkeypatch)
@@ -381,7 +384,8 @@ def test_decoder_plans_on_2_t4_under_fork_touch_no_cuda(folders, trained, data, 
     qwen14 = memory.model_shape(Qwen3Config(vocab_size=151936, hidden_size=5120, intermediate_size=17408,
                                             num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
                                             head_dim=128), name="Qwen3-14B")
-    monkeypatch.setattr(memory, "shape_of", lambda path: qwen14)
+    monkeypatch.setattr(memory, "shape_of", lambda path: qwen14)  # inference's shape; training's counts what trains
+    monkeypatch.setattr(plan_module, "run_shape", lambda job, kind: replace(qwen14, trained=64_230_400))  # r=16, score
     with pytest.raises(Started):
         train_lora(folders["llama"], data, tmp_path / "q", accelerator="auto", replicas=2, max_len=256, batch_size=1)
     out = capsys.readouterr().out
