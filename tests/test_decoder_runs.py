@@ -133,6 +133,10 @@ def test_adapter_checkpoints_are_found_recorded_and_publishable(trained):
     row = next(r for r in read_runs(runs_table(out)) if r["run_id"] == history["run_id"])
     params = json.loads(row["params"])
     assert (params["lora_r"], params["lora_targets"], row["recipe"]) == (4, "all-linear", "lora")
+    made = history["model_settings"]  # how the run made its model (kitlib.checkpoint.MODEL_SETTINGS): a group compares it
+    assert {k: made[k] for k in ("kind", "prompt", "answer_tokens", "lora_r", "lora_alpha", "lora_dropout", "lora_targets")} \
+        == {"kind": "decoder", "prompt": "", "answer_tokens": [[], []], "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0,
+            "lora_targets": "all-linear"}
     check_weights(out, "an adapter checkpoint")  # raises PublishError when the folder holds no weights
 
 

@@ -353,7 +353,8 @@ def _start(replica, plan: Plan, run: _Training, data: _Data) -> _Loop:
     history = {"run_id": uuid.uuid4().hex[:12], "world_size": replica.world_size, "mode": replica.mode.name,
                "collectives": replica.mode.collectives, "pattern": job.pattern, "ddp_wrapped": run.net is not run.model,
                "precision": plan.precision.name, "grad_scaler": run.take_step.scaler is not None,
-               "config": asdict(job), "tags": dict(job.tags), "recipe": recipes.describe(plan.recipe, job.lr),
+               "config": asdict(job), "model_settings": settings.model_settings, "tags": dict(job.tags),
+               "recipe": recipes.describe(plan.recipe, job.lr),
                "steps_per_epoch": plan.steps_per_epoch, "global_batch": plan.global_batch,
                "epochs": [], "step_loss": [], "compile_counts": None if replica.compile_count() is None else [],
                "monitor": job.monitor, "best": None, "finished": False, "stopped": None}

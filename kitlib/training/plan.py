@@ -31,8 +31,8 @@ from pathlib import Path
 from . import recipe as recipes
 from . import resume
 from .job import TrainJob, check_labels
-from ..checkpoint import HISTORY_FILE, replacing_message
-from ..models.kinds import Encoder, Kind
+from ..checkpoint import HISTORY_FILE, MODEL_SETTINGS, replacing_message
+from ..models.kinds import PROMPT_KEY, Encoder, Kind
 from ..run.backends.precision import Precision, WeightsChoice
 
 
@@ -101,6 +101,21 @@ class Plan:
         return width if self.job.lora_r and width in ("bf16", "fp16") else None
 
     @property
+    def model_settings(self) -> dict:
+        """Each :data:`kitlib.checkpoint.MODEL_SETTINGS` value as this run makes its model (JSON values): the kind's
+        name, the prompt it asks (``""`` but for answer tokens) and its yes/no token ids (``[[], []]`` but for answer
+        tokens), ``lora_r`` and, with LoRA, its other settings (else None), and with LoRA the width the memory plan
+        chose for the frozen base (else ``"as saved"``: a full fine-tune or an encoder loads its weights as saved)."""
+        job, lora = self.job, self.job.lora_r > 0
+        held = self.weights.width if lora and self.weights is not None else "as saved"
+        made = {"kind": self.kind.name, "prompt": self.kind.config_keys().get(PROMPT_KEY, ""),
+                "answer_tokens": [list(getattr(self.kind, "yes_ids", ())), list(getattr(self.kind, "no_ids", ()))],
+                "lora_r": job.lora_r, "lora_alpha": job.lora_alpha if lora else None,
+                "lora_dropout": job.lora_dropout if lora else None, "lora_targets": job.lora_targets if lora else None,
+                "weights": held}
+        return {key: made[key] for key in MODEL_SETTINGS}
+
+    @property
     def quantized(self) -> bool:
         """Whether bitsandbytes holds the base's weights in 8 or 4 bits (:attr:`WeightsChoice.quantized`)."""
         return self.weights is not None and self.weights.quantized
@@ -141,7 +156,8 @@ class Plan:
                                steps_per_epoch=self.steps_per_epoch, epochs=job.epochs,
                                precision=self.precision.name, train_rows=self.data_fingerprint,
                                valid_rows=self.valid_fingerprint, model=job.checkpoint,
-                               model_print=self.model_identity[0], model_run=self.model_identity[1],
+                               model_print=self.model_identity[0], model_settings=self.model_settings,
+                               model_run=self.model_identity[1],
                                fold=resume.fold_label(job.tags))
 
 
