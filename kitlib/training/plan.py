@@ -266,14 +266,16 @@ def run_shape(job: TrainJob, kind: Kind):
     """The :class:`kitlib.models.memory.Shape` of the model a replica of ``job`` trains: counted on ``kind``'s
     skeleton (:meth:`kitlib.models.kinds.Kind.skeleton`, the meta device: a decoder's 1-logit score, no LM head),
     and :attr:`~kitlib.models.memory.Shape.trained` the parameters that require grad once it is made
-    :func:`trainable` (LoRA on the targeted modules and the kind's head; a frozen LM head is not among them)."""
+    :func:`trainable` (LoRA on the targeted modules and the kind's head; a frozen LM head is not among them).
+    ``job.recipe`` as :func:`make_plan` resolved it (``"auto"``: resolved here)."""
     import os
 
     from ..models import memory
 
     model = kind.skeleton(job.checkpoint)
     shape = memory.model_shape(model.config, os.path.basename(os.path.normpath(job.checkpoint)), model=model)
-    made = trainable(model, job, kind, recipes.RECIPES[recipes.resolve(job).recipe])
+    recipe = recipes.RECIPES.get(job.recipe) or recipes.RECIPES[recipes.resolve(job).recipe]
+    made = trainable(model, job, kind, recipe)
     return replace(shape, trained=sum(p.numel() for p in made.parameters() if p.requires_grad))
 
 
