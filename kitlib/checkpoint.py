@@ -61,6 +61,12 @@ READY_FILE = "handoff_passed.json"  # written last by the hand-off when it passe
 # not_ready's kinds: "refused" and "unfinished" are never used by model="auto"; "unchecked" is named in a warning
 NOT_READY_KINDS = ("refused", "unfinished", "unchecked")
 SOURCE_FILE = "kitlib-source.json"  # written last into a packaged or converted checkpoint: where it came from
+MODEL_SETTINGS = ("kind", "prompt", "answer_tokens", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "weights")
+"""What makes the trained model besides its starting folder and rows (the rule's one home, issue 39): the kind, the
+prompt and yes/no token ids it asks, LoRA's settings and the base's width under them, as the run resolved them
+(:attr:`kitlib.training.plan.Plan.model_settings`; the history's and the state's ``model_settings``). A state
+continues only a run that makes its model so (else refused: :func:`kitlib.training.resume.belongs`), and a
+group's members agree on each (:func:`kitlib.infer.check_settings`): never continued or blended across."""
 
 
 def refusal(folder: str | os.PathLike) -> str | None:

@@ -63,7 +63,7 @@ from .run.balance import split_by_tokens
 from .run.backends.precision import check as check_precision
 from .run.backends.precision import WEIGHTS, Precision, check_float32_logits, check_inference, load_dtype
 from .outputs.collapse import POLICIES
-from .checkpoint import HISTORY_FILE, run_ids_of
+from .checkpoint import HISTORY_FILE, MODEL_SETTINGS, run_ids_of
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
 from .outputs.merge import MergeResult, merge_shards
 from .models.limits import preflight
@@ -626,17 +626,19 @@ def members_of(folder: str | os.PathLike) -> list[Path]:
 
 def check_settings(members: list[Path]) -> None:
     """Refuse a group whose members were trained two ways: every :data:`SHARED_SETTINGS` value of their
-    ``train_history.json`` ``config`` (and the seed, for the folds of a cross-validation) must agree.
+    ``train_history.json`` ``config`` (and the seed, for the folds of a cross-validation), and every
+    :data:`kitlib.checkpoint.MODEL_SETTINGS` value of its ``model_settings``, must agree.
 
     Raises:
         GroupError: naming each setting that differs, its values and which members have them.
     """
-    configs = {m: json.loads((m / HISTORY_FILE).read_text()).get("config") or {} for m in members}
+    histories = {m: json.loads((m / HISTORY_FILE).read_text()) for m in members}
     folds = any("fold" in member_tags(m) for m in members)
     diffs = []
-    for key in SHARED_SETTINGS + (("seed",) if folds else ()):
+    for key in SHARED_SETTINGS + MODEL_SETTINGS + (("seed",) if folds else ()):
         by_value: dict[str, list[str]] = {}
-        for m, cfg in configs.items():
+        for m, h in histories.items():
+            cfg = h.get("model_settings" if key in MODEL_SETTINGS else "config") or {}
             by_value.setdefault(repr(cfg.get(key, "(not recorded)")), []).append(m.name)
         if len(by_value) > 1:
             diffs.append(f"{key}: " + "; ".join(f"{v} ({', '.join(names)})" for v, names in by_value.items()))

@@ -3,6 +3,7 @@ Llama, Qwen3 and Gemma2 models built offline from configs with a word-level toke
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import torch
 from conftest import SAMPLE
 from kitlib.models import adapters, memory
 from kitlib.models.kinds import Prompt, detect, kind_for
+from kitlib.training.job import TrainJob
+from kitlib.training.plan import run_shape
 from support.tiny_decoders import FAMILIES, build
 
 @pytest.fixture(scope="module")
@@ -274,6 +277,10 @@ def test_memory_plan_refuses_too_big_and_accepts_tiny(folders):
                                             num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
                                             head_dim=128, num_labels=1), name="Qwen3-14B")
     assert 13.9e9 < qwen14.params < 14.1e9  # as a classifier: 13.99 B (14.8 B with its LM head)
+    with pytest.raises(ValueError, match="charges state for the parameters the run trains; count them"):
+        memory.plan(qwen14, width="fp16", batch=1, length=256, train=True, lora_r=16)
+    # LoRA r=16 on every Linear, (in + out) summed over a layer's q, k, v, o, gate, up and down, and the 1-logit score
+    qwen14 = replace(qwen14, trained=16 * 40 * (2 * 10240 + 2 * 6144 + 3 * 22528) + 5120)
     t4 = memory.DEVICES["T4"]
     p = memory.plan(qwen14, width="fp16", batch=1, length=256, train=True, lora_r=16, device=t4)
     with pytest.raises(ValueError, match=r"Qwen3-14B at fp16 needs about 3\d\.\d GB; a T4 has 15 GB: weights='4bit' "
@@ -286,7 +293,9 @@ def test_memory_plan_refuses_too_big_and_accepts_tiny(folders):
         memory.check_width("4bit", memory.DEVICES["TPU-v5e"])
     with pytest.raises(ValueError, match="CUDA"):
         memory.check_width("8bit", memory.Device("this CPU", "cpu", 64))
-    tiny = memory.shape_of(folders["llama"]["decoder"])
+    folder = folders["llama"]["decoder"]
+    tiny = run_shape(TrainJob(checkpoint=str(folder), train_csv="t.csv", valid_csv="v.csv", out_dir="o", lora_r=4),
+                     kind_for(folder))
     small = memory.plan(tiny, width="fp32", batch=8, length=64, train=True, lora_r=4)
     memory.check_fits(small, memory.Device("this CPU", "cpu", 1.0), batch=8, length=64, train=True, lora_r=4)
     assert small.total < 0.1 * memory.GB

@@ -133,6 +133,10 @@ def test_adapter_checkpoints_are_found_recorded_and_publishable(trained):
     row = next(r for r in read_runs(runs_table(out)) if r["run_id"] == history["run_id"])
     params = json.loads(row["params"])
     assert (params["lora_r"], params["lora_targets"], row["recipe"]) == (4, "all-linear", "lora")
+    made = history["model_settings"]  # how the run made its model (kitlib.checkpoint.MODEL_SETTINGS): a group compares it
+    assert {k: made[k] for k in ("kind", "prompt", "answer_tokens", "lora_r", "lora_alpha", "lora_dropout", "lora_targets")} \
+        == {"kind": "decoder", "prompt": "", "answer_tokens": [[], []], "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0,
+            "lora_targets": "all-linear"}
     check_weights(out, "an adapter checkpoint")  # raises PublishError when the folder holds no weights
 
 
@@ -360,7 +364,10 @@ def test_decoder_plans_on_2_t4_under_fork_touch_no_cuda(folders, trained, data, 
     made, and the 2 replicas started, without initialising CUDA; Qwen3-14B's shape picks 4-bit weights there."""
     import torch
 
+    from dataclasses import replace
+
     from kitlib.models import memory
+    from kitlib.training import plan as plan_module
 
     adapter, _ = trained["llama"]  # trained on the CPU first, before CUDA is poisoned
     started = _cuda_stand_in(monkeypatch)
@@ -381,7 +388,8 @@ def test_decoder_plans_on_2_t4_under_fork_touch_no_cuda(folders, trained, data, 
     qwen14 = memory.model_shape(Qwen3Config(vocab_size=151936, hidden_size=5120, intermediate_size=17408,
                                             num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
                                             head_dim=128), name="Qwen3-14B")
-    monkeypatch.setattr(memory, "shape_of", lambda path: qwen14)
+    monkeypatch.setattr(memory, "shape_of", lambda path: qwen14)  # inference's shape; training's counts what trains
+    monkeypatch.setattr(plan_module, "run_shape", lambda job, kind: replace(qwen14, trained=64_230_400))  # r=16, score
     with pytest.raises(Started):
         train_lora(folders["llama"], data, tmp_path / "q", accelerator="auto", replicas=2, max_len=256, batch_size=1)
     out = capsys.readouterr().out

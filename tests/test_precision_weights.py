@@ -12,18 +12,27 @@ RUN = dict(batch=8, length=256, train=True, lora_r=16)
 
 
 @pytest.fixture(scope="module")
-def qwen14():
-    """Qwen3-14B's shape, counted on the meta device from its config (nothing allocated)."""
+def qwen14(tmp_path_factory):
+    """Qwen3-14B's shape as a LoRA r=16 decoder-kind run trains it (kitlib.training.plan.run_shape), counted on the
+    meta device from its config (nothing allocated): a classifier of 13.99 B parameters, of which the adapters
+    and the 1-logit score train (64.2 M)."""
     from transformers import Qwen3Config
 
-    return memory.model_shape(Qwen3Config(vocab_size=151936, hidden_size=5120, intermediate_size=17408,
-                                          num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
-                                          head_dim=128), name="Qwen3-14B")
+    from kitlib.models.kinds import kind_for
+    from kitlib.training.job import TrainJob
+    from kitlib.training.plan import run_shape
+
+    folder = tmp_path_factory.mktemp("q") / "Qwen3-14B"
+    Qwen3Config(vocab_size=151936, hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
+                num_key_value_heads=8, head_dim=128, architectures=["Qwen3ForCausalLM"]).save_pretrained(folder)
+    job = TrainJob(checkpoint=str(folder), train_csv="t.csv", valid_csv="v.csv", out_dir="o", lora_r=16, kind="decoder")
+    return run_shape(job, kind_for(folder, "decoder"))
 
 
-# SmolLM2-135M's shape (kitlib/models/smollm2.py): 134.5 M parameters, 30 layers, hidden 576
-SMOL = memory.Shape("SmolLM2-135M", params=134_515_008, linear_params=106_168_320, lora_params_per_r=2_142_720,
-                    head_params=576, layers=30, hidden=576, heads=9, intermediate=1536)
+# SmolLM2-135M's shape (kitlib/models/smollm2.py): 134.5 M parameters, 30 layers, hidden 576; LoRA r=16 on every
+# Linear (2,142,720 (in + out) in all) and a 1-logit score train
+SMOL = memory.Shape("SmolLM2-135M", params=134_515_008, linear_params=106_168_320, layers=30, hidden=576, heads=9,
+                    intermediate=1536, trained=16 * 2_142_720 + 576)
 
 
 def test_t4_is_fp16_with_the_scaler_and_fp16_weights():

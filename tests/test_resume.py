@@ -34,9 +34,15 @@ def _settings(**changes) -> resume.Settings:
     return resume.Settings(**{**base, **changes})
 
 
+# how JOB's runs make their model (kitlib.checkpoint.MODEL_SETTINGS): an encoder, fully fine-tuned, loaded as saved
+ENCODER_MADE = {"kind": "encoder", "prompt": "", "answer_tokens": [[], []], "lora_r": 0, "lora_alpha": None,
+                "lora_dropout": None, "lora_targets": None, "weights": "as saved"}
+
+
 def _identity(checkpoint: Path) -> dict:
     """The :class:`resume.Settings` fields naming the run of ``JOB``'s rows started from ``checkpoint``."""
     return dict(model=str(checkpoint), model_print=resume.model_identity(checkpoint, "train_history.json")[0],
+                model_settings=ENCODER_MADE,
                 train_rows=resume.rows_fingerprint(JOB["train_csv"], JOB["train_limit"]),
                 valid_rows=resume.rows_fingerprint(JOB["valid_csv"], JOB["valid_limit"]))
 

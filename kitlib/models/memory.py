@@ -6,9 +6,10 @@
 * **weights** at the chosen width (:data:`WEIGHT_BYTES`): every ``Linear`` but the head at that
   width; embeddings, norms and the head at 16 bits for 8/4-bit weights (bitsandbytes keeps them
   so), else at the width;
-* **LoRA state** when training adapters: each adapted ``Linear`` of shape ``[out, in]`` adds
-  ``r * (in + out)`` parameters, trained (with the head) in float32: 16 bytes each (the weight,
-  its gradient, Adam's two moments);
+* **trained state**, for the parameters the run trains (:attr:`Shape.trained`: those that require grad in
+  the model a replica builds, counted on its skeleton by :func:`kitlib.training.plan.memory_plan`; a
+  frozen LM head is not among them): adapters (and the kind's head) train in float32, 16 bytes each (the
+  weight, its gradient, Adam's two moments); a full fine-tune adds the gradient and moments to the weight;
 * **activations** (a documented estimate): training without recomputation keeps, per layer,
   about ``batch * length * hidden * (34 + 5 * heads * length / hidden)`` bytes at 16 bits
   (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
@@ -82,43 +83,39 @@ def device_for(kind: str, name: str = "", total_gb: float | None = None) -> Devi
 
 @dataclass(frozen=True)
 class Shape:
-    """What the plan needs of the model: parameter counts and sizes (from :func:`model_shape`)."""
+    """What the plan needs of the model: parameter counts and sizes (from :func:`model_shape`); ``trained``:
+    the parameters that require grad in the model the run builds (the module doc), None until counted."""
 
     name: str
     params: int           # all parameters
     linear_params: int    # in Linear layers other than the head (what 8/4-bit quantises)
-    lora_params_per_r: int  # sum of (in + out) over the Linear layers LoRA adapts (all-linear)
-    head_params: int
     layers: int
     hidden: int
     heads: int
     intermediate: int
+    trained: int | None = None
 
 
-def model_shape(config, name: str | None = None, head: tuple = ("score", "classifier", "lm_head")) -> Shape:
-    """Count a model's parameters from its ``PretrainedConfig`` on the meta device (nothing allocated).
-
-    A causal-LM config counts as its ``AutoModelForCausalLM``; any other as ``AutoModelForSequenceClassification``.
+def model_shape(config, name: str | None = None, head: tuple = ("score", "classifier", "lm_head"), model=None) -> Shape:
+    """Count a model's parameters on the meta device (nothing allocated): ``model`` (a skeleton, before adapters
+    wrap it), else the one its ``PretrainedConfig`` makes: a causal-LM config its ``AutoModelForCausalLM``, any
+    other its ``AutoModelForSequenceClassification``. :attr:`Shape.trained` is left None.
     """
     import torch
-    from accelerate import init_empty_weights
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    archs = getattr(config, "architectures", None) or []
-    auto = AutoModelForCausalLM if any(a.endswith("ForCausalLM") for a in archs) else AutoModelForSequenceClassification
-    with init_empty_weights():
-        model = auto.from_config(config)
-    linear = lora = head_params = 0
-    for mod_name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.Linear):
-            if mod_name.split(".")[-1] in head:
-                head_params += mod.weight.numel()
-            else:
-                linear += mod.weight.numel()
-                lora += mod.in_features + mod.out_features
+    if model is None:
+        from accelerate import init_empty_weights
+        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+        archs = getattr(config, "architectures", None) or []
+        auto = AutoModelForCausalLM if any(a.endswith("ForCausalLM") for a in archs) else AutoModelForSequenceClassification
+        with init_empty_weights():
+            model = auto.from_config(config)
+    linear = sum(m.weight.numel() for n, m in model.named_modules()
+                 if isinstance(m, torch.nn.Linear) and n.split(".")[-1] not in head)
     text = getattr(config, "text_config", None) or config
     return Shape(name or getattr(config, "name_or_path", "") or config.model_type,
-                 sum(p.numel() for p in model.parameters()), linear, lora, head_params,
+                 sum(p.numel() for p in model.parameters()), linear,
                  text.num_hidden_layers, text.hidden_size, text.num_attention_heads, text.intermediate_size)
 
 
@@ -160,23 +157,23 @@ def plan(shape: Shape, *, width: str, batch: int, length: int, train: bool, lora
         shape: :func:`model_shape`'s counts.
         width: the weights' width, one of :data:`WIDTHS`.
         batch, length: rows per batch and tokens per row.
-        train: training (LoRA state and stored activations) or inference.
-        lora_r: LoRA rank when training adapters (None: no adapters).
+        train: training (the trained state, :attr:`Shape.trained`, and stored activations) or inference.
+        lora_r: LoRA rank when training adapters (float32, beside the frozen weights); None: a full fine-tune.
         device: adds its overhead.
 
     Raises:
-        ValueError: an unknown width.
+        ValueError: an unknown width; training with :attr:`Shape.trained` not counted.
     """
     if width not in WEIGHT_BYTES:
         raise ValueError(f"weights={width!r} is not one of {WIDTHS}")
+    if train and shape.trained is None:
+        raise ValueError(f"{shape.name}: a training plan charges state for the parameters the run trains; count them "
+                         "on its model (Shape.trained, as kitlib.training.plan.memory_plan does)")
     other = shape.params - shape.linear_params
     other_bytes = 2.0 if width in QUANTIZED else WEIGHT_BYTES[width]
     weights = shape.linear_params * WEIGHT_BYTES[width] + other * other_bytes
-    lora = 0.0
-    if train and lora_r:
-        lora = (lora_r * shape.lora_params_per_r + shape.head_params) * TRAIN_BYTES_PER_PARAM
-    elif train:  # a full fine-tune: every parameter's gradient and Adam moments in float32
-        lora = shape.params * (TRAIN_BYTES_PER_PARAM - WEIGHT_BYTES[width])
+    # adapters: the weight, its gradient and Adam's moments in float32; a full fine-tune: the weight is in `weights`
+    lora = shape.trained * (TRAIN_BYTES_PER_PARAM - (0 if lora_r else WEIGHT_BYTES[width])) if train else 0.0
     overhead = (device.overhead_gb if device else 0.0) * GB
     return MemoryPlan(shape, width, weights, lora, _activations(shape, batch, length, train, width), overhead)
 

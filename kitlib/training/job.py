@@ -86,6 +86,9 @@ class TrainJob:
         weights: the width the weights are held at (:data:`kitlib.run.backends.precision.WEIGHTS`;
             :func:`kitlib.run.backends.precision.resolve_weights`); planned against each device's memory before
             any replica starts (decoder kinds), the plan printed and a run that cannot fit refused.
+
+    ``kind``, ``prompt``, the ``lora_*`` settings and ``weights`` make the model: a saved state is never continued,
+    nor a group blended, across them (:data:`kitlib.checkpoint.MODEL_SETTINGS` states the rule).
     """
 
     checkpoint: str

@@ -56,7 +56,7 @@ from tqdm.auto import tqdm
 from . import recipe as recipes
 from . import resume
 from .job import MONITORS, TrainJob
-from .plan import Plan
+from .plan import Plan, trainable
 from .runs import Tracker
 from ..atomic import atomic_write, real_target
 from ..checkpoint import HISTORY_FILE, save_checkpoint
@@ -262,9 +262,9 @@ def _run(replica, plan: Plan) -> None:
 
 
 def _load_model(replica, plan: Plan):
-    """``(tokenizer, model)``: the checkpoint loaded as its kind says, with the recipe's frozen parts (or,
-    with LoRA, only the adapters and the head trainable: :func:`kitlib.models.adapters.wrap`), the float32
-    head and the job's dropout, on the replica's device in train mode (the same head and adapters on
+    """``(tokenizer, model)``: the checkpoint loaded as its kind says, made trainable as the run trains it
+    (:func:`kitlib.training.plan.trainable`: the recipe's frozen parts, or with LoRA only the adapters and the
+    head), the float32 head and the job's dropout, on the replica's device in train mode (the same head and adapters on
     every replica: one seed)."""
     import torch
 
@@ -279,10 +279,7 @@ def _load_model(replica, plan: Plan):
                                         head_for_training=True)
     else:
         model = kind.load(job.checkpoint, dtype=load_dtype(plan.weights_dtype), xla=replica.xla, head_for_training=True)
-    if job.lora is None:
-        recipes.prepare_model(model, plan.recipe)
-    else:
-        model = adapters.wrap(model, kind, job.lora)
+    model = trainable(model, job, kind, plan.recipe)
     kind.keep_head_float32(model)
     if job.dropout is not None:
         for m in model.modules():
@@ -358,7 +355,8 @@ def _start(replica, plan: Plan, run: _Training, data: _Data) -> _Loop:
     history = {"run_id": uuid.uuid4().hex[:12], "world_size": replica.world_size, "mode": replica.mode.name,
                "collectives": replica.mode.collectives, "pattern": job.pattern, "ddp_wrapped": run.net is not run.model,
                "precision": plan.precision.name, "grad_scaler": run.take_step.scaler is not None,
-               "config": asdict(job), "tags": dict(job.tags), "recipe": recipes.describe(plan.recipe, job.lr),
+               "config": asdict(job), "model_settings": settings.model_settings, "tags": dict(job.tags),
+               "recipe": recipes.describe(plan.recipe, job.lr),
                "steps_per_epoch": plan.steps_per_epoch, "global_batch": plan.global_batch,
                "epochs": [], "step_loss": [], "compile_counts": None if replica.compile_count() is None else [],
                "monitor": job.monitor, "best": None, "finished": False, "stopped": None}

@@ -31,8 +31,8 @@ from pathlib import Path
 from . import recipe as recipes
 from . import resume
 from .job import TrainJob, check_labels
-from ..checkpoint import HISTORY_FILE, replacing_message
-from ..models.kinds import Encoder, Kind
+from ..checkpoint import HISTORY_FILE, MODEL_SETTINGS, replacing_message
+from ..models.kinds import PROMPT_KEY, Encoder, Kind
 from ..run.backends.precision import Precision, WeightsChoice
 
 
@@ -101,17 +101,29 @@ class Plan:
         return width if self.job.lora_r and width in ("bf16", "fp16") else None
 
     @property
+    def model_settings(self) -> dict:
+        """Each :data:`kitlib.checkpoint.MODEL_SETTINGS` value as this run makes its model (JSON values): the kind's
+        name, the prompt it asks (``""`` but for answer tokens) and its yes/no token ids (``[[], []]`` but for answer
+        tokens), ``lora_r`` and, with LoRA, its other settings (else None), and with LoRA the width the memory plan
+        chose for the frozen base (else ``"as saved"``: a full fine-tune or an encoder loads its weights as saved)."""
+        job, lora = self.job, self.job.lora_r > 0
+        held = self.weights.width if lora and self.weights is not None else "as saved"
+        made = {"kind": self.kind.name, "prompt": self.kind.config_keys().get(PROMPT_KEY, ""),
+                "answer_tokens": [list(getattr(self.kind, "yes_ids", ())), list(getattr(self.kind, "no_ids", ()))],
+                "lora_r": job.lora_r, "lora_alpha": job.lora_alpha if lora else None,
+                "lora_dropout": job.lora_dropout if lora else None, "lora_targets": job.lora_targets if lora else None,
+                "weights": held}
+        return {key: made[key] for key in MODEL_SETTINGS}
+
+    @property
     def quantized(self) -> bool:
         """Whether bitsandbytes holds the base's weights in 8 or 4 bits (:attr:`WeightsChoice.quantized`)."""
         return self.weights is not None and self.weights.quantized
 
     def skeleton(self):
-        """What a replica trains, on the meta device: the kind's model (:meth:`kitlib.models.kinds.Kind.skeleton`),
-        wrapped with the run's LoRA adapters when it has some (to count the optimizer's groups)."""
-        from ..models import adapters
-
-        model = self.kind.skeleton(self.job.checkpoint)
-        return model if self.job.lora is None else adapters.wrap(model, self.kind, self.job.lora)
+        """What a replica trains, on the meta device: the kind's model (:meth:`kitlib.models.kinds.Kind.skeleton`)
+        made trainable as the run makes it (:func:`trainable`; to count the optimizer's groups)."""
+        return trainable(self.kind.skeleton(self.job.checkpoint), self.job, self.kind, self.recipe)
 
     def for_world(self, world_size: int | None, param_groups: tuple | None = None) -> "Plan":
         """This plan for ``world_size`` replicas: itself when it was made for them, else with the global
@@ -144,8 +156,21 @@ class Plan:
                                steps_per_epoch=self.steps_per_epoch, epochs=job.epochs,
                                precision=self.precision.name, train_rows=self.data_fingerprint,
                                valid_rows=self.valid_fingerprint, model=job.checkpoint,
-                               model_print=self.model_identity[0], model_run=self.model_identity[1],
+                               model_print=self.model_identity[0], model_settings=self.model_settings,
+                               model_run=self.model_identity[1],
                                fold=resume.fold_label(job.tags))
+
+
+def trainable(model, job: TrainJob, kind: Kind, recipe: recipes.Recipe):
+    """``model`` (``kind``'s, loaded or a skeleton) with what the run trains left requiring grad, as every replica
+    makes it: with ``job.lora``, the adapters and the kind's head (:func:`kitlib.models.adapters.wrap`: a new model),
+    else every parameter but what ``recipe`` freezes (:func:`kitlib.training.recipe.prepare_model`, in place)."""
+    from ..models import adapters
+
+    if job.lora is not None:
+        return adapters.wrap(model, kind, job.lora)
+    recipes.prepare_model(model, recipe)
+    return model
 
 
 def _recipe_of_run(job: TrainJob, found: tuple[Path, dict] | None) -> TrainJob:
@@ -222,6 +247,8 @@ def memory_plan(job: TrainJob, rt, precision: Precision, kind: Kind) -> WeightsC
     """The weights' width and each replica's memory plan, printed (one line a device), for a kind that plans
     its memory (:attr:`kitlib.models.kinds.Kind.plans_memory`); None for the others.
 
+    The plan is counted on the model a replica builds (:func:`run_shape`).
+
     Raises:
         ValueError: the run cannot fit a device (the figure and the fix: :func:`kitlib.models.memory.check_fits`);
             8/4-bit weights off CUDA (:func:`kitlib.models.memory.check_width`), without LoRA, or for an encoder
@@ -234,12 +261,29 @@ def memory_plan(job: TrainJob, rt, precision: Precision, kind: Kind) -> WeightsC
     if not kind.plans_memory:
         return None
     devices = memory.replica_devices(rt.backend.hardware, rt.world_size)
-    choice = resolve_weights(job.weights, precision, memory.shape_of(job.checkpoint), devices, batch=job.batch_size,
+    choice = resolve_weights(job.weights, precision, run_shape(job, kind), devices, batch=job.batch_size,
                              length=job.max_len, train=True, lora_r=job.lora_r or None)
     if choice.quantized and not job.lora_r:
         raise ValueError(f"weights={choice.width!r} ({choice.reason}): 8/4-bit weights are frozen, so only adapters "
                          "can train on them; set lora_r (e.g. 16), or use a smaller model, batch_size or max_len")
     return choice
+
+
+def run_shape(job: TrainJob, kind: Kind):
+    """The :class:`kitlib.models.memory.Shape` of the model a replica of ``job`` trains: counted on ``kind``'s
+    skeleton (:meth:`kitlib.models.kinds.Kind.skeleton`, the meta device: a decoder's 1-logit score, no LM head),
+    and :attr:`~kitlib.models.memory.Shape.trained` the parameters that require grad once it is made
+    :func:`trainable` (LoRA on the targeted modules and the kind's head; a frozen LM head is not among them).
+    ``job.recipe`` as :func:`make_plan` resolved it (``"auto"``: resolved here)."""
+    import os
+
+    from ..models import memory
+
+    model = kind.skeleton(job.checkpoint)
+    shape = memory.model_shape(model.config, os.path.basename(os.path.normpath(job.checkpoint)), model=model)
+    recipe = recipes.RECIPES.get(job.recipe) or recipes.RECIPES[recipes.resolve(job).recipe]
+    made = trainable(model, job, kind, recipe)
+    return replace(shape, trained=sum(p.numel() for p in made.parameters() if p.requires_grad))
 
 
 def _notes(plan: Plan) -> tuple[str, ...]:

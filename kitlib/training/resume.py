@@ -38,6 +38,8 @@ Before any replica starts, :func:`plan` checks the saved :class:`Settings` again
   that had ended is never restored as it was (every step would run at learning rate 0);
 * **refused**, naming the cause and the fix, when the state cannot belong to this run (:func:`belongs`):
   another starting model (its folder's fingerprint differs, and it is not the state's own run's folder),
+  a model made another way (another kind, prompt, answer tokens, LoRA setting or weights' width:
+  :data:`kitlib.checkpoint.MODEL_SETTINGS`, each named with its saved and new value),
   other training or validation rows (another file, limit, fold, folds file or pseudo rows: a fold's
   validation rows are never rows its weights trained on), another
   recipe, parameter groups of other counts or sizes (what torch would report inside a replica as
@@ -51,14 +53,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 STATE_SUFFIX = ".state"
 RUN_FILE = "run.json"
 TENSORS_FILE = "tensors.pt"
 WEIGHTS_FILE = "model.pt"
-STATE_FORMAT = 4  # 3: Settings record the run's model and validation rows (issue 33); 4: its content (issue 39.2)
+STATE_FORMAT = 4  # 3: Settings record the run's model and validation rows (issue 33); 4: its content and how it makes its model (issue 39)
 RESUME_MODES = ("auto", "never")
 
 
@@ -76,8 +78,8 @@ def state_dir(out_dir: str | os.PathLike) -> Path:
 class Settings:
     """What a run's schedule, optimizer state and data order depend on (compared on resume).
 
-    The last five say which run this is (:func:`belongs`): a state continues only a run that starts from
-    what it started from and trains and validates on the rows it did.
+    The last six say which run this is (:func:`belongs`): a state continues only a run that starts from
+    what it started from, makes its model the same way and trains and validates on the rows it did.
 
     Attributes:
         recipe: the recipe trained with (:data:`kitlib.training.recipe.RECIPES`).
@@ -90,6 +92,8 @@ class Settings:
             file content and row limit; a fold's rows, pseudo-labelled rows added, are in them).
         model: the folder the run started from (``TrainJob.checkpoint``).
         model_print: :func:`model_identity`'s fingerprint of it (16 hex digits of its content).
+        model_settings: how the run makes its model from it, each :data:`kitlib.checkpoint.MODEL_SETTINGS` value
+            (:attr:`kitlib.training.plan.Plan.model_settings`: kind, prompt, answer tokens, LoRA, weights' width).
         model_run: the ``run_id`` in that folder's history when it is kit-trained (a run continued from
             its own folder starts from itself), else None.
         fold: ``"fold i of K (cv <id>)"`` from ``TrainJob.tags`` for one fold of a cross-validation, else ``""``.
@@ -109,6 +113,7 @@ class Settings:
     valid_rows: str | None = None
     model: str = ""
     model_print: str = ""
+    model_settings: dict = field(default_factory=dict)
     model_run: str | None = None
     fold: str = ""
 
@@ -307,20 +312,30 @@ def belongs(folder: Path, old: Settings, new: Settings, run_id: str | None, fix:
     """Refuse to continue a saved state (``old``, of run ``run_id``) with a run (``new``) it does not belong to.
 
     The rule (issue 33): a state continues only the run it belongs to. That run starts from the state's
-    model (the same folder fingerprint, or the state's own run's folder: ``new.model_run == run_id``) and
+    model (the same folder fingerprint, or the state's own run's folder: ``new.model_run == run_id``), makes
+    its model the same way (every :data:`kitlib.checkpoint.MODEL_SETTINGS` value: issue 39) and
     trains and validates on the same rows (the fingerprints, so the same fold of the same folds file with
     the same pseudo-labelled rows). Anything else is refused, never continued with a note: the state's
     weights are another model's, or were trained on rows the new run validates on (and the best epoch
     would be picked across two row sets). Refusing keeps the state (a cut-off run's only copy of its work).
 
     Raises:
-        ValueError: naming both models or both row sets, the state folder and the fix.
+        ValueError: naming both models, the setting and both its values, or both row sets; the state folder and the fix.
     """
+    from ..checkpoint import MODEL_SETTINGS
+
     same_run = run_id is not None and new.model_run == run_id
     if not same_run and old.model_print != new.model_print:
         raise ValueError(f"{folder}: that run started from {old.model} (fingerprint {old.model_print}); this one starts "
                          f"from {new.model} (fingerprint {new.model_print}): a saved state continues only the run it "
                          f"belongs to. Start from {old.model} to continue it (model=...), {fix}")
+    for key in MODEL_SETTINGS:
+        was, now = old.model_settings.get(key), new.model_settings.get(key)
+        if was != now:
+            again = ("start from the tokenizer it trained with (its yes/no answer variants' ids)" if key == "answer_tokens"
+                     else f"pass {key}={was!r}")
+            raise ValueError(f"{folder}: that run made its model with {key} {was!r}; this one makes it with {now!r}: a "
+                             f"saved state continues only the model it trained. To continue it {again}, {fix}")
     if (old.train_rows, old.valid_rows, old.fold) != (new.train_rows, new.valid_rows, new.fold):
         raise ValueError(f"{folder}: that run {_rows(old)}; this one {_rows(new)}: continuing it would validate on rows "
                          "its weights may have trained on and pick the best epoch across two row sets. Train on the rows "
