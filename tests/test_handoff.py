@@ -162,3 +162,24 @@ def test_the_hand_off_block_marks_the_folder_ready_or_refused(tmp_path):
     with pytest.raises(CollapsedModelError), handoff(tmp_path / "bad"):
         raise CollapsedModelError("held-out predictions say nothing.")
     assert not_ready(tmp_path / "bad")[0] == "refused" and not (tmp_path / "bad" / READY_FILE).exists()
+
+
+def test_the_reload_tolerance_follows_the_weights_width(tmp_path):
+    """At 8 bits LLM.int8 picks each batch's outlier columns, so a correct reload of 8-bit adapters differs by
+    hundredths (0.069 measured, fp32 CPU): held to 0.1, not fp32's 1e-4; a folder that is not the trained model
+    (tenths) is still refused, and a plain fp32 folder keeps 1e-4."""
+    import json
+
+    from kitlib.models.adapters import ADAPTER_CONFIG, RECORD_FILE
+    from kitlib.training.handoff import compare
+
+    saved = np.array([0.2, 0.5, 0.9])
+    eight = tmp_path / "eight"
+    eight.mkdir()
+    (eight / ADAPTER_CONFIG).write_text("{}")
+    (eight / RECORD_FILE).write_text(json.dumps({"weights": "8bit"}))
+    assert compare(eight, saved, saved + 0.069, named("fp32"), "reloaded")["tolerance"] == 0.1
+    with pytest.raises(HandoffMismatch, match=r"up to 0\.3 away .*both at fp32, weights at 8bit; a correct reload stays within 0\.1"):
+        compare(eight, saved, saved - 0.3, named("fp32"), "reloaded")
+    with pytest.raises(HandoffMismatch, match=r"both at fp32; a correct reload stays within 0\.0001"):
+        compare(tmp_path, saved, saved + 0.069, named("fp32"), "reloaded")

@@ -4,8 +4,8 @@ The replicas record the in-memory model's predictions of the held-out rows
 (:data:`kitlib.checkpoint.VALID_PREDICTIONS_FILE`) at the run's compute precision. The hand-off
 reloads the saved folder the way inference loads it (:func:`kitlib.models.model.load_classifier`), predicts
 the first rows again at the same precision (compare like with like: a bf16 run is checked under
-bf16 autocast), and allows the gap that precision implies
-(:attr:`kitlib.run.backends.precision.Precision.reload_tolerance`). A larger gap means the folder is not
+bf16 autocast), and allows the gap that precision and the weights' width imply
+(:func:`kitlib.run.backends.precision.reload_tolerance`). A larger gap means the folder is not
 the trained model (a head not saved, weights of another run): :class:`HandoffMismatch`, naming both
 figures. Whether the predictions say anything at all is :func:`kitlib.outputs.collapse.check_ready`'s rule.
 
@@ -74,19 +74,26 @@ def check_reload(checkpoint: str | os.PathLike, texts: list[str], saved: np.ndar
 
 def compare(checkpoint, saved: np.ndarray, again: np.ndarray, p, how: str) -> dict:
     """``{"rows", "gap", "tolerance", "precision"}`` of the trained model's predictions ``saved`` against the saved
-    folder's ``again`` (float ``[rows]`` each, the same rows), held to ``p``'s reload tolerance.
+    folder's ``again`` (float ``[rows]`` each, the same rows), held to the reload tolerance at ``p`` and the width
+    the folder's adapters record (:func:`kitlib.run.backends.precision.reload_tolerance`).
 
     Raises:
         HandoffMismatch: the largest gap is above it (both figures, and ``how`` the folder predicted, named).
     """
+    from ..models import adapters
+    from ..run.backends.precision import reload_tolerance
+
+    width = adapters.read_record(checkpoint).get("weights") if adapters.is_adapter(checkpoint) else None
+    tolerance = reload_tolerance(p.name, width)
     n = len(saved)
     gap = float(np.abs(np.asarray(again, dtype=np.float64) - saved).max()) if n else 0.0
-    result = {"rows": n, "gap": gap, "tolerance": p.reload_tolerance, "precision": p.name}
-    if not gap <= p.reload_tolerance:
+    result = {"rows": n, "gap": gap, "tolerance": tolerance, "precision": p.name}
+    if not gap <= tolerance:
+        at = f"{p.name}, weights at {width}" if width else p.name
         raise HandoffMismatch(
             f"{checkpoint}: {how}, it predicts the first {n} held-out rows up to {gap:.3g} away from the trained "
-            f"model (both at {p.name}; a correct reload stays within {p.reload_tolerance:g}, "
-            "kitlib.run.backends.precision.RELOAD_TOLERANCE). The folder is not the model that was trained: train again, "
+            f"model (both at {at}; a correct reload stays within {tolerance:g}, "
+            "kitlib.run.backends.precision.reload_tolerance). The folder is not the model that was trained: train again, "
             "and check that nothing else writes this folder")
     return result
 

@@ -109,6 +109,19 @@ PRECISION_ENV_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_USE_FP16")
 # a bf16 reload and 0.021 against an fp32 one; issue 28 measured 0.0048 on multilingual-e5-small
 # (bf16 training, fp32 reload). A folder that is not the trained model differs by tenths.
 RELOAD_TOLERANCE = {"fp32": 1e-4, "fp16": 0.02, "bf16": 0.05}
+# ... and by the width of the weights, where larger (:func:`reload_tolerance`): at 8 bits bitsandbytes' LLM.int8
+# computes the activation columns that hold an outlier (|x| > llm_int8_threshold, 6.0) in 16 bits, chosen per
+# batch, so a row's prediction depends on the rows batched with it: up to 0.069 between the kept epoch's
+# predictions and predict()'s on a tiny random Llama at fp32 (AMD EPYC, bitsandbytes 0.50 CPU). NF4 (4 bits)
+# dequantizes the weights and multiplies as its precision does: no allowance.
+WIDTH_RELOAD_TOLERANCE = {"8bit": 0.1}
+
+
+def reload_tolerance(precision: str, width: str | None = None) -> float:
+    """How far a correct reload at compute ``precision`` (``"fp32"``, ``"bf16"``, ``"fp16"``) with weights at ``width``
+    (``"8bit"``, ``"4bit"``, a 16/32-bit width, or None: as saved) may predict from the in-memory model: the larger of
+    :data:`RELOAD_TOLERANCE`'s and :data:`WIDTH_RELOAD_TOLERANCE`'s."""
+    return max(RELOAD_TOLERANCE[precision], WIDTH_RELOAD_TOLERANCE.get(width, 0.0))
 
 
 @dataclass(frozen=True)
@@ -218,8 +231,8 @@ class Precision:
 
     @property
     def reload_tolerance(self) -> float:
-        """How far a correct reload may predict from the in-memory model (:data:`RELOAD_TOLERANCE`)."""
-        return RELOAD_TOLERANCE[self.name]
+        """How far a correct reload of weights as saved may predict from the in-memory model (:func:`reload_tolerance`)."""
+        return reload_tolerance(self.name)
 
     def on(self, device_type: str) -> "Precision":
         """The same precision, run on ``device_type`` (the hand-off reloads on the CPU what trained on XLA)."""
