@@ -7,23 +7,13 @@ destination is left as it was: no partial submission, shard or checkpoint.
 
 Two rules of where and how, for every write of the kit:
 
-* **A link is written through** (:func:`real_target`): when the destination is a symbolic link
-  (Colab users link ``submission.csv`` or a checkpoint folder into a mounted Drive), the file or
-  folder it points to is replaced, and the temporary is built beside that real target, on its
-  filesystem; the link stays a link. Renaming over the link itself would put a local copy in
-  its place and leave the drive's old files, without a word.
-* **Modes follow the umask** (:func:`apply_umask`): ``tempfile.mkstemp`` makes 0600 files and
-  ``mkdtemp`` 0700 folders, and some writers inside a folder make 0600 files too (safetensors'
-  ``save_file``); what the kit puts in place gets what a plain create under the process's umask
-  gives: files ``0o666 & ~umask`` (``0o777 & ~umask`` for a file with an execute bit), folders
-  ``0o777 & ~umask`` (umask 022: 0644 and 0755; umask 077: 0600 and 0700).
-* **The kit replaces only what it owns** (:func:`check_replaceable`): every folder built by
-  :func:`atomic_dir` lists the entries the kit wrote into it in :data:`MANIFEST` (and
-  :func:`atomic_write` adds a file it writes into such a folder later). An existing folder is
-  replaced only when it is empty or holds nothing but those entries; a folder holding anything
-  else (a user's notes, another model's folder, a Drive folder an output links to) is refused
-  before any work, naming what is there, and the swap itself checks again: it never deletes a
-  file the kit did not write, through a link or not.
+* **A link is written through** (:func:`real_target`): the file or folder a symbolic link points to is
+  replaced (the temporary built beside it, on its filesystem); the link stays a link.
+* **Modes follow the umask** (:func:`apply_umask`): what the kit puts in place gets what a plain create
+  under the process's umask gives, not ``mkstemp``'s 0600.
+* **The kit replaces only what it owns** (:func:`check_replaceable`): a folder built by :func:`atomic_dir`
+  lists the entries the kit wrote in :data:`MANIFEST`; an existing folder holding anything else is
+  refused before any work, naming what is there, and the swap checks again.
 """
 from __future__ import annotations
 
@@ -238,13 +228,9 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
     On an error in the ``with`` body or in a rename, the temporary folder is removed and
     ``final`` is left as it was.
 
-    A link ``final`` is written through: the folder it points to is replaced and the link stays
-    (:func:`real_target`); the new folder and everything in it get the umask's modes
-    (:func:`apply_umask`; ``mkdtemp`` makes 0700, safetensors 0600 files).
-
-    Only a folder the kit owns is replaced (:func:`check_replaceable`): checked before the body runs,
-    and again just before the swap. If entries the kit did not write appeared in ``final`` meanwhile,
-    nothing is swapped and the new folder is kept under its temporary name, which the error names.
+    The module's rules hold: a link is written through, modes follow the umask, and only a folder the kit
+    owns is replaced (checked before the body runs and again just before the swap; if entries the kit did
+    not write appeared meanwhile, the new folder is kept under its temporary name, which the error names).
 
     Raises:
         NotOwnedError: ``final`` holds entries the kit did not write.

@@ -6,32 +6,21 @@ ready (:func:`not_ready`).
 Beside ``save_pretrained``'s files (model, tokenizer) a kit-trained folder holds the epoch the run
 kept (``TrainJob.monitor``: the best held-out ROC AUC by default) and:
 
-* :data:`HISTORY_FILE` (``train_history.json``): the run's whole history (every epoch, and
-  ``best``: which epoch the folder holds, and why). Its presence is what marks a folder as
-  kit-trained (:func:`kitlib.models.model.find_checkpoints` looks for it);
-* :data:`VALID_PREDICTIONS_FILE` (``valid_predictions.csv``): the kept epoch's predictions of the
-  held-out rows (``id`` and the label column), which the training notebook's hand-off checks
-  (:mod:`kitlib.training.handoff`); for one fold of a cross-validation, its out-of-fold predictions;
-* :data:`SCORES_FILE` (``heldout_scores.json``): the saved checkpoint's held-out scores measured
-  through the inference path, overall and per language (:func:`kitlib.training.runs.save_scores`, which also fills the run's row
-  of the runs table);
-* :data:`REFUSED_FILE` (``handoff_refused.json``), only in a folder the training notebook's
-  hand-off refused (a collapsed model, a reload that does not predict what was trained:
-  :func:`kitlib.training.handoff.refusal_marked`): why. ``model="auto"`` never picks such a folder, and a
-  folder named for inference is refused (:func:`kitlib.models.model.resolve_checkpoint`); a new training
-  run replaces the folder, and the mark with it;
-* :data:`READY_FILE` (``handoff_passed.json``), written last by the training notebook's hand-off when every
-  check passed (:func:`kitlib.training.handoff.mark_passed`): the run's id and epoch count it passed.
+* :data:`HISTORY_FILE` (``train_history.json``): the run's whole history (:func:`read_history`); its
+  presence marks a folder as kit-trained;
+* :data:`VALID_PREDICTIONS_FILE` (``valid_predictions.csv``): the kept epoch's held-out predictions
+  (``id`` and the label column), which the hand-off checks (:mod:`kitlib.training.handoff`);
+* :data:`SCORES_FILE` (``heldout_scores.json``): the held-out scores measured through the inference path
+  (:func:`kitlib.training.runs.save_scores`);
+* :data:`REFUSED_FILE` (``handoff_refused.json``), only in a folder the hand-off refused: why
+  (:func:`kitlib.training.handoff.refusal_marked`);
+* :data:`READY_FILE` (``handoff_passed.json``), written last when every check of the hand-off passed
+  (:func:`kitlib.training.handoff.mark_passed`).
 
 **Ready** (:func:`not_ready`, the rule's one home): a kit-trained folder is ready only when its run finished
-and its hand-off passed. ``model="auto"`` never picks a folder whose hand-off refused it or whose run did not
-finish (cut off, or stopped by its time budget or SIGTERM: the history's ``finished`` is false), and an
-inference run or ``kaggle_kit publish`` that names one is refused; a finished folder without the pass mark
-(trained outside the notebook, or its notebook stopped before the hand-off) is named in a warning wherever it
-is used, and ``publish`` refuses it.
+and its hand-off passed; ``model="auto"`` never picks one that is not, and naming one is refused.
 
-What a run needs to continue (optimizer, schedule, RNG, position) is not in this folder but in its
-state folder beside it, ``<folder>.state/``: :mod:`kitlib.training.resume` holds it, and the rule of resuming.
+What a run needs to continue is in its state folder beside it, ``<folder>.state/`` (:mod:`kitlib.training.resume`).
 
 The kit's own ``config.json`` keys (stated here only; a fine-tuned folder keeps them, since
 ``save_pretrained`` writes the config it loaded): :data:`POOLING_KEY` (``"mean"``: the
@@ -159,17 +148,12 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, history: dict,
                     adapter: tuple | None = None) -> Path:
     """Write a trained checkpoint folder atomically (master only) and return its path.
 
-    The folder holds ``save_pretrained`` of ``model`` (a CPU copy of its weights: the model stays where
-    it is) and ``tokenizer``, ``train_history.json`` (:data:`HISTORY_FILE`: ``history``) and ``valid_predictions.csv`` (``id``
-    and ``label_col``: the kept epoch's validation probabilities, what the hand-off checks). ``recipe``:
-    the recipe the weights were trained with, written as ``config.json``'s
-    :data:`kitlib.checkpoint.RECIPE_KEY` (so a folder trained with ``e5-fast`` says so, and a run
-    continuing it takes the same recipe). ``kind``: the model kind's ``config.json`` keys
-    (:meth:`kitlib.models.kinds.Kind.config_keys`: the kind it was trained as wins over detection). ``adapter``: ``(base, kind, spec)`` of a
-    LoRA run: the folder then holds only the adapters and the head (:func:`kitlib.models.adapters.write_adapter`:
-    peft's files and the record naming the base) beside the base's ``config.json`` (what the kind and the
-    preflight read) and the tokenizer. It is built under a temporary name beside ``out_dir`` and
-    renamed into place, replacing an older one.
+    The folder holds ``save_pretrained`` of ``model`` (a CPU copy of its weights) and ``tokenizer``,
+    :data:`HISTORY_FILE` (``history``) and :data:`VALID_PREDICTIONS_FILE` (``id`` and ``label_col``). ``recipe``:
+    written as ``config.json``'s :data:`RECIPE_KEY`. ``kind``: the model kind's ``config.json`` keys
+    (:meth:`kitlib.models.kinds.Kind.config_keys`). ``adapter``: ``(base, kind, spec)`` of a LoRA run: the
+    folder then holds only the adapters and the head (:func:`kitlib.models.adapters.write_adapter`) beside the
+    base's ``config.json`` and the tokenizer. Written atomically (:func:`kitlib.atomic.atomic_dir`).
     """
     import pandas as pd
     import torch

@@ -3,8 +3,7 @@
 Ids are read as the exact strings of the file (``dtype=str``, no NA parsing), so ``"007"``
 stays ``"007"`` and ``"NA"`` stays ``"NA"``. Every batch the model sees is ``[batch_size,
 seq_len]`` int64 for one of a few configured ``seq_len`` values: XLA compiles one graph per
-input shape, so a ragged tail or per-batch dynamic padding would recompile (torch_xla
-"Performance" guide: avoid dynamic shapes).
+input shape.
 """
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ import pandas as pd
 
 TEXT_COLUMNS = ("content", "comment_text", "text")  # Jigsaw's test.csv / train.csv + validation.csv; then a plain "text"
 KIT_ID = "id"  # the id column of every file the kit writes (splits, predictions, submissions)
-# Rows read and tokenized at a time: transformers keeps a Python list per row of a call (measured on
-# 63,812 long comments at max_len 512: 9.9 GB in one call, 1.1 GB in chunks of 2,048, same tokens).
+# Rows read and tokenized at a time: transformers keeps a Python list per row of a call.
 CHUNK_ROWS = 2048
 
 
@@ -42,12 +40,9 @@ def read_csv_strings(path: str | os.PathLike, *, usecols: list[str] | None = Non
                      chunk_rows: int | None = None):
     """Read a CSV by the kit's one set of CSV rules, whatever the file's size.
 
-    The rules: pandas' C parser (RFC 4180 quoting: a quoted field may hold commas, quotes written
-    twice and newlines), UTF-8, every field kept as its exact string (``dtype=str``, no NA
-    parsing: ``"NA"``, ``"007"`` and ``""`` stay as written), blank lines skipped. Every CSV of the
-    competition (test, train, validation, sample submission) is read through here, by
-    :func:`read_csv_checked`, by :func:`tokenize_csv`, by the replicas, and by the merge
-    (:mod:`kitlib.outputs.merge`), so a file one of them accepts is never unreadable to another.
+    The rules: pandas' C parser (RFC 4180 quoting), UTF-8, every field kept as its exact string
+    (``dtype=str``, no NA parsing), blank lines skipped. Every CSV of the competition is read through
+    here, so a file one reader accepts is never unreadable to another.
 
     Args:
         path: the CSV.
@@ -432,13 +427,11 @@ def tokenize_csv(tokenizer, path: str | os.PathLike, folder: str | os.PathLike, 
     """Read ``path`` (:func:`iter_csv_checked`) and tokenize it chunk by chunk into ``folder``.
 
     What :func:`tokenize` gives for the file's text column, written as :meth:`Tokens.save` writes it,
-    with bounded memory: at any time one chunk's texts and encodings, the row lengths (8 bytes a
-    row) and the ids being checked; the packed ids go to ``folder`` as they come. ``prefix`` is put
-    before every text (:func:`kitlib.checkpoint.text_prefix`: ``"query: "`` for multilingual-e5-small).
-    ``encode``: None (the tokenizer, as :func:`tokenize`), or a callable ``(texts, rows) -> (lengths, ids)``
-    as :meth:`kitlib.models.kinds.Kind.packed` gives them (a model kind's own rows: a prompt around the
-    text, ``rows`` each row's ``fields`` columns, :func:`row_fields`); the filler slot is then the empty
-    text's row with the first row's fields.
+    with bounded memory (one chunk at a time; the packed ids go to ``folder`` as they come). ``prefix``
+    is put before every text (:func:`kitlib.checkpoint.text_prefix`). ``encode``: None (the tokenizer),
+    or a callable ``(texts, rows) -> (lengths, ids)`` (:meth:`kitlib.models.kinds.Kind.packed`, ``rows``
+    each row's ``fields``: :func:`row_fields`); the filler slot is then the empty text's row with the
+    first row's fields.
 
     Returns:
         ``Tokens.load(folder)`` (ids memory-mapped, not read back into memory).

@@ -7,41 +7,22 @@
                    sample_submission="sample_submission.csv")
     result = predict(job, rt)                            # a kitlib.outputs.merge.MergeResult
 
-In the calling process ``predict`` refuses a ``shard_dir`` the replicas cannot share
-(:func:`kitlib.storage.check_shared`), checks ``max_len`` against the model, reads and tokenizes
-the test CSV once, in chunks, into a temporary folder the replicas map
-(:func:`kitlib.data.tokenize_csv`: this process keeps no text or token of the whole set), and
-chooses the padded lengths (:func:`kitlib.data.choose_bucket_lengths`) from the whole test set, so
-every replica compiles the same few shapes. Then one replica per
-device (:func:`kitlib.run.runtime.launch`) runs :func:`_mp_fn`: it takes its rows split by tokens, not
-by row count (:func:`kitlib.run.balance.split_by_tokens` over the mapped lengths, the same pure split in
-every replica: each row on one rank exactly once, each rank about the same tokens, so no replica waits
-on one handed the long rows; its ``tokens`` are in :func:`replica_stats`), sorts them by length, runs
-fixed-shape ``[batch_size, L]`` batches and writes one shard atomically (:mod:`kitlib.outputs.shards`).
-Last, the shards of this run alone are merged into the submission
-(:func:`merge_run`: a shard of another run in the folder is refused, never merged).
+In the calling process :func:`predict` checks everything first, tokenizes the test CSV once into a folder
+the replicas map (:func:`tokenize_test_set`) and chooses the padded lengths (:func:`padded_lengths`). Each
+replica (:func:`_mp_fn`) takes its rows split by tokens (:func:`kitlib.run.balance.split_by_tokens`), runs
+fixed-shape batches and writes one shard (:mod:`kitlib.outputs.shards`); the shards of this run alone are
+merged (:func:`merge_run`). The model is asked of its kind (:mod:`kitlib.models.kinds`), never branched on
+(:func:`model_kind`, :func:`load_for_inference`). A failed replica raises
+:class:`kitlib.run.runtime.ReplicaError` naming its rank: nothing is merged.
 
-The model is asked of its kind (:mod:`kitlib.models.kinds`: encoder, decoder, answer tokens), never branched
-on: :func:`model_kind` finds it and binds it to the tokenizer once in the calling process (the rows are
-tokenized as it renders them: the answer-token prompt); each replica loads the model through it
-(:func:`load_for_inference`: an adapter checkpoint's base once, the LoRA adapters on top, merged or not)
-and reads each row's float32 positive logit from it.
+A group of checkpoints (folds, seeds) is predicted member by member and blended (:func:`resolve_members`,
+:func:`predict_members`); :mod:`kitlib.cv.groups` writes and scores such groups.
 
-A replica that fails raises :class:`kitlib.run.runtime.ReplicaError` naming its rank: nothing is merged
-and an existing submission is left as it was.
-
-A group of checkpoints (the folds of a cross-validation, several seeds: a group folder, or several attached on
-Kaggle) is predicted member by member and blended (:func:`resolve_members`, :func:`predict_members`);
-:mod:`kitlib.cv.groups` writes and scores such groups.
-
-Multi-host (``torchrun`` on several nodes, or a TPU pod slice: every host runs ``predict``): the
-shard folder and the submission may be URLs (``gs://``, ``s3://``: :mod:`kitlib.storage`) that
-every host reaches. Global rank 0 alone clears old shards, then every replica waits for it
-(``replica.together``); they take rank 0's run id; each writes its shard named by its global
-rank; all wait until every shard is written; then the process of global rank 0 merges, and
-``predict`` returns None everywhere else. A shard folder that is not shared (each host's own
-disk) makes the merge refuse, naming the global ranks whose shards it cannot see. Replica programs keep no module-level state: on
-PJRT CPU (``xla-cpu``) replicas are threads of one process.
+Multi-host (every host runs ``predict``): the shard folder and the submission may be URLs
+(:mod:`kitlib.storage`); global rank 0 clears old shards, every replica takes its run id
+(:func:`agreed_run_id`) and writes its shard, then global rank 0 merges and ``predict`` returns None
+elsewhere. A shard folder that is not shared makes the merge refuse, naming the ranks it cannot see.
+Replica programs keep no module-level state: on ``xla-cpu`` replicas are threads of one process.
 """
 from __future__ import annotations
 
@@ -96,34 +77,27 @@ class InferJob:
         batch_size: rows per model call on each replica (global batch = batch_size x world size).
         max_len: tokens per row; longer texts are truncated. At most the model's position table
             (:func:`kitlib.models.limits.check_max_len`).
-        num_buckets: on XLA devices, pad each batch to one of at most this many lengths (one
-            compiled graph each), chosen over the whole test set; 1: every batch is ``max_len``
-            long. Eager devices use at most :data:`EAGER_LENGTHS` lengths (:func:`padded_lengths`).
-        precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"``: the rule, and what ``"auto"`` is on each device, is
-            :mod:`kitlib.run.backends.precision`'s; logits are float32 whatever the compute precision
-            (checked in every replica).
+        num_buckets: on XLA devices, pad each batch to one of at most this many lengths; 1: every batch
+            is ``max_len`` long (:func:`padded_lengths`).
+        precision: ``"auto"``, ``"fp32"``, ``"bf16"`` or ``"fp16"`` (the rule: :mod:`kitlib.run.backends.precision`).
         prediction_column: name of the prediction column written (Kaggle's ``toxic``; the notebook's
             parameter: :func:`kitlib.outputs.submission_csv.choose_prediction_column`).
         label: the head's label read as the positive class (:func:`kitlib.models.model.prediction_column`),
             when it is not ``prediction_column`` (a head trained on ``label``, a submission column ``target``); None: the same.
         text_col: text column; None picks ``content`` or ``comment_text``.
-        collapsed: a submission whose predictions barely vary (:mod:`kitlib.outputs.collapse`): ``"warn"``
-            (written, with a ``WARNING`` note) or ``"refuse"`` (nothing written); the notebook asks
-            :func:`kitlib.outputs.collapse.policy_for` (it knows whether the random model was named); None:
-            decided by the test set and the sample submission (:func:`kitlib.outputs.collapse.check_predictions`).
+        collapsed: a submission whose predictions barely vary: ``"warn"`` or ``"refuse"``
+            (:func:`kitlib.outputs.collapse.policy_for`); None: :func:`kitlib.outputs.collapse.check_predictions`.
         kind: the model kind (:data:`kitlib.models.kinds.KINDS`: ``"encoder"``, ``"decoder"``, ``"answer-tokens"``);
             ``"auto"``: what the checkpoint's ``config.json`` says (:func:`kitlib.models.kinds.detect`).
         prompt: the answer-token form's template (``{text}`` once; :class:`kitlib.models.kinds.Prompt`);
             ``""``: :data:`kitlib.models.kinds.DEFAULT_TEMPLATE`. Other kinds ignore it.
-        base: an adapter checkpoint's base model folder (:mod:`kitlib.models.adapters`); None: the folder its
-            record names (the one it was trained on). Refused when it is not that base (its fingerprint).
-        merge_adapters: fold an adapter checkpoint's LoRA matrices into the base's weights once loaded (a
-            plain model, as fast as the base); False: keep them beside it (peft's ``PeftModel``).
-        id_col: the id column of ``test_csv``, ``sample_submission`` and the submission, read as exact strings
-            (the one rule: :mod:`kitlib.outputs.submission_csv`; a sample whose header lacks it is refused before
-            any work, naming both).
-        weights: ``"auto"`` or one width of :data:`kitlib.run.backends.precision.WEIGHTS` for a decoder's weights
-            (the one weights rule), planned per device before any replica starts (:func:`weights_for`).
+        base: an adapter checkpoint's base model folder (:mod:`kitlib.models.adapters`); None: the one its
+            record names. Refused when it is not that base.
+        merge_adapters: fold the LoRA matrices into the base's weights once loaded; False: peft's ``PeftModel``.
+        id_col: the id column of ``test_csv``, ``sample_submission`` and the submission (the CSV rules:
+            :mod:`kitlib.outputs.submission_csv`).
+        weights: ``"auto"`` or one of :data:`kitlib.run.backends.precision.WEIGHTS` for a decoder's weights
+            (:func:`weights_for`).
     """
 
     checkpoint: str
@@ -196,21 +170,16 @@ def predict(job: InferJob, rt: Runtime, start_method: str = "fork") -> MergeResu
         global rank 0's (:func:`kitlib.run.runtime.holds_global_rank0`).
 
     Raises:
-        ValueError: a ``shard_dir`` the replicas cannot share (``memory://``), a model that cannot take
-            the run (``max_len`` above its positions, token ids past its embedding, a head whose labels
-            do not name ``prediction_column``, an attention the device lacks: :func:`kitlib.models.limits.preflight`),
-            an unknown or removed ``precision`` (``"int8"``), a sample submission that does not fit the
-            test set (:func:`check_outputs`), a memory plan that does not fit (:func:`weights_for`), or a bad
-            test CSV (file, row, field named), or a prompt field neither the test CSV nor the prompt's defaults
-            give (:meth:`kitlib.models.kinds.Prompt.columns`); nothing started then.
+        ValueError: a ``shard_dir`` the replicas cannot share (:func:`kitlib.storage.check_shared`), a model that
+            cannot take the run (:func:`kitlib.models.limits.preflight`), a bad ``precision``, a sample submission
+            that does not fit (:func:`check_outputs`), a plan that does not fit (:func:`weights_for`), a bad test
+            CSV, a prompt field the test CSV lacks (:meth:`kitlib.models.kinds.Prompt.columns`); nothing started.
         FileNotFoundError: no such sample submission (or test file); nothing started.
         kitlib.run.runtime.ReplicaError: a replica failed (its rank and error named); nothing merged.
-        kitlib.outputs.merge.MergeError: the shards cannot give a correct submission, or another run's
-            shards are in ``shard_dir``; nothing written.
-        kitlib.storage.CannotWrite: the shard or output folder cannot be written (checked before any
-            replica starts), or the submission cannot be written at the end (full disk).
-        kitlib.locks.FolderLocked: another run writes the same shard folder or submission file, by whatever
-            name or link (:func:`output_locks`, taken once the checks passed); nothing written.
+        kitlib.outputs.merge.MergeError: the shards cannot give a correct submission (:func:`merge_run`).
+        kitlib.storage.CannotWrite: the shard or output folder cannot be written (checked first), or the
+            submission at the end (full disk).
+        kitlib.locks.FolderLocked: another run writes the same outputs (:func:`output_locks`); nothing written.
     """
     storage.check_shared(job.shard_dir)  # replicas write there, this process merges: before any work
     kind, tokenizer, base = model_kind(job)
@@ -269,9 +238,8 @@ def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, fo
     (as saved) for a kind that plans no memory (encoders). A base quantized in training keeps that width.
 
     Raises:
-        ValueError: 8/4 bits for an encoder (:func:`kitlib.models.memory.check_kind_width`, training's rule too) or
-            off CUDA; another width than an adapter checkpoint's quantized
-            one; a plan that does not fit (the figure and the fix). Nothing has started then.
+        ValueError: what the rule refuses (:func:`kitlib.models.memory.check_kind_width`, off CUDA, a plan that
+            does not fit); another width than an adapter checkpoint's recorded one. Nothing has started then.
     """
     from .models import adapters, memory
     from .run.backends.precision import resolve_weights
@@ -293,13 +261,9 @@ def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, fo
 
 
 def check_outputs(job: InferJob, rt: Runtime) -> None:
-    """What the run's end needs, checked before the first replica starts (issue 27 item 7).
-
-    The shard folder can be written (every host's replicas write there), and, in the process that
-    merges (:func:`kitlib.run.runtime.holds_global_rank0`) of a run that writes a submission, the
-    submission's folder can be written and the sample submission fits the test set
-    (:func:`kitlib.outputs.submission_csv.check_sample_submission`: exists, readable, the test set's ids,
-    the predicted column).
+    """What the run's end needs, checked before the first replica starts: the shard folder can be written,
+    and, in the process that merges, the submission's folder too and the sample submission fits the test set
+    (:func:`kitlib.outputs.submission_csv.check_sample_submission`).
 
     Raises:
         kitlib.storage.CannotWrite: a folder cannot be written (read-only, no permission).
@@ -385,20 +349,10 @@ EAGER_LENGTHS = 16  # at most this many padded lengths on an eager device (see p
 def padded_lengths(lengths: np.ndarray, job: InferJob, rt: Runtime) -> tuple[int, ...]:
     """The lengths batches are padded to (rows are sorted by length on each replica when there are several).
 
-    The rule: the shapes a run computes are a few, chosen once over the whole test set, on every
-    device, so nothing a replica keeps per shape grows with the rows.
-
-    * On an XLA device every length is one compiled graph: at most ``job.num_buckets`` of them,
-      multiples of 8 (:func:`kitlib.data.choose_bucket_lengths`).
-    * Eager devices (CPU, CUDA) compile nothing, but a new shape is not free there either: the CPU's
-      oneDNN keeps a primitive (code and scratch memory) for every shape it has run, up to 1,024.
-      Padding each sorted batch to its own longest row gave up to ``max_len`` shapes, more of them
-      the more rows there were (1k rows at batch 32: about 30; 32k rows: all 128 at max_len 128).
-      Measured in a forward-only loop of the tiny model at batch 32, bf16 on an Intel Xeon with AMX,
-      freed memory given back (:mod:`kitlib.run.heap`): every length 1-128 kept +220 MiB, 16 lengths
-      +92 MiB. So an eager device gets at most :data:`EAGER_LENGTHS` lengths, any multiple of 1,
-      chosen to waste the fewest padding tokens; the last batch is not filled up
-      (``plan_batches(fill_last=False)``).
+    A few shapes, chosen once over the whole test set, so nothing a replica keeps per shape grows with the
+    rows: on XLA (one compiled graph each) at most ``job.num_buckets`` multiples of 8
+    (:func:`kitlib.data.choose_bucket_lengths`); on an eager device (the CPU's oneDNN keeps memory per shape
+    it ran) at most :data:`EAGER_LENGTHS`, any multiple of 1, the last batch not filled up.
 
     Args:
         lengths: int ``[num_rows]``, tokens per row after truncation.
@@ -522,8 +476,7 @@ def load_for_inference(plan: _Plan, replica) -> tuple[Kind, object]:
 def _across_hosts(replica, what: str):
     """``replica.together(what)``, naming the likely cause when the exchange itself fails.
 
-    A host that dies (killed, out of memory, preempted) closes its connections; the others'
-    collective then raises (gloo: "Connection closed by peer"). Raises RuntimeError saying so;
+    A host that dies closes its connections and the others' collective raises: RuntimeError saying so;
     an error of the block itself is raised as it is.
     """
     done = False
@@ -545,8 +498,7 @@ def _across_hosts(replica, what: str):
 def agreed_run_id(replica, run_id: str) -> str:
     """Global rank 0's ``run_id`` (32 hex digits), on every replica of a multi-host run.
 
-    Every host's :func:`predict` draws its own id; rank 0's is sent to all (an all-reduce of its
-    16 bytes, the other ranks adding zeros), so every shard of the run carries the same one.
+    Every host draws its own id; rank 0's is sent to all (an all-reduce, the other ranks adding zeros).
     """
     import torch
 
@@ -686,19 +638,15 @@ def member_labels(members: list[Path]) -> list[str]:
 def resolve_members(model: str, **resolve_kwargs) -> list[Path]:
     """The checkpoint(s) the inference notebook predicts with: one, or a group to blend.
 
-    * a folder without ``config.json`` whose subfolders are kit-trained checkpoints (a group folder:
-      ``artifacts/cv``): every one of them;
+    * a folder without ``config.json`` whose subfolders are kit-trained checkpoints (:func:`members_of`);
     * ``"auto"``, where the working folder holds no trained checkpoint and more than one kit-trained
-      checkpoint is attached under ``search_dir`` (``/kaggle/input``: the fold or seed kernels of
-      ``kaggle_kit run --folds/--seeds``): every one of them;
+      checkpoint is attached under ``search_dir`` (the fold or seed kernels): every one of them;
     * else the one :func:`kitlib.models.model.resolve_checkpoint` gives.
 
     Every member is checked as a named folder is (:func:`kitlib.models.model.check_ready_for_inference`).
 
     Raises:
-        GroupError: a group with a fold missing or twice (:func:`check_group`), attached for ``"auto"``
-            too (one fold of three attached is refused, not used alone; a fold whose run did not finish is
-            skipped, so missing).
+        GroupError: a group with a fold missing or twice (:func:`check_group`), attached for ``"auto"`` too.
         FileNotFoundError: a folder with no checkpoint in it or below; what :func:`kitlib.models.model.resolve_checkpoint` raises.
         ValueError: a member that is not ready (:func:`kitlib.models.model.check_ready_for_inference`).
     """
@@ -721,10 +669,9 @@ def predict_members(job, members: list[Path], rt, start_method: str = "fork", *,
                     pred_dir: str | os.PathLike):
     """Predict ``job``'s test rows with every member, keep each member's predictions, blend them.
 
-    Each member runs :func:`predict` with ``job``'s settings (its ``checkpoint`` and
-    ``output_csv`` replaced: ``<pred_dir>/<label>.csv``, :func:`member_labels`); the predictions are
-    then blended by :func:`kitlib.outputs.blend.blend` (``blend="rank"``: the rank mean) into ``job.output_csv``,
-    with the merger's guarantees (the sample submission's ids, each once, finite values).
+    Each member runs :func:`predict` with ``job``'s settings (its ``checkpoint`` and ``output_csv`` replaced:
+    ``<pred_dir>/<label>.csv``, :func:`member_labels`); the predictions are then blended by
+    :func:`kitlib.outputs.blend.blend` (``blend="rank"``: the rank mean) into ``job.output_csv``.
 
     Returns:
         The last member's :class:`kitlib.outputs.merge.MergeResult`, with ``output`` the blend and ``notes`` every

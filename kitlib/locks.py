@@ -1,24 +1,17 @@
 """The kit's locks, one mechanism: a lock file held with ``fcntl.flock``, removed when released.
 
-Two uses:
-
-* **One run per output folder at a time** (:func:`output_lock`): a training run
-  (:func:`kitlib.training.train.train`) holds ``<folder>.lock`` beside its output folder for the whole
-  run, and an inference run (:func:`kitlib.infer.predict`) one beside its shard folder and one beside its
-  submission file; the file names its holder (pid, host, command, start time, as JSON). A second run into
-  the same folder is refused before any work, naming the holder (:class:`FolderLocked`).
+* **One run per output folder at a time** (:func:`output_lock`): a training run holds ``<folder>.lock``
+  beside its output folder for the whole run, and an inference run one beside its shard folder and one
+  beside its submission file; the file names its holder (pid, host, command, start time, as JSON). A second
+  run into the same folder is refused before any work, naming the holder (:class:`FolderLocked`).
 * **A lock belongs to the folder written, not to the name it was reached by** (:func:`lock_path`): every
-  link on the way is followed (:func:`os.path.realpath`, the rule writes follow too:
-  :func:`kitlib.atomic.real_target`), so ``artifacts/xlmr-toxic`` linked to a Drive folder and that Drive
-  folder by its own name take one lock, beside the real folder, as the run's state lives beside it.
+  link on the way is followed (the rule writes follow too: :func:`kitlib.atomic.real_target`).
 * **A shared record changed by several processes** (:func:`record_lock`): the runs table's
   read-change-replace (:mod:`kitlib.training.runs`) waits for ``.<name>.lock`` beside the record.
 
-The operating system drops a ``flock`` when its process dies. A lock file is removed by its holder
-when it releases it (so a run leaves nothing beside its outputs); a process that opened the old file
-before it was removed finds, once it holds it, that the path names another file or none, and tries
-again on the path's current file. A file left by a run that was killed is free: the next run takes it
-and, when it names a holder, prints a note naming that holder.
+The operating system drops a ``flock`` when its process dies; a holder removes its lock file on release
+(a waiter that then holds a removed file tries again on the path's current one). A file left by a killed
+run is free: the next run takes it, with a note naming that holder.
 """
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Notebook parameters: each value is checked against the type of its default in the parameters cell.
 
-papermill (``-p NAME VALUE``) and Kaggle pushes inject parameters as a cell after the notebook's
-cell tagged ``parameters``. papermill's command line turns ``True``/``False`` into booleans but
-leaves ``false`` a string, which is truthy: ``-p mixed_precision false`` would switch mixed
-precision *on*. The rule, one home (:data:`TYPE_RULES`): a value must have its default's type.
+papermill (``-p NAME VALUE``) and Kaggle pushes inject parameters as a cell after the one tagged
+``parameters``; papermill leaves ``false`` a (truthy) string. The rule, one home (:data:`TYPE_RULES`):
+a value must have its default's type.
 
 * a bool default takes a bool, or the strings ``"true"``/``"false"`` (any case), parsed;
 * an int default takes an int (not a bool);
@@ -13,8 +12,7 @@ precision *on*. The rule, one home (:data:`TYPE_RULES`): a value must have its d
 
 Anything else (``"false"`` for an int, ``"32"`` for an int, ``1`` for a bool, ``5`` for a str) is
 refused, naming the parameter, its default and what to pass. A name the parameters cell does not
-define is refused too, naming its close matches (:func:`unknown_parameters`): papermill itself only
-warns and runs the default (``-p save_every_steps 5`` would train without saving every 5 steps).
+define is refused too, naming its close matches (:func:`unknown_parameters`).
 
 Used in two places, by the same function: the push tooling checks ``-p`` values against the
 parsed parameters cell before anything runs (``kaggle_kit``), and every notebook calls

@@ -5,28 +5,14 @@ next to a TPU pod, S3, or any filesystem fsspec knows). :func:`as_path` turns wh
 gave into something with the few ``pathlib`` methods the kit uses (``name``, ``parent``,
 ``suffix``, ``/``, ``iterdir``, ``is_dir``, ``is_file``, ``unlink``, ``mkdir``):
 
-* a local path or a ``file:`` URL -> :class:`pathlib.Path`, written through
-  :func:`kitlib.atomic.atomic_write` (a temporary file beside the target, then ``os.replace``).
-  A ``file:`` URL is decoded as RFC 8089 says (:func:`file_url_path`): ``file:///tmp/a%20b``
-  names ``/tmp/a b``, as :meth:`pathlib.Path.as_uri` writes it;
-* any other URL -> :class:`URL`, backed by the fsspec filesystem of its protocol (``s3fs`` for
-  ``s3://``, ``gcsfs`` for ``gs://``: the ``storage`` extra). Credentials and endpoints come from
-  that library's usual sources (``AWS_*`` variables, ``AWS_ENDPOINT_URL_S3``, the machine's
-  service account on Google Cloud).
+* a local path or a ``file:`` URL (RFC 8089: :func:`file_url_path`) -> :class:`pathlib.Path`, written
+  through :func:`kitlib.atomic.atomic_write`;
+* any other URL -> :class:`URL`, backed by the fsspec filesystem of its protocol (the ``storage`` extra);
+  credentials come from that library's usual sources.
 
-Replicas write the shards and another process merges them, so ``shard_dir`` must be a store
-that processes share: a filesystem that lives inside one process (fsspec's ``memory://``) is
-refused before any replica starts (:func:`check_shared`).
-
-A write that fails (a full disk, a read-only folder, no permission) raises :class:`CannotWrite`
-naming the file (:func:`atomic_write`).
-
-A file appears whole or not at all (:func:`atomic_write`): on an object store the kit writes a
-local temporary file and uploads it with one ``put_file``; the store makes an object visible
-only when its upload is complete (a single PUT, or the final request of a multipart or resumable
-upload), and a failed upload leaves no object. On other fsspec filesystems the upload goes to a
-dot-name beside the target (never read: readers skip names starting with ``.``), then is moved
-into place. A reader therefore never sees a half-written shard or submission.
+``shard_dir`` must be a store that processes share: ``memory://`` is refused before any replica starts
+(:func:`check_shared`). A write that fails raises :class:`CannotWrite` naming the file, and a file appears
+whole or not at all (:func:`atomic_write`: one upload, or a dot-name moved into place).
 """
 from __future__ import annotations
 

@@ -32,16 +32,11 @@ def has_torch_xla() -> bool:
 def keep_accelerate_off_xla() -> None:
     """Stop accelerate from importing torch_xla behind the kit's back: ``USE_TORCH_XLA=0`` unless set.
 
-    accelerate 1.x (installed with peft, for LoRA, and for reading GGUF files) imports
-    ``torch_xla.core.xla_model`` and ``torch_xla.runtime`` when it is itself imported, whenever
-    torch_xla is installed (``accelerate/utils/imports.py`` reads ``USE_TORCH_XLA``, default on), and
-    transformers imports accelerate with every model. An eager CPU or CUDA run would then load
-    torch_xla in the parent before its replicas fork, log "Defaulting to PJRT_DEVICE=CPU" and warn
-    that tensorflow can conflict; an XLA run would load it before the kit has set ``PJRT_DEVICE``.
-    The kit drives torch_xla itself (:func:`import_torch_xla`, the XLA accelerators' ``env``), and
-    transformers reads the flag only in ``id_tensor_storage`` for XLA tensors, which the kit never
-    saves (checkpoints are saved from CPU copies). Called by
-    :func:`kitlib.run.runtime.detect_runtime`, before any model is loaded. A value the user set is kept.
+    accelerate 1.x imports torch_xla when it is itself imported, whenever torch_xla is installed
+    (``USE_TORCH_XLA``, default on), and transformers imports accelerate with every model: torch_xla would
+    load in the parent before its replicas fork, or before the kit has set ``PJRT_DEVICE``. The kit drives
+    torch_xla itself (:func:`import_torch_xla`). Called by :func:`kitlib.run.runtime.detect_runtime`, before
+    any model is loaded. A value the user set is kept.
     Delete when accelerate imports torch_xla only when it is asked for an XLA device.
     """
     os.environ.setdefault("USE_TORCH_XLA", "0")
@@ -50,15 +45,9 @@ def keep_accelerate_off_xla() -> None:
 def keep_hub_kernels_off() -> None:
     """Keep transformers from swapping layers for Hugging Face Hub kernels: ``USE_HUB_KERNELS=NO`` unless set.
 
-    transformers 5.25 (the first to require the ``kernels`` package) turns hub kernels on by default:
-    ``from_pretrained`` marks the model ``use_kernels``, and every ``model.train()`` / ``model.eval()``
-    then calls ``kernels.kernelize`` for the model's device. On an XLA device that raises
-    "Unsupported device type 'xla'" (measured in the Kaggle twin, ``make test-kaggle-image``, where
-    transformers is unpinned as in Kaggle's image: 6 tests failed, the TPU training notebook among
-    them); elsewhere it would fetch kernels from the Hub, which a Kaggle kernel without internet cannot.
-    The kit trains and predicts with the model's own layers, so the flag is off before any model is
-    loaded: called by every model loader just before ``from_pretrained`` (:func:`kitlib.models.model.load_model`,
-    :mod:`kitlib.models.kinds`' decoders, :func:`kitlib.models.smollm2.convert`). A value the user set is kept.
+    transformers 5.25 turns hub kernels on by default: every ``model.train()`` / ``model.eval()`` then calls
+    ``kernels.kernelize``, which raises "Unsupported device type 'xla'" on XLA and elsewhere fetches kernels
+    from the Hub. Called by every model loader just before ``from_pretrained``. A value the user set is kept.
     Delete when transformers' hub kernels are off by default again or support XLA devices.
     """
     os.environ.setdefault("USE_HUB_KERNELS", "NO")
@@ -67,11 +56,9 @@ def keep_hub_kernels_off() -> None:
 def import_torch_xla():
     """Import ``torch_xla`` without the warnings that say nothing to a kit user.
 
-    torch_xla warns "`tensorflow` can conflict with `torch-xla`" whenever the full ``tensorflow``
-    wheel is installed (Kaggle's TPU image has it through keras-nlp), even when nothing imports it,
-    and logs "Defaulting to PJRT_DEVICE=CPU" when no device was chosen. The kit chooses the device
-    itself (the XLA accelerator's ``env``, :mod:`kitlib.run.backends.accelerators`) and refuses the one import order that breaks
-    (TensorFlow before torch_xla), so both are filtered here, for this import only.
+    "`tensorflow` can conflict with `torch-xla`" (whenever the full wheel is installed) and "Defaulting to
+    PJRT_DEVICE=CPU": the kit chooses the device itself and refuses the import order that breaks, so both
+    are filtered here, for this import only.
     """
     import logging
     import warnings
@@ -364,12 +351,9 @@ def xla_attention_implementation() -> str:
     """Register (idempotently) and return a transformers attention implementation for XLA.
 
     transformers 5 skips the attention mask when every token of a batch is real
-    (``masking_utils._ignore_bidirectional_mask_sdpa`` calls ``padding_mask.all()``). Under XLA
-    that reads a device value on the host each step and, when a batch happens to have no
-    padding, traces a second forward graph: a data-dependent recompilation. This registers
-    PyTorch SDPA attention with that skip turned off, so every batch of one shape runs one graph.
-    Query and key are cast to the value's dtype first: under XLA's bf16 autocast a decoder's rotary
-    embedding leaves them float32 while the value is bf16, and SDPA refuses mixed dtypes.
+    (``masking_utils._ignore_bidirectional_mask_sdpa``), which under XLA traces a second graph. This registers
+    PyTorch SDPA with that skip turned off, so every batch of one shape runs one graph; query and key are
+    cast to the value's dtype first (bf16 autocast leaves a decoder's rotary outputs float32).
     Pass the returned name as ``attn_implementation=`` to ``from_pretrained``.
     """
     from transformers import AttentionInterface
@@ -391,13 +375,8 @@ def xla_attention_implementation() -> str:
 
 # --- versions: what the kit was tested with, and what this environment has ---
 
-# Tested releases, as (oldest, newest) "major.minor", both inclusive: patch releases in between are
-# assumed to behave alike. Two environments, both on CPU (`make test`, `make test-kaggle-image`):
-# the development one (Python 3.11: torch/torch_xla 2.9.0, tensorflow 2.21.0, jax 0.10.2, transformers
-# 5.24) and the twin of Kaggle's TPU image (Python 3.12: torch/torch_xla 2.8.0, tensorflow-cpu 2.20.0
-# overwritten by tensorflow 2.21.0, jax 0.12.0.1, transformers 5.25: unpinned, as in the image);
-# keras 3.15, keras-hub 0.32 in both.
-# Keys are distribution names, as pip spells them.
+# Tested releases, as (oldest, newest) "major.minor", both inclusive (patch releases assumed alike), in
+# the two CPU environments (`make test`, `make test-kaggle-image`). Keys are distribution names, as pip spells them.
 TESTED: dict[str, tuple[str, str]] = {
     "python": ("3.11", "3.12"),
     "torch": ("2.8", "2.9"),
@@ -446,11 +425,8 @@ def version_warnings(versions: dict[str, str]) -> list[str]:
     """One line per version outside :data:`TESTED`, plus one if both TensorFlow wheels are installed.
 
     ``versions`` maps distribution names to version strings; names without a TESTED entry are not
-    checked. The ``tensorflow`` and ``tensorflow-cpu`` wheels write the same ``tensorflow/``
-    folder: with both installed (keras-nlp pulls the full wheel next to Kaggle's TPU image's
-    tensorflow-cpu) the later install overwrites the other's files and leaves its stale ones, and
-    ``import tensorflow`` can fail (it does with 2.21 over 2.20: an undefined symbol in
-    ``tensorflow/lite``).
+    checked. The ``tensorflow`` and ``tensorflow-cpu`` wheels write the same ``tensorflow/`` folder:
+    with both installed ``import tensorflow`` can fail (stale files of the other).
     """
     lines = []
     for dist, version in versions.items():

@@ -149,8 +149,7 @@ def base_of(adapter_dir: str | os.PathLike, base: str | os.PathLike | None = Non
     Checked in the calling process, before any replica starts (:func:`check_base`).
 
     Raises:
-        FileNotFoundError: that folder is not here (an adapter trained elsewhere: Kaggle mounts the
-            base under another path), naming it and the fix (pass the base's folder).
+        FileNotFoundError: that folder is not here, naming it and the fix (pass the base's folder).
         ValueError: it is not the base the adapters were trained on (:func:`check_base`).
     """
     recorded = read_record(adapter_dir)["base"]

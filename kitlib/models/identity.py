@@ -1,4 +1,4 @@
-"""What a base model is: its content, not the bytes its files were written with (issue 39 item 2).
+"""What a base model is: its content, not the bytes its files were written with.
 
 One rule, used wherever the kit asks "is this the same model?": LoRA adapters name the base they were
 trained on (:mod:`kitlib.models.adapters`), and a training run's saved state names the folder it started
@@ -15,9 +15,7 @@ from (:func:`kitlib.training.resume.model_identity`).
   (:data:`SERIALISATION_KEYS`: ``transformers_version``, ``dtype``/``torch_dtype``, ``_name_or_path``, ...).
 
 Two identities are the same model when their tensors are the same and no config value both of them
-name differs (:func:`differences`): a key that one config leaves out is a default one transformers
-version writes and another does not, not a difference. Reading costs at most 3 x 4 KiB a tensor,
-whatever the model's size (a 14B base: about 5 MB read).
+name differs (:func:`differences`). Reading costs at most 3 x 4 KiB a tensor.
 """
 from __future__ import annotations
 

@@ -34,10 +34,8 @@ picklable dataclass handed to every replica)::
     p = kind.probabilities(model, ids, mask)      # float32 [batch]
     loss = kind.loss(model, ids, mask, labels)    # float32 scalar
 
-Decoders are loaded with ``use_cache=False`` (a classifier needs no KV cache; Gemma2's
-sliding-window cache slices out of range on XLA) and, on XLA, with :data:`XLA_ATTENTION`'s
-implementation: Gemma2/3 ``"eager"`` (transformers refuses SDPA for them), the others
-:func:`kitlib.compat.xla_attention_implementation` (SDPA with q/k/v cast to one dtype).
+Decoders are loaded with ``use_cache=False`` (no KV cache; Gemma2's fails on XLA) and, on XLA, with
+:data:`XLA_ATTENTION`'s implementation.
 """
 from __future__ import annotations
 
@@ -54,7 +52,8 @@ KIND_KEY = "kitlib_kind"  # config.json: the kind a kit-trained checkpoint was t
 PROMPT_KEY = "kitlib_prompt"  # config.json: the answer-token template a kit-trained checkpoint was trained with
 ENCODER_TYPES = ("bert", "xlm-roberta", "roberta", "distilbert", "deberta-v2", "electra", "modernbert")
 DECODER_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text")
-# model_type -> attention implementation on XLA; the rest take kitlib.compat.xla_attention_implementation()
+# model_type -> attention implementation on XLA (transformers refuses SDPA for Gemma2/3); the rest take
+# kitlib.compat.xla_attention_implementation()
 XLA_ATTENTION = {"gemma2": "eager", "gemma3": "eager", "gemma3_text": "eager"}
 
 DEFAULT_RULE = "No toxic, insulting, obscene, threatening or hateful language."
@@ -586,8 +585,7 @@ def detect(config, where: str | os.PathLike = "the model") -> str:
     In order: ``kitlib_kind`` (a kit-trained checkpoint says what it was trained as); a
     ``...ForCausalLM`` architecture: ``"answer-tokens"``; ``model_type`` in :data:`DECODER_TYPES`:
     ``"decoder"``; in :data:`ENCODER_TYPES`: ``"encoder"``; any other model with no causal-LM
-    architecture: ``"encoder"`` too (the kit has always loaded any ``AutoModelForSequenceClassification``
-    that way: X-MOD, MPNet, ...; :mod:`kitlib.models.limits` says what it can take).
+    architecture: ``"encoder"`` too (:mod:`kitlib.models.limits` says what it can take).
 
     Raises:
         ValueError: none of these says (naming the model type, the architectures and the override).

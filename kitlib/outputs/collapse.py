@@ -1,10 +1,7 @@
 """Predictions that barely vary: a collapsed model, caught before its output is trusted.
 
-A fine-tune whose learning rate is too high for a pretrained model can end predicting nearly the
-same probability for every row (issue 18: ``lr = 1e-3`` on all-MiniLM-L6-v2 gave held-out AUC
-0.27 and then every submission row 0.0429, std 7e-7; a plain fine-tune of multilingual-e5-small
-gave an interquartile range of 1e-4). Such a model must neither be called ready by the training
-notebook nor give a submission without a word:
+A fine-tune whose learning rate is too high can end predicting nearly the same probability for every
+row (issue 18). Such a model must neither be called ready nor give a submission without a word:
 
 * :func:`check_ready` (the training notebook's hand-off): refuses a checkpoint whose held-out ROC
   AUC is at most :data:`MIN_AUC` or whose held-out predictions barely vary (:func:`barely_varies`),
@@ -12,18 +9,12 @@ notebook nor give a submission without a word:
 * :func:`check_predictions`, the one decision every writer of a submission calls (the torch
   inference notebook and the Keras notebook through :func:`kitlib.outputs.merge.merge_shards`,
   ``python -m kitlib merge``, ``python -m kitlib blend``): a loud warning, or a refusal;
-  :func:`policy_for` says which. A warning only where chance-level output is expected: the random
-  ``tiny-random`` model named on purpose, or the bundled sample's test set or sample submission
-  (recognised by content, :mod:`kitlib.sample`: demos, tests, ``kernels.py run-local``
-  rehearsals, which copy it under a competition path). Anything else is refused: the
-  competition's test set wherever it lies (Kaggle's mount, Colab, a local copy) predicted by a
-  trained model that collapsed, or a blend of such files. A writer given no policy decides by
-  these files; none given (a blend without ``--sample-submission``) is not the sample: refused.
+  :func:`policy_for` says which: a warning only where chance-level output is expected (the
+  ``tiny-random`` model named on purpose, or the bundled sample, recognised by content:
+  :mod:`kitlib.sample`); anything else is refused.
 
-"Barely vary": the standard deviation of the predictions is below :data:`MIN_STD` (0.005). A
-working classifier on this data spreads them over tenths (multilingual-e5-small fine-tuned: std
-0.35); the collapsed runs above gave 7e-7 to 1e-4, and so does the random ``tiny-random`` model
-(0.4997-0.5001), which is a chance-level submission too.
+"Barely vary": the standard deviation of the predictions is below :data:`MIN_STD` (0.005); a working
+classifier spreads them over tenths.
 """
 from __future__ import annotations
 

@@ -4,26 +4,19 @@ Two kinds of shard are accepted (never mixed in one merge):
 
 * kit shards (:mod:`kitlib.outputs.shards`): Parquet with ``row``, ``id`` and prediction columns plus
   metadata naming the rank, the world size and the input's row count. Every rank must be
-  present and every input row covered. The ``DistributedSampler`` padding duplicates
-  (``drop_last=False`` repeats the first ``ceil(N / W) * W - N`` indices) are dropped: rows a
-  format-2 shard marks in its ``padding`` column after checking only their id (in bfloat16 a
-  duplicate that ran in a batch of another padded length may differ by more than any fixed
-  tolerance); in shards without the mark, duplicates of one row must agree within
-  :data:`DUPLICATE_ATOL`.
-* seed-pattern shards: CSV (or Parquet) files with an ``id`` column and prediction columns,
-  no row index, as most Kaggle multicore notebooks write them. Duplicated ids must agree
-  within :data:`DUPLICATE_ATOL`; the output order then comes from ``--sample-submission`` or
-  ``--test``. The prediction columns are the sample submission's when one is given (other
-  columns are ignored, with a note); an unnamed index column (``""``, ``Unnamed: N``,
-  ``__index_level_N__``, as pandas writes by default) is dropped with a note; without a
-  sample submission any other non-numeric column is refused.
+  present and every input row covered. Padding duplicates are dropped: rows a format-2 shard marks
+  in its ``padding`` column after checking only their id; in shards without the mark, duplicates of
+  one row must agree within :data:`DUPLICATE_ATOL`.
+* seed-pattern shards: CSV (or Parquet) files with an ``id`` column and prediction columns, no row
+  index, as most Kaggle multicore notebooks write them. Duplicated ids must agree within
+  :data:`DUPLICATE_ATOL`; the order comes from ``--sample-submission`` or ``--test``. The prediction
+  columns are the sample submission's when one is given (others ignored, with a note); an unnamed
+  index column is dropped with a note; without a sample submission any other non-numeric column is refused.
 
-Output order: the sample submission's order when one is given, else the test set's order
-(the row index for kit shards, the ``--test`` file for seed shards). Ids are compared as the
-exact strings of the input files (integer ids of a Parquet shard as their decimal strings).
-Every value written must be finite. On any problem :class:`MergeError` names the file, rank,
-rows or ids, and no output file is written (the CSV is written to a temporary file and renamed
-into place at the end; an existing output is left as it was).
+Output order: the sample submission's, else the test set's. Ids are exact strings (the CSV rules:
+:mod:`kitlib.outputs.submission_csv`). Every value written must be finite. On any problem
+:class:`MergeError` names the file, rank, rows or ids, and no output file is written (an existing one
+is left as it was).
 """
 from __future__ import annotations
 
@@ -489,37 +482,26 @@ def merge_shards(inputs: list[str | os.PathLike], output: str | os.PathLike, *, 
         inputs: shard files and/or folders holding them (see :func:`expand_shard_paths`).
         output: the CSV to write (``id_col`` then the prediction columns; with a sample
             submission, exactly its columns in its order).
-        sample_submission: Kaggle's ``sample_submission.csv``; rows are written in its order,
-            every one of its ids must be predicted, no more, and its columns name the
-            prediction columns (a seed shard's other columns are ignored, with a note).
-        test: the test CSV (column ``id``); gives the order for seed shards and, for kit shards,
-            is checked row by row against the shards' ids.
-        run_id: merge only the shards of this run (what :func:`kitlib.infer.predict` hands over):
-            a shard of any other run, or any file that is not a kit shard, is refused, naming it
-            (two runs that share a shard folder fail, they never exchange predictions).
-            None: every kit shard found must be of one run, whichever.
+        sample_submission: Kaggle's ``sample_submission.csv``: the rows' order, every one of its ids
+            predicted, no more, and its columns name the prediction columns.
+        test: the test CSV; gives the order for seed shards and, for kit shards, is checked row by row.
+        run_id: merge only the shards of this run: any other file is refused, naming it. None: every kit
+            shard found must be of one run, whichever.
         world_size: with ``run_id``, the run's world size (None: read from the shards).
         writer, source: who writes ``output`` and with what model, recorded beside it; replacing a
             submission another writer recorded is said (:mod:`kitlib.outputs.provenance` holds the rule).
         runs: the training run ids the predictions came from, recorded beside ``output``. id_col: the id
             column of ``sample_submission``, ``test`` and ``output`` (:mod:`kitlib.outputs.submission_csv`).
-        collapsed: predictions that barely vary (:func:`kitlib.outputs.collapse.check_predictions`):
-            ``"warn"`` writes them with a ``WARNING`` note (also a
-            :class:`kitlib.outputs.collapse.CollapsedPredictionWarning`), ``"refuse"`` writes nothing;
-            None: decided by ``test`` and ``sample_submission`` (a warning only on the bundled
-            sample, :func:`kitlib.outputs.collapse.policy_for`).
+        collapsed: ``"warn"``, ``"refuse"`` or None (:func:`kitlib.outputs.collapse.check_predictions`).
 
     Returns:
         A :class:`MergeResult` (its ``notes`` list the columns dropped or ignored).
 
     Raises:
-        MergeError: a shard is missing, unreadable or truncated; shards of different runs are
-            mixed; an input row has no prediction; duplicates disagree; a prediction is NaN or
-            infinite; a column is not a prediction and nothing names the prediction columns;
-            an id is blank, missing or extra against the sample submission; a shard is not of
-            ``run_id``. No output file is written then, and an existing one is left as it was.
-        kitlib.storage.CannotWrite: the output cannot be written (a full disk, no permission);
-            an existing output is left as it was.
+        MergeError: a shard missing, unreadable, truncated or of another run; a row with no prediction;
+            duplicates that disagree; a value not finite; an id blank, missing or extra; nothing naming the
+            prediction columns. No output file is written then.
+        kitlib.storage.CannotWrite: the output cannot be written; an existing output is left as it was.
     """
     output = storage.as_path(output)
     notes = _Notes()

@@ -1,19 +1,13 @@
 """Who wrote a submission, and saying so when another writer replaces it.
 
-The rule (README, "Which notebook wrote submission.csv"): every writer of a submission CSV keeps
-the default name ``submission.csv`` (the name Kaggle takes from a notebook's output) and records
-itself beside it, in ``<name>.writer.json``: the writer, what it predicted with, when, the row
-count and the file's sha256. A writer about to replace a submission that *another* writer
-recorded, or that no writer recorded (a copy, a hand edit, another tool), says so: what it
-replaced, written by whom, with what and when. It warns (:class:`SubmissionReplaced`, a
-``UserWarning``, shown in a notebook's output) and adds the same line to the merge's notes (the
-CLI prints them). A writer replacing its own last output says nothing: that is a rerun.
+The rule (README, "Which notebook wrote submission.csv"): every writer of a submission CSV records
+itself beside it, in ``<name>.writer.json``: the writer, what it predicted with, when, the row count and
+the file's sha256. A writer about to replace a submission that another writer (or none) recorded says so
+(:class:`SubmissionReplaced`, a ``UserWarning``, and a line in the merge's notes); replacing its own last
+output is a rerun and says nothing.
 
-A writer record describes its file only while the record's sha256 is the file's (a file replaced by
-hand or by another tool keeps the old record beside it): every reader goes through
-:func:`read_record`, which says whether it still does (:func:`replaced_note`; :func:`recorded_runs`,
-which ``python -m kaggle_kit submit`` and the blend take a submission's runs from, names none for a
-stale record; issue 33, item 6).
+A record describes its file only while its sha256 is the file's: every reader goes through
+:func:`read_record` (:func:`replaced_note`; :func:`recorded_runs` names no run for a stale record).
 
 Writers (each passes its name to :func:`kitlib.outputs.merge.merge_shards`, which writes through
 :func:`write_recorded`): :data:`INFER`, :data:`KERAS`, :data:`CLI`; :mod:`kitlib.outputs.blend` (:data:`BLEND`), :mod:`kitlib.outputs.cascade`

@@ -15,18 +15,15 @@ column       dtype      meaning
                         after checking their id, without comparing values
 ===========  =========  ===============================================================
 
-Format 1 shards (and format 2 shards written without ``padding``) carry no mark: the merger
-then finds the duplicates by row index and compares their values within a tolerance.
+Shards without ``padding`` carry no mark: the merger compares duplicates by value.
 
 The Parquet schema metadata key ``kitlib.shard`` holds a JSON object with ``format``,
 ``rank``, ``world_size``, ``num_rows`` (rows of the whole input, before padding),
 ``num_samples`` (rows in this shard), ``run_id`` and ``prediction_columns``. The merger
 (:mod:`kitlib.outputs.merge`) uses it to prove that every rank of one run is present.
 
-A shard is written to a temporary name in the same folder and renamed into place
-(``os.replace``, atomic on POSIX), so a rank that dies mid-write leaves no shard, never a
-truncated one. In a URL folder (``s3://``, ``gs://``: :mod:`kitlib.storage`) the shard is
-written locally and uploaded in one request, and the object store shows it only when complete.
+A shard is written atomically (:func:`kitlib.storage.atomic_write`): a rank that dies mid-write leaves
+no shard, never a truncated one.
 """
 from __future__ import annotations
 

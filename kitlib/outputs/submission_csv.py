@@ -6,19 +6,13 @@ The rules, one home:
 * the id column is the ``id_col`` parameter (``id`` by default, ``row_id`` where the sample
   submission's header says so), read and written under that name; a sample submission whose header
   lacks it is refused before any work, naming both (:func:`check_sample_submission`);
-* ids are the exact strings of the file (``"007"`` stays ``"007"``, ``"NA"`` stays ``"NA"``); a
-  quoted field may hold newlines, whatever the file's size (pyarrow otherwise splits a file over
-  1 MB at raw newlines);
-* an index column is not a prediction: pandas' unnamed index (``""`` in the header, as
-  ``to_csv(path)`` writes it; ``Unnamed: N`` once pandas read it back; ``__index_level_N__`` in
-  Parquet) and a seed shard's ``row`` (:data:`INDEX_COLUMN_RE`). It is dropped, with a note naming
-  the file (:func:`read`);
+* ids are the exact strings of the file (``"007"`` stays ``"007"``); a quoted field may hold newlines,
+  whatever the file's size;
+* an index column is not a prediction: pandas' unnamed index and a seed shard's ``row``
+  (:data:`INDEX_COLUMN_RE`). It is dropped, with a note naming the file (:func:`read`);
 * the prediction columns are the sample submission's: its columns other than the id column and index
   columns (:func:`prediction_columns`). A file's other columns are not predictions of the
   submission (its writers ignore them with a note, or refuse them).
-
-Files saved with pandas' index (``df.to_csv(path)``) used to blend into ``id,Unnamed: 0,toxic``,
-the averaged row numbers written as a column (issue 27 item 9).
 """
 from __future__ import annotations
 
@@ -210,8 +204,7 @@ def check_sample_submission(path: str | os.PathLike, test_ids, columns: tuple[st
     It must exist and be readable (:func:`read`), have the id column ``id_col`` (else refused naming both
     ``id_col`` and its header), hold each id once, exactly the test set's ids
     (in any order), and name exactly ``columns`` as its prediction columns
-    (:func:`prediction_columns`; an index column is not one). Found only at the merge, after every
-    replica predicted every row, each of these used to cost the whole run (issue 27 item 7).
+    (:func:`prediction_columns`; an index column is not one).
 
     Args:
         path: the sample submission.

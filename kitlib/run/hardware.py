@@ -6,12 +6,9 @@ machine, and one vocabulary for what they find (:data:`ACCELERATOR_KINDS`).
 
 Nothing here may initialise a device in the calling process:
 
-* CUDA: ``torch.cuda.device_count()`` counts through NVML and leaves CUDA uninitialised, so
-  forked replicas can still use it. ``torch.cuda.is_available()`` (unless
-  ``PYTORCH_NVML_BASED_CUDA_CHECK=1``), ``get_device_name``, ``get_device_properties``,
-  ``set_device`` or a tensor on ``cuda`` initialise CUDA, after which every forked child fails
-  with "Cannot re-initialize CUDA in forked subprocess" (PyTorch docs, "CUDA in multiprocessing").
-  Device names are read inside the replicas.
+* CUDA: ``torch.cuda.device_count()`` counts through NVML and leaves CUDA uninitialised; anything that
+  initialises it (``is_available()``, ``get_device_name``, a tensor on ``cuda``) breaks every forked child
+  ("Cannot re-initialize CUDA in forked subprocess"). Device names are read inside the replicas.
 * TPU: environment variables and device files only (``torch_xla._internal.tpu`` counts chips from
   the same device files); touching the XLA device would make ``torch_xla.launch`` refuse to start.
 """

@@ -3,22 +3,14 @@
 :func:`kitlib.run.runtime.launch` starts the replicas of a launch mode (a row of
 :data:`kitlib.run.runtime.MODES`, :mod:`kitlib.run.backends`), and in each the row's
 :meth:`~kitlib.run.backends.base.Backend.open` builds a :class:`Replica`, as Accelerate's
-``PartialState`` is built from the launcher's environment. It holds what the replica is (rank,
-world size, host, threads), where it computes (its device and accelerator part: loader, step,
-compile counts), how it talks to the others (its own collectives object, with whatever that keeps:
-a process group joined, a turnstile), and the compute precision, resolved once in the calling
-process into a :class:`~kitlib.run.backends.precision.Precision` (autocast, scaler, head dtype). Replica
-programs never ask torch_xla or ``torch.distributed`` for their rank themselves, and never branch on
-the mode: they call ``replica.all_reduce_sum``, ``replica.all_gather``, ``replica.barrier``,
-``replica.together``, ``replica.step()``, ``replica.optimizer_step(...)`` and ``replica.autocast()``,
-and read ``replica.static_shapes`` (XLA: every call one of a few fixed shapes).
+``PartialState`` is built from the launcher's environment: rank, world size, its device, its
+collectives and the compute precision (a :class:`~kitlib.run.backends.precision.Precision`, resolved once
+in the calling process). Replica programs never ask for their rank themselves and never branch on the
+mode: they call the replica's methods.
 
-Failures: a replica that raises while the others wait in a collective would leave them waiting
-forever on a TPU (torch_xla's ``xm.rendezvous``; pytorch/xla#7974). Wrap any step that can fail on
-one rank only (saving a checkpoint, reading a file) in ``with replica.together("what"):``. Every
-rank then exchanges an ok flag before going on: the rank that failed re-raises its exception,
-the others raise :class:`PeerFailed` and return quietly, so the launcher reports one error naming
-the rank and the original exception.
+Failures: a replica that raises while the others wait in a collective would leave them waiting forever
+on a TPU (pytorch/xla#7974). Wrap any step that can fail on one rank only in
+``with replica.together("what"):`` (:meth:`Replica.together`).
 
 This module imports nothing of :mod:`kitlib.run.backends` but the precision type: the backends build
 replicas, replicas do not know backends.

@@ -26,18 +26,12 @@ xla-cpu-processes   N processes, one PJRT CPU device each        host x replicas
 
 The ``accelerator`` a user names (:data:`ACCELERATORS`) picks the hardware; the torchrun and
 TPU-pod rows are what :func:`detect_runtime` finds when torchrun started this process or the TPU
-host belongs to a multi-host slice. With no accelerator the default is ``cpu``: eager torch is
-faster than XLA:CPU for these models (1.5-1.7x the whole-job time measured on 2 cores), and on a
-few cores one replica with every thread beats several. ``xla-cpu`` stays available by name, to
-rehearse the TPU code path (fixed shapes, compile counts) on a laptop.
+host belongs to a multi-host slice. With no accelerator the default is ``cpu`` (eager torch is faster
+than XLA:CPU for these models); ``xla-cpu`` rehearses the TPU code path by name.
 
-``launch`` owns what it starts: the variables a launch sets are restored afterwards, and on any
-exception in the calling process (KeyboardInterrupt included) every replica process is
-terminated and joined before ``launch`` returns (:func:`kitlib.run.backends.base.owning_replicas`).
-
-The start method is ``fork`` (a Kaggle notebook) or ``spawn`` (Colab, scripts: ``fn`` must be
-importable, which is why every replica program lives in ``kitlib``). The ``cpu`` backend starts
-multi-threaded replicas with ``spawn`` under ``fork``, and says so (:mod:`kitlib.run.backends.launchers`).
+``launch`` owns what it starts (:func:`kitlib.run.backends.base.owning_replicas`). The start method is
+``fork`` (a Kaggle notebook) or ``spawn`` (Colab, scripts: ``fn`` must be importable, which is why every
+replica program lives in ``kitlib``).
 """
 from __future__ import annotations
 
@@ -236,27 +230,22 @@ def launch(fn: Callable, job, rt: Runtime, start_method: str = "fork", precision
 
     Args:
         fn: the replica program (an ``_mp_fn``), called with a :class:`kitlib.run.replica.Replica` and
-            ``job``. With ``spawn`` it must be importable from a module (a function defined in a
-            notebook cell fails: "Can't get attribute '_mp_fn' on <module '__main__'>").
+            ``job``. With ``spawn`` it must be importable from a module.
         job: the job config, or the plan made from it (picklable: training hands every replica its
             :class:`kitlib.training.plan.Plan`).
         rt: from :func:`detect_runtime`.
         start_method: ``"fork"`` or ``"spawn"`` (Python ``multiprocessing`` start methods).
         precision: the compute precision asked for (:data:`kitlib.run.backends.precision.PRECISIONS`),
-            resolved here, once, for this mode's hardware; or a
-            :class:`kitlib.run.backends.precision.Precision` the caller resolved already (training's plan:
-            :mod:`kitlib.training.plan`), taken as it is. Every replica holds the result as ``replica.precision``.
+            resolved here once; or a :class:`kitlib.run.backends.precision.Precision` resolved already, taken
+            as it is. Every replica holds the result as ``replica.precision``.
 
     The backend's variables (:meth:`kitlib.run.backends.base.Backend.env`) are set for the launch and
-    restored when it returns or raises. On any exception here, KeyboardInterrupt included, every
-    replica process is terminated and joined before it leaves: nothing the run started writes
-    after ``launch`` has returned.
+    restored after. On any exception here, KeyboardInterrupt included, every replica process is
+    terminated and joined before it leaves.
 
     Raises:
-        ReplicaError: a replica raised; names its rank and the original exception, and carries the
-            replica's whole traceback (``.traceback``, shown in the message). The other replicas
-            are stopped (processes are terminated; replicas waiting in a collective learn of the
-            failure through :meth:`kitlib.run.replica.Replica.together` and return).
+        ReplicaError: a replica raised; names its rank and the original exception, and carries its
+            traceback (``.traceback``). The other replicas are stopped.
         ValueError: unknown start method or precision, or ``spawn`` with a function defined in ``__main__``.
         RuntimeError: torch_xla cannot start: the XLA runtime was already touched in this process,
             or TensorFlow was imported before torch_xla.

@@ -16,9 +16,5 @@ xla-cpu-processes   ``Processes``          ``Xla("CPU")``, one   ``NoCollectives
                                            device per process
 ==================  =====================  ====================  ==========================
 
-Modules: :mod:`~kitlib.run.backends.launchers`, :mod:`~kitlib.run.backends.accelerators`,
-:mod:`~kitlib.run.backends.collectives` (and :mod:`~kitlib.run.backends.xla_threads`, everything that thread
-replicas need, fenced in), :mod:`~kitlib.run.backends.precision` (the precision rule),
-:mod:`~kitlib.run.backends.processes` (starting local processes). Nothing here imports torch, torch_xla
-or transformers at module import.
+The modules: the map (:mod:`kitlib`). Nothing here imports torch, torch_xla or transformers at module import.
 """

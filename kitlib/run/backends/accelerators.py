@@ -4,14 +4,8 @@ Each is asked, never branched on: the device of replica ``index``, how batches r
 ``to_device``), what a training step is on it, its compile counts and compilation cache, its name,
 the variables a launch needs for it and what must not have happened in the calling process.
 
-==============  =============  ==============  ==========================================================
-accelerator     device type    fixed shapes    precision ``"auto"`` follows (:mod:`kitlib.run.backends.precision`)
-==============  =============  ==============  ==========================================================
-:class:`Cpu`    ``cpu``        no              the CPU (bf16 with AMX or avx512_bf16, else fp32)
-:class:`Cuda`   ``cuda``       no              the GPUs' compute capability (bf16 from 8.0, else fp16)
-:class:`Xla`    ``xla``        yes             the TPU (bf16), also on PJRT CPU: a rehearsal runs its
-                                               target's precision
-==============  =============  ==============  ==========================================================
+:class:`Cpu` (``cpu``), :class:`Cuda` (``cuda``) and :class:`Xla` (``xla``: fixed shapes); what precision
+``"auto"`` is on each is :mod:`kitlib.run.backends.precision`'s rule.
 
 Nothing here imports torch or torch_xla at module import; every torch_xla name goes through
 :mod:`kitlib.compat`.

@@ -11,13 +11,9 @@ class that is asked, never branched on (Lightning's accelerator / strategy / pre
 * a **collectives** class (:mod:`kitlib.run.backends.collectives`): one object per replica holding what
   it joined (a process group, a turnstile), the reductions, DDP, the gradient exchange.
 
-In the calling process a backend answers :meth:`Backend.env` (the variables the launch needs; set
-for the launch only and restored afterwards, as Accelerate's ``patch_environment`` does),
-:meth:`Backend.check_parent` (what must not have happened in this process),
-:meth:`Backend.check_training`, :meth:`Backend.resolve_precision` (the precision rule,
-:mod:`kitlib.run.backends.precision`, resolved once per launch) and :meth:`Backend.launch` (start every
-replica of this host, run :func:`run_replica` in each, wait). In each replica :meth:`Backend.open`
-builds the :class:`kitlib.run.replica.Replica` the replica program is handed.
+In the calling process a backend answers :meth:`Backend.env`, :meth:`Backend.check_parent`,
+:meth:`Backend.check_training`, :meth:`Backend.resolve_precision` and :meth:`Backend.launch`; in each
+replica :meth:`Backend.open` builds the :class:`kitlib.run.replica.Replica` the replica program is handed.
 
 Adding a mode: one row in ``MODES``, from the parts (a new part only for a new way of starting,
 a new device or new collectives).
@@ -120,10 +116,8 @@ def owning_replicas():
     """Own every child process started in the block: on any exception (KeyboardInterrupt included)
     terminate and join each before the exception leaves, so nothing a run started outlives it.
 
-    In the main thread, SIGINT (``kill -INT`` to this process alone, or a notebook's interrupt)
-    stops the children first and then raises KeyboardInterrupt: a launcher blocked in a wait that
-    does not return on an exception (``concurrent.futures``' shutdown, used by ``torch_xla.launch``)
-    would otherwise wait for the replicas to finish.
+    In the main thread, SIGINT stops the children first and then raises KeyboardInterrupt (a launcher
+    blocked in ``concurrent.futures``' shutdown would otherwise wait for the replicas to finish).
     """
     import multiprocessing as mp
 
@@ -305,10 +299,8 @@ class Backend:
         """Build the :class:`~kitlib.run.replica.Replica` with launcher index ``index`` (called inside it):
         its rank and world size, device, threads, precision, and its own collectives object, opened.
 
-        The collectives object comes first: thread replicas import transformers there, under one lock,
-        before anything else in the replica does (two threads importing it at once fail with "cannot
-        import name ... from partially initialized module", and the other replica then waited for
-        the failed one at its first collective). A failure after that tells the other replicas
+        The collectives object comes first (thread replicas import transformers there, under one lock:
+        :mod:`kitlib.run.backends.xla_threads`). A failure after that tells the other replicas
         (:meth:`Collectives.abandon`), so none waits for this one."""
         rank, world = self.launcher.rank_and_world(index, rt)
         collectives = self.collectives_class.for_replica(world)

@@ -1,11 +1,9 @@
 """How replicas talk to each other: one object per replica, holding what it joined.
 
-A launch mode's row names a collectives class (:data:`kitlib.run.runtime.MODES`); its
-:meth:`Collectives.for_replica` builds one instance inside each replica
-(:meth:`kitlib.run.backends.base.Backend.open`), which then :meth:`~Collectives.open` s what it needs (a
-process group) and keeps it as attributes until :meth:`~Collectives.close`. Each answers the same
-questions: the reductions, the training step's context, how a model is wrapped for a pattern
-(``"ddp"``: ``DistributedDataParallel``), and how gradients are exchanged before the optimizer steps.
+A launch mode's row names a collectives class; :meth:`Collectives.for_replica` builds one instance inside
+each replica, which :meth:`~Collectives.open` s what it needs (a process group) and keeps it until
+:meth:`~Collectives.close`. Each answers the reductions, the training step's context, how a model is
+wrapped for a pattern (``"ddp"``), and how gradients are exchanged before the optimizer steps.
 
 ================  ===========================================  ===============================================
 class             collectives                                   gradient exchange (``"optimizer_step"`` pattern)

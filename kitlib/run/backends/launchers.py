@@ -3,23 +3,11 @@
 Each is asked, in the calling process, for the variables it needs (:meth:`~Processes.env`) and to
 start every replica of this host (:meth:`~Processes.launch`: each runs
 :func:`kitlib.run.backends.base.run_replica`), and, inside a replica, for its rank and world size and
-its CPU threads.
+its CPU threads: :class:`Processes`, :class:`HereOrProcesses`, :class:`XlaLaunch`, :class:`Torchrun` (which
+mode starts how, and where its rank comes from: the table of :mod:`kitlib.run.runtime`).
 
-=====================  ========================================  ===================================
-launcher               replicas start                            rank and world size from
-=====================  ========================================  ===================================
-:class:`Processes`     N processes (``torch.multiprocessing``)   host x replicas + index
-:class:`HereOrProcesses`  one in the calling process, or N         host x replicas + index
-                       processes with their share of the cores
-:class:`XlaLaunch`     ``torch_xla.launch`` (one process per     ``torch_xla.runtime``
-                       TPU chip; PJRT CPU devices as threads)
-:class:`Torchrun`      by torchrun: this process is one replica  torchrun's ``RANK``/``WORLD_SIZE``
-=====================  ========================================  ===================================
-
-Start method: a forked child of a parent that has run a parallel torch op hangs at its first
-multi-threaded op (GNU libgomp is not fork-safe; seen here). So processes forked from a notebook
-run single-threaded, and :class:`HereOrProcesses` starts multi-threaded replicas with spawn instead
-of fork when the replica program is importable (a note says so).
+Start method: GNU libgomp is not fork-safe, so processes forked from a notebook run single-threaded,
+and :class:`HereOrProcesses` starts multi-threaded replicas with spawn when the program is importable.
 """
 from __future__ import annotations
 

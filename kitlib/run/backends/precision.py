@@ -1,92 +1,64 @@
 """The precision rule: what ``precision="auto"`` means on the hardware found, and how each precision runs (one home).
 
 ``"auto"`` follows the hardware, read without touching any device (:mod:`kitlib.run.hardware`), one row
-of :data:`AUTO_RULES` each:
+of :data:`AUTO_RULES` each (the figures: BENCHMARKS.md section 4):
 
 =======================  ================  =============================================================
-hardware                 ``"auto"`` is     why (measured where a figure is given)
+hardware                 ``"auto"`` is     why
 =======================  ================  =============================================================
 TPU                      ``bf16``          the MXUs compute bf16 natively
-CUDA, compute            ``bf16``          bf16 tensor cores (A100 8.0, L4 8.9, H100 9.0, H200 9.0): no
-capability >= 8.0                          scaler needed, fp32's exponent range
+CUDA, compute            ``bf16``          bf16 tensor cores (A100, L4, H100): no scaler needed
+capability >= 8.0
 CUDA below 8.0           ``fp16`` with a   T4 (7.5) and P100 (6.0) have fp16, not bf16; training scales
                          ``GradScaler``    the loss (torch's AMP recipe)
-CPU with AMX or          ``bf16``          Intel Xeon with AMX: e5 forward 0.31x fp32's CPU time, training
-avx512_bf16                                step 0.65x, same held-out AUC (0.8838 vs 0.8840); inference
-                                           of the 500 held-out rows 0.44x, AUC -0.0001 (2026-12-02); AMD
-                                           EPYC Zen 4 (avx512_bf16, no AMX): forward 0.50x, step 0.52x
-CPU without either, or   ``fp32``          AMD EPYC Zen 2/3 (AVX2 only): bf16 is 6.2x slower than fp32; a
-a process whose torch                      process capped to AVX2 on the AMX Xeon: bf16 4x slower
-runs below AVX-512                         (issue 33)
+CPU with AMX or          ``bf16``          about 0.3-0.5x fp32's CPU time, same held-out AUC
+avx512_bf16
+CPU without either, or   ``fp32``          bf16 is 4-6x slower than fp32 there (issue 33)
+a process whose torch
+runs below AVX-512
 =======================  ================  =============================================================
 
-On the CPU the rule reads what this process's torch will run, not only what the CPU has
-(:attr:`Hardware.aten_isa`, :attr:`Hardware.onednn_isa`): ATen's capability
-(``torch.backends.cpu.get_cpu_capability()``, capped by ``ATEN_CPU_CAPABILITY``) must be AVX-512 and
-oneDNN's (capped by ``ONEDNN_MAX_CPU_ISA``) must reach ``AVX512_CORE_BF16``; a capped process gets
-``fp32`` with the cap named. A CPU shared with other jobs is a case the rule cannot see: there bf16
-measured 1.61x fp32's wall time (BENCHMARKS.md section 4); set ``precision="fp32"`` there.
+On the CPU the rule reads what this process's torch will run (:attr:`Hardware.aten_isa`,
+:attr:`Hardware.onednn_isa`): ATen's capability must be AVX-512 and oneDNN's must reach
+``AVX512_CORE_BF16``; a capped process gets ``fp32`` with the cap named. A CPU shared with other jobs
+is a case the rule cannot see; set ``precision="fp32"`` there.
 
-(Figures: multilingual-e5-small's shape, 1 thread, batch 32 x 64 tokens forward and 16 x 64 for a
-training step; BENCHMARKS.md section 4 gives the whole-job ratios and the CPU of each row.)
+A rehearsal runs its target's precision: ``xla-cpu`` and ``xla-cpu-processes``'s ``"auto"`` is the TPU's
+``bf16`` (:attr:`kitlib.run.backends.base.Backend.precision_of`). There is no ``"int8"`` (:data:`REMOVED`).
 
-A rehearsal runs its target's precision: ``xla-cpu`` and ``xla-cpu-processes`` rehearse the TPU
-path on PJRT CPU, so their ``"auto"`` is the TPU's ``bf16``, which is what the TPU runs
-(:attr:`kitlib.run.backends.base.Backend.precision_of`).
-
-There is no ``"int8"``: torch.ao's dynamic int8 (deprecated) moved the held-out ROC AUC by 0.013,
-and no maintained CPU runtime measured (ONNX Runtime fp32 and int8, OpenVINO int8) was both 1.3x
-faster on AVX2 and within 0.002 of fp32's AUC with int8 arithmetic (BENCHMARKS.md section 4,
-``benchmarks/cpu_runtimes.py``). Asking for it is refused, saying so (:data:`REMOVED`).
-
-An explicit ``"fp32"``, ``"bf16"`` or ``"fp16"`` is taken as asked, with two rules:
-
-* ``fp16`` training always runs through a ``torch.amp.GradScaler`` on the replica's device (the loss
-  is scaled before ``backward`` so small fp16 gradients do not flush to zero, and a step whose
-  gradients overflowed is skipped), as torch's AMP recipe and nanoGPT's ``train.py`` do. On the
-  CPU too (``GradScaler("cpu")``), which is how the tests exercise it.
-* ``fp16`` training on an XLA device is refused: ``torch.amp.GradScaler`` does not run there; use
-  ``bf16`` (which needs no scaler) or ``fp32``.
+An explicit ``"fp32"``, ``"bf16"`` or ``"fp16"`` is taken as asked, with two rules: ``fp16`` training always
+runs through a ``torch.amp.GradScaler`` on the replica's device (the CPU's too), and ``fp16`` training on an
+XLA device is refused (no ``GradScaler`` there; use ``bf16`` or ``fp32``).
 
 Whatever the compute precision, the classifier head and the loss run in float32
-(:func:`kitlib.models.model.keep_head_float32`), so probabilities come from float32 logits; inference
-checks that at run time (:func:`check_float32_logits`).
+(:func:`kitlib.models.model.keep_head_float32`); inference checks the logits (:func:`check_float32_logits`).
 
 A resolved precision is one :class:`Precision` object (as Lightning's precision plugins are): its
-autocast, its scaler, the head's dtype, and how far a correct reload of the checkpoint may
-predict from the in-memory model (:attr:`Precision.reload_tolerance`, the training notebook's
-hand-off, :mod:`kitlib.training.handoff`).
+autocast, its scaler, the head's dtype, and how far a correct reload may predict from the in-memory model
+(:attr:`Precision.reload_tolerance`, :mod:`kitlib.training.handoff`).
 
 **The weights' width** (decoders; :func:`resolve_weights`, the ``weights`` parameter, one of
-:data:`WEIGHTS`) follows the compute precision and the device's memory
-(:mod:`kitlib.models.memory`: its :data:`~kitlib.models.memory.DEVICES` table and plan):
+:data:`WEIGHTS`) follows the compute precision and the device's memory (:mod:`kitlib.models.memory`'s plan):
 
 =======================  =================================================================================
 ``weights=``             what one replica holds
 =======================  =================================================================================
-``"auto"``               the compute precision's width (``bf16`` on TPU, CUDA >= 8.0 and AMX CPUs;
-                         ``fp16`` on a T4; ``fp32`` on other CPUs) where the plan fits the device, else
-                         ``8bit``, else ``4bit`` (CUDA only: bitsandbytes); nothing fits: refused with the
-                         figure and the fix. Every replica takes the narrowest width any device needs.
+``"auto"``               the compute precision's width where the plan fits the device, else ``8bit``, else
+                         ``4bit`` (CUDA only); nothing fits: refused with the figure and the fix. Every
+                         replica takes the narrowest width any device needs.
 ``"fp32"/"bf16"/"fp16"`` as asked, when it fits (refused with the figure and the width that would fit)
-``"8bit"/"4bit"``        bitsandbytes (LLM.int8, NF4), CUDA only: refused on TPU (no XLA backend) and CPU
-                         (not planned there), saying why; computing at the compute precision; training
-                         them needs LoRA (frozen weights)
+``"8bit"/"4bit"``        bitsandbytes (LLM.int8, NF4), CUDA only (refused on TPU and CPU, saying why);
+                         training them needs LoRA
 =======================  =================================================================================
 
-An encoder (a kind that plans no memory) loads as saved: ``"8bit"``/``"4bit"`` asked of one is refused, by
-training and inference alike, before any replica starts (:func:`kitlib.models.memory.check_kind_width`).
+An encoder (a kind that plans no memory) loads as saved (:func:`kitlib.models.memory.check_kind_width`).
+Training (:func:`kitlib.training.plan.memory_plan`) and inference (:func:`kitlib.infer.weights_for`) ask the
+same rule; each device's plan is printed (:meth:`WeightsChoice.lines`) and the replicas load at the width
+(:func:`load_dtype`, :func:`quantization_config`).
 
-Training (:func:`kitlib.training.plan.memory_plan`) and inference (:func:`kitlib.infer.weights_for`, which
-also keeps an adapter checkpoint's quantized base at its recorded width) ask the same rule; before any
-replica starts the plan of each device is printed, one line each (:meth:`WeightsChoice.lines`), and the
-replicas load the weights at the width (:func:`load_dtype`, :func:`quantization_config`).
-
-torch_xla also changes precision behind the program's back when ``XLA_USE_BF16``,
-``XLA_DOWNCAST_BF16`` or ``XLA_USE_FP16`` is set (old Kaggle TPU notebooks set the first): every
-float32 tensor is then stored as bf16 (or fp16) while still calling itself float32, so the
-float32 head silently gives bf16 logits (measured: 1 distinct prediction in 200). The XLA
-backends remove these variables for the launch, with a note (:func:`precision_env_overrides`).
+``XLA_USE_BF16``, ``XLA_DOWNCAST_BF16`` and ``XLA_USE_FP16`` make torch_xla store float32 tensors as bf16
+(or fp16), so the float32 head gives bf16 logits: the XLA backends remove them for the launch, with a note
+(:func:`precision_env_overrides`).
 """
 from __future__ import annotations
 
@@ -101,13 +73,9 @@ REMOVED = {"int8": "int8 was removed (issue 28): torch.ao's dynamic int8 is depr
                    "'auto' (bf16 on a CPU with AMX or avx512_bf16) or 'fp32'"}
 PRECISION_ENV_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_USE_FP16")
 
-# How far a correct reload may predict from the in-memory model on the same rows, by compute
-# precision (largest |difference| of probabilities). fp32: float noise (measured below 1e-6). bf16 and
-# fp16 keep 8 and 11 significant bits, and the reload runs on other kernels than the training did
-# (eager CPU, not XLA; autocast's op lists differ per device), so rounding lands differently: measured
-# on the tests' widely spread tiny XLM-R (weights std 0.2) trained on xla-cpu at bf16, 0.024 against
-# a bf16 reload and 0.021 against an fp32 one; issue 28 measured 0.0048 on multilingual-e5-small
-# (bf16 training, fp32 reload). A folder that is not the trained model differs by tenths.
+# How far a correct reload may predict from the in-memory model on the same rows, by compute precision
+# (largest |difference| of probabilities): bf16/fp16 reloads run other kernels, so rounding lands
+# differently (measured up to 0.024; issue 28). A folder that is not the trained model differs by tenths.
 RELOAD_TOLERANCE = {"fp32": 1e-4, "fp16": 0.02, "bf16": 0.05}
 # ... and by the width of the weights, where larger (:func:`reload_tolerance`): at 8 bits bitsandbytes' LLM.int8
 # computes the activation columns that hold an outlier (|x| > llm_int8_threshold, 6.0) in 16 bits, chosen per

@@ -1,37 +1,25 @@
 """``xla-cpu``: torch_xla on PJRT CPU, N devices as threads of one process: a rehearsal of the TPU path.
 
-Why it exists: it runs the TPU code path (fixed shapes, compile counts, XLA collectives, DDP over
-``xla://``) on a laptop or CI, where no TPU is. Nothing else in the kit knows replicas can be
-threads; everything thread-specific is fenced in here. Delete this module (and its row in
-``kitlib.run.runtime.MODES``) when torch_xla's PJRT CPU client runs one process per device with
-collectives between them (then ``xla-cpu-processes`` can rehearse training too), or when the
-TPU path is tested on a TPU in CI.
+It runs the TPU code path (fixed shapes, compile counts, XLA collectives, DDP over ``xla://``) where
+no TPU is. Nothing else in the kit knows replicas can be threads. Delete this module (and its row in
+``kitlib.run.runtime.MODES``) when PJRT CPU runs one process per device with collectives between them,
+or when the TPU path is tested on a TPU in CI.
 
 What threads need, that processes do not:
 
 * **Graphs launched in turn.** XLA's CPU collectives match the replicas' calls by the compiled
-  module, so every thread must run the executable one thread compiled. Two threads that cut the
-  same graph at once both miss torch_xla's graph cache, compile it twice, and wait for each other
-  in two different rendezvous ("RendezvousKey ... op_id=0" and "op_id=1") until XLA ends the
-  process after 10 s. The replicas of one process therefore share a :class:`_Turnstile`: every
-  graph a replica cuts (``step()``, the results of ``all_reduce_sum``/``all_gather``, ``barrier``,
-  DDP's init-time collectives) is launched when all threads have reached it, rank 0 first, then
-  each rank in turn, so the later ranks find rank 0's executable in the cache. Nothing waits for
-  a result inside its turn: a launched graph runs until every thread has launched its own, so a
-  result is read only after the turn is passed on.
-* **A per-thread process group.** ``torch.distributed`` keeps one world per process; DDP over
-  ``xla://`` on threads needs one per thread (torch's ``multi_threaded_pg``, as torch_xla does for
-  TPU v2/v3 thread replicas), with the xla process group's broadcasts and all-gathers (DDP's
-  parameter check and broadcast at construction, its bucket rebuild at the second step) handed to
-  the turnstile (:func:`_install_thread_process_groups`, which patches torch_xla's
-  ``ProcessGroupXla``). Gradients as bucket views are never averaged when replicas are threads of
-  one process (pytorch/xla#8841): each gradient keeps its own copy.
-* **transformers imported before the threads load models.** transformers resolves its classes
-  lazily, and that lazy import is not thread-safe when replicas load at once: :meth:`ThreadedXla.for_replica`
-  imports them under a lock first (:func:`import_model_classes`), so the rest of the kit imports
-  transformers only where it uses it.
-* One compile counter per process (``xla_compiles_process``), and no persistent compilation cache
-  (threads would share one writable folder): :attr:`kitlib.run.replica.Replica.threaded` says so.
+  module: two threads that cut the same graph at once compile it twice and wait in two different
+  rendezvous until XLA ends the process. The replicas of one process therefore share a
+  :class:`_Turnstile`: every graph a replica cuts is launched when all threads have reached it, rank 0
+  first, then each rank in turn (finding rank 0's executable in the cache). A result is read only after
+  the turn is passed on.
+* **A per-thread process group** for DDP over ``xla://`` (torch's ``multi_threaded_pg``), its broadcasts and
+  all-gathers handed to the turnstile (:func:`_install_thread_process_groups`). Gradients as bucket views are
+  never averaged on thread replicas (pytorch/xla#8841): each gradient keeps its own copy.
+* **transformers imported before the threads load models** (its lazy import is not thread-safe):
+  :func:`import_model_classes`, under a lock.
+* One compile counter per process, and no persistent compilation cache
+  (:attr:`kitlib.run.replica.Replica.threaded`).
 """
 from __future__ import annotations
 
