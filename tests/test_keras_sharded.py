@@ -8,8 +8,13 @@ and the tests read what it recorded.
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kitlib.keras.chip_plan import PUBLISHED, Decoder, V5E, check_fits, plan_chips, step_floor_seconds, v5e8_table
@@ -17,6 +22,10 @@ from kitlib.keras.mesh import check_mesh_shape, describe_layout, place, tensors
 from kitlib.models.memory import GB
 
 ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "support" / "keras_sharded_worker.py"
+FAMILIES = ("gemma", "gemma3", "llama", "qwen3")
+MESHES = ("1x8", "2x4", "8x1")
+TOL = 1e-5  # float32 on CPU: sharded matmuls sum in another order (measured gaps: below 1e-6)
 
 
 # ----------------------------------------------------------------------------- the plan (no Keras, no JAX)
@@ -79,7 +88,7 @@ def test_keras_tables_count_what_the_torch_side_counts():
         s = model_shape(cfg)
         ours = [t for t in tensors(PUBLISHED[name].family, PUBLISHED[name].config) if "reverse" not in t.path]
         assert sum(t.size for t in ours) == s.params - s.head_params, name  # all but the LM head
-    assert s.params - s.head_params == 9_241_705_984 - 0  # Gemma 2 9B without its (tied) head
+    assert s.params - s.head_params == 9_241_705_984  # Gemma 2 9B without its (tied) head
 
 
 def test_layout_splits_heads_and_widths_on_the_model_axis_only():
@@ -118,3 +127,85 @@ def test_report_prints_the_mesh_the_largest_tensors_and_each_chip():
     assert "chip 7 (batch 1, model 3): frozen 4.62 GB" in text and text.count("  chip ") == 8
     assert step_floor_seconds(plan_chips(Decoder("x", "qwen3", PUBLISHED["qwen3-8b"].config), (1, 8), batch=8,
                                          length=64, chip=p.chip)) > 0
+
+
+# ----------------------------------------------------------------------------- the CPU rehearsal (8 JAX devices)
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharded")
+    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    p = subprocess.run([sys.executable, str(WORKER), str(out), *FAMILIES], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=900)
+    assert p.returncode == 0, f"sharded worker failed:\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    return json.loads((out / "result.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sharded_loss_and_predictions_match_one_device(rehearsal, family):
+    runs = rehearsal[family]
+    ref = runs["1x1"]
+    assert len(ref["losses"]) == 3 and len(set(ref["losses"])) == 3  # three different batches, three losses
+    z0, z1 = np.array(ref["logits_before"]), np.array(ref["logits_after"])
+    assert z0.std() > 0.1 and np.abs(z1 - z0).max() > 1e-3  # outputs that differ per row, and training moved them
+    for mesh in MESHES:
+        r = runs[mesh]
+        assert np.abs(np.array(r["losses"]) - ref["losses"]).max() < TOL, mesh
+        assert np.abs(np.array(r["logits_before"]) - z0).max() < TOL, mesh
+        assert np.abs(np.array(r["logits_after"]) - z1).max() < TOL, mesh
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_chip_holds_its_planned_share_of_the_frozen_weights(rehearsal, family):
+    runs = rehearsal[family]
+    whole = runs["1x1"]["planned_frozen"]
+    for mesh in MESHES:
+        r = runs[mesh]
+        assert len(r["device_bytes"]) == 8 and set(r["device_bytes"].values()) == {r["planned_frozen"]}, mesh
+        assert r["shard_mismatches"] == [], mesh  # every tensor's sharding.shard_shape is the plan's
+    assert runs["8x1"]["planned_frozen"] == whole  # data parallel: every chip holds everything
+    assert whole / 8 < runs["1x8"]["planned_frozen"] < whole / 4  # 8 model chips (norms and 4 kv heads replicated)
+    assert whole / 4 <= runs["2x4"]["planned_frozen"] < whole / 2
+    assert "does not divide by 8 model chips: replicated" in runs["1x8"]["report"]
+    assert "chip 7 (batch 1, model 3)" in runs["2x4"]["report"]
+
+
+@pytest.mark.slow
+def test_tiny_qwen3_shares_by_hand(rehearsal):
+    """Qwen3 tiny (vocabulary 128, hidden 32, 8 heads of 4, 4 kv heads, MLP 64, 2 layers), float32, on (1, 8):
+    embedding 128x32/8 = 512; a layer: query 1024/8 = 128, key and value whole (4 heads on 8 chips) 2 x 512,
+    output 128, MLP 3 x 2048/8 = 768, norms 4 + 4 + 32 + 32: 2120; 512 + 2 x 2120 + 32 = 4784 values, 19136 bytes."""
+    assert rehearsal["qwen3"]["1x8"]["device_bytes"]["cpu:0"] == 19136
+    assert rehearsal["qwen3"]["8x1"]["device_bytes"]["cpu:5"] == 22704 * 4  # all 22,704 parameters
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_only_lora_and_the_head_train(rehearsal, family):
+    for mesh in ("1x1", *MESHES):
+        r = rehearsal[family][mesh]
+        assert r["changed"] == r["trainable"], mesh
+        assert len(r["trainable"]) == 2 * 2 * 2 + 2  # 2 layers x (query, value) x (A, B) + the head's kernel and bias
+        assert all("lora_kernel_" in p or p.startswith("score/") for p in r["trainable"])
+        assert r["frozen_count"] > 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_save_and_reload_give_the_same_predictions(rehearsal, family):
+    r = rehearsal[family]["save_reload"]
+    assert {"kitlib-keras-adapter.json", "lora-and-head.npz"} <= set(r["files"]) and r["bytes"] < 20_000
+    assert r["reload_1x8_max_diff"] < TOL and r["reload_1x1_max_diff"] < TOL  # saved on (2, 4)
+    assert "trained on another base" in r["other_base_error"] and "Load them on the base" in r["other_base_error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_plan_that_cannot_fit_is_refused_before_any_weight(rehearsal, family):
+    r = rehearsal[family]["refusal"]  # a chip 1% under what (8, 1) needs
+    assert r["built"] == 0 and r["error"] is not None
+    assert f"tiny {family} at fp32, mesh (8, 1)" in r["error"] and "MB per chip" in r["error"]
+    assert "does not fit. Fix: " in r["error"] and ("a shorter length: 8 needs" in r["error"] or "mesh (" in r["error"])

@@ -128,13 +128,19 @@ class ChipPlan:
                 f"LoRA state {_size(self.lora)}, activations {_size(self.activations)}) of {self.chip.device.gb:g} GB")
 
     def report(self, top: int = 6) -> str:
-        """The mesh, the ``top`` largest tensors' layout, and one line per chip (what :func:`check_fits` prints)."""
+        """The mesh, the ``top`` largest tensors' layout, the weights the model axis could not split, and one line
+        per chip (what :func:`kitlib.keras.sharded.build_sharded` prints before building)."""
         from .mesh import describe_layout
 
         b, m = self.mesh
         lines = [f"mesh {self.mesh}: {b} x {m} = {b * m} chips ({self.chip.device.name}); rows split over 'batch', "
                  f"weights over 'model'", f"largest tensors (of {len(self.placed)}):",
                  describe_layout(self.placed, top, WEIGHT_BYTES[self.width])]
+        whole = [p for p in self.placed if p.note]
+        if whole:
+            held = sum(p.shard_size for p in whole) * WEIGHT_BYTES[self.width]
+            lines.append(f"  replicated though splittable: {len(whole)} tensors, {_size(held)} per chip, e.g. "
+                         f"{whole[0].tensor.path}: {whole[0].note}")
         for i in range(b * m):
             lines.append(f"  chip {i} (batch {i // m}, model {i % m}): frozen {_size(self.frozen)} + LoRA state "
                          f"{_size(self.lora)} + activations {_size(self.activations)} = {_size(self.total)} "
