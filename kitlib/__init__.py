@@ -62,7 +62,10 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.cv.pseudo`: one round of pseudo-labels (the test rows every fold model agrees on).
 * :mod:`kitlib.keras`: the Keras side (TF or JAX backend): :mod:`~kitlib.keras.runtime`,
   :mod:`~kitlib.keras.strategy`, :mod:`~kitlib.keras.precision`, :mod:`~kitlib.keras.data`,
-  :mod:`~kitlib.keras.model`, :mod:`~kitlib.keras.pretrained`.
+  :mod:`~kitlib.keras.model`, :mod:`~kitlib.keras.pretrained`; sharded decoders on JAX:
+  :mod:`~kitlib.keras.mesh` (the ("batch", "model") mesh, each family's layout, ``ModelParallel``),
+  :mod:`~kitlib.keras.chip_plan` (the memory plan per chip, refused when it cannot fit; a TPU v5e-8's table),
+  :mod:`~kitlib.keras.sharded` (LoRA on the backbone, the last-token head, train, save and load).
 * Shared leaves:
 
   * :mod:`kitlib.checkpoint`: everything about a trained folder: its file names (history, scores, ``kitlib-source.json``),

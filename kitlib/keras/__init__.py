@@ -8,6 +8,12 @@
 * :mod:`kitlib.keras.model`: the classifier (keras-hub): build, compile, save, load.
 * :mod:`kitlib.keras.pretrained`: a transformers folder (multilingual-e5-small) read by keras-hub,
   its head, and the torch side's fine-tune recipe in Keras's terms.
+* :mod:`kitlib.keras.mesh`: sharded decoders (JAX): the ``("batch", "model")`` device mesh, each decoder
+  family's weight table and layout, ``ModelParallel`` set before the model is built.
+* :mod:`kitlib.keras.chip_plan`: the memory plan per chip of a sharded LoRA run, worked out before any
+  weight loads, refused with the figure and the fix; real decoders' sizes and a TPU v5e-8's table.
+* :mod:`kitlib.keras.sharded`: LoRA on a sharded keras-hub backbone with a last-token head: build, train
+  steps, predict, save (LoRA + head + the base's record) and load on any mesh.
 
 Shared with the torch side: the machine probe and the accelerator names
 (:mod:`kitlib.run.hardware`: ``"tpu"``, ``"cuda"``, ``"cpu"``), the CSV rules (:mod:`kitlib.data`),
