@@ -84,11 +84,11 @@ def test_keras_tables_count_what_the_torch_side_counts():
                                   head_dim=256, hidden_size=3584, intermediate_size=14336),
     }
     for name, cfg in torch_configs.items():
-        cfg.architectures = [f"{type(cfg).__name__[:-6]}ForCausalLM"]
-        s = model_shape(cfg)
+        cfg.architectures, cfg.num_labels = [f"{type(cfg).__name__[:-6]}ForSequenceClassification"], 1
+        backbone = model_shape(cfg).params - cfg.hidden_size  # the classifier less its 1-logit score: no LM head
         ours = [t for t in tensors(PUBLISHED[name].family, PUBLISHED[name].config) if "reverse" not in t.path]
-        assert sum(t.size for t in ours) == s.params - s.head_params, name  # all but the LM head
-    assert s.params - s.head_params == 9_241_705_984  # Gemma 2 9B without its (tied) head
+        assert sum(t.size for t in ours) == backbone, name
+    assert backbone == 9_241_705_984  # Gemma 2 9B without its (tied) head
 
 
 def test_layout_splits_heads_and_widths_on_the_model_axis_only():

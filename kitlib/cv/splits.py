@@ -392,17 +392,14 @@ def ttt_split(train_csv: str | os.PathLike, test_csv: str | os.PathLike, out_dir
               text_col: str | None = None) -> tuple[Path, Path, dict]:
     """The rows a test-time training run learns from, and those it holds out (``notebooks/ttt_train_predict.py``).
 
-    A stratified ``frac`` share of ``train_csv``'s texts is held out, as :func:`holdout_split` draws it
-    (the hand-off's collapse check scores it), never a text of the test set's labelled rows (the module's one
-    text, one side rule: a labelled test row copied from the training file keeps that training row trained). The training part is the test set's labelled rows first (the
-    rows of ``test_csv`` whose ``test_label_col`` is not empty, in file order), then the other training rows
-    shuffled (``seed``): a run cut to its first N rows (``TrainJob.train_limit``, when the deadline calls for
-    fewer) keeps the rows most like the test set, and a fair draw of the rest. Both parts have the columns
-    ``id`` (``train:<id>`` and ``test:<id>``: the two files' ids may overlap), the text under ``text_col``
-    (None: ``text``: the parts are read with the notebook's ``text_col``, as its inputs are, by training and by
-    the hand-off), ``label_col``, ``source`` (``train`` or ``test``) and every other column both files have (a
-    prompt's per-row fields, such as ``rule``: :meth:`kitlib.models.kinds.Prompt.columns`), as written; ``out_dir`` (built atomically) holds ``train-and-labelled-test.csv``,
-    ``holdout-part.csv`` and ``split.json``.
+    A stratified ``frac`` share of ``train_csv``'s texts is held out, as :func:`holdout_split` draws it (the
+    hand-off scores it), never a text of the test set's labelled rows (the module's one text, one side rule). The
+    training part is the test set's labelled rows first (``test_label_col`` not empty, in file order), then the
+    other training rows shuffled (``seed``): a run cut to its first N rows (``TrainJob.train_limit``) keeps the rows
+    most like the test set. Both parts have ``id`` (``train:<id>``, ``test:<id>``), the text under ``text_col``
+    (None: ``text``; read with the notebook's ``text_col`` by training and the hand-off), ``label_col``, ``source``
+    and every other column both files have (a prompt's per-row fields: :meth:`kitlib.models.kinds.Prompt.columns`);
+    ``out_dir`` (built atomically) holds ``train-and-labelled-test.csv``, ``holdout-part.csv`` and ``split.json``.
 
     Args:
         train_csv: the labelled training CSV (``id``, a text column, ``label_col``).
