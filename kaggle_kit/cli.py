@@ -13,6 +13,7 @@
     python scripts/kernels.py output      OWNER/SLUG [--version N] [-o DIR]
     python scripts/kernels.py run-local   NOTEBOOK [--root DIR] [-p NAME VALUE] [--input SLUG=DIR]
     python scripts/kernels.py publish     FOLDER|PACKAGED_NAME|OWNER/SLUG[/N] --dataset OWNER/SLUG [--attach NOTEBOOK]
+    python scripts/kernels.py wheels      NOTEBOOK --dataset OWNER/SLUG [-p NAME=VALUE] [--with DIST[==V]] [--find-links DIR] [--dry-run]
 
 (``python -m kaggle_kit`` is the same.) NOTEBOOK is ``notebooks/X.py``, ``notebooks/X.ipynb`` or
 ``X``; a CHAIN is a name in the ``chains`` table of ``kernel-metadata.json`` (docs/kernels.md).
@@ -143,6 +144,21 @@ def _publish_args(sp) -> None:
     sp.add_argument("-m", "--message", default="", help="the version notes")
     sp.add_argument("--attach", action="append", default=[], metavar="NOTEBOOK",
                     help="add the data set to this entry's dataset_sources in kernel-metadata.json (e.g. xla_multicore_inference)")
+    sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
+
+
+def _wheels_args(sp) -> None:
+    """``wheels``: the notebook, its data set, what to add, where the wheels come from."""
+    sp.add_argument("notebook", help="notebooks/X.py, X.ipynb or X")
+    sp.add_argument("--dataset", required=True, help="the wheels data set, owner/slug (created, private, when it does not exist)")
+    sp.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
+                    help="a parameter the kernel will run with (weights=4bit needs bitsandbytes)")
+    sp.add_argument("--with", dest="extra", action="append", default=[], metavar="DIST[==VERSION]",
+                    help="ship this distribution too (at this version)")
+    sp.add_argument("--find-links", type=Path, help="take the wheels from this folder only (pip --no-index --find-links)")
+    sp.add_argument("--out", type=Path, default=ROOT / "build" / "wheels", help="where the wheels folder is built (default build/wheels/<notebook>)")
+    sp.add_argument("--dry-run", action="store_true", help="build and check the wheels only; publish and record nothing")
+    sp.add_argument("-m", "--message", default="", help="the version notes")
     sp.add_argument("--metadata", type=Path, default=PROJECT_METADATA)
 
 
@@ -593,6 +609,40 @@ def _cmd_publish(a, api) -> int:
     return 0
 
 
+def _cmd_wheels(a, api) -> int:
+    """``wheels``: build the wheels a notebook needs that its image lacks, publish them as a data set
+    version and record them (``wheels_sources``): staging then attaches them and installs them offline."""
+    from .publish import PublishError, check_dataset_id, publish_folder
+    from .wheels import WheelsError, plan, record
+    from .wheels import build as build_wheels
+
+    try:
+        check_dataset_id(a.dataset)
+        py, image, wanted = plan(a.notebook, a.metadata, parse_assignments(a.parameter), a.extra)
+        for dist, (version, why) in sorted(wanted.items()):
+            print(f"{py.stem}: {dist}{'==' + version if version else ''}: {why}", flush=True)
+        folder = a.out / py.stem
+        manifest = build_wheels(wanted, image, folder, a.dataset, a.find_links)
+    except (WheelsError, PublishError, ValueError) as e:
+        _error(f"error: {e}")
+        return 2
+    print(f"{folder}: {', '.join(w['file'] for w in manifest['wheels'])} for Kaggle's {image.name} image "
+          f"(Python {image.python})", flush=True)
+    if a.dry_run:
+        print("dry run: nothing published, nothing recorded")
+        return 0
+    try:
+        done = publish_folder(folder, f"the wheels of {py.stem}", a.dataset, api,
+                              message=a.message or f"kaggle_kit wheels {py.stem}")
+    except PublishError as e:
+        _error(f"error: {e}")
+        return 1
+    print(f"{a.dataset}: {'created' if done['created'] else 'new version'} ({len(done['files'])} files)", flush=True)
+    for line in record(a.metadata, py.stem, manifest):
+        print(f"{a.metadata}: {line}", flush=True)
+    return 0
+
+
 # The subcommands, in --help's order: name -> (help, add its arguments, run it: (args, api) -> exit status).
 COMMANDS = {
     "stage": ("stage kernel folders (vendored kitlib + kernel-metadata.json) and validate them", _stage_args, _cmd_stage),
@@ -601,6 +651,8 @@ COMMANDS = {
     "run": ("push, wait, download, optionally submit: one notebook or a chain", _run_args, _cmd_run),
     "submit": ("submit a file, or a kernel's output, and wait for its score", _submit_args, _submit),
     "publish": ("publish a checkpoint as a new version of a Kaggle data set (kernels attach it by name)", _publish_args, _cmd_publish),
+    "wheels": ("build the wheels a notebook needs that its Kaggle image lacks, publish them as a data set, attach them",
+               _wheels_args, _cmd_wheels),
     "submissions": ("list what was submitted, with the scores and the run each came from", _submissions_args, _cmd_submissions),
     "status": ("a run's status", _status_args, _cmd_status),
     "output": ("download a run's output files and log", _output_args, _cmd_output),
@@ -619,8 +671,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _sends(a) -> bool:
     """Whether the command talks to Kaggle (so it needs credentials): all but stage, validate,
-    run-local and ``push --dry-run``."""
-    return a.cmd in ("status", "output", "run", "submit", "submissions", "publish") or (a.cmd == "push" and not a.dry_run)
+    run-local, ``push --dry-run`` and ``wheels --dry-run``."""
+    return (a.cmd in ("status", "output", "run", "submit", "submissions", "publish")
+            or (a.cmd in ("push", "wheels") and not a.dry_run))
 
 
 def _guarded(command, a, api) -> int:

@@ -24,7 +24,8 @@ from .rules import KEY_ORDER, MetadataError, normalise_metadata
 
 # Keys of the top-level file that are this kit's, not Kaggle's: the per-notebook table and the chains.
 # packaged_sources: packaged model name -> the data set it was published as (kaggle_kit publish).
-PROJECT_KEYS = ("notebooks", "chains", "packaged_sources")
+# wheels_sources: notebook name -> the manifest of its wheels data set (kaggle_kit wheels; kaggle_kit/wheels.py).
+PROJECT_KEYS = ("notebooks", "chains", "packaged_sources", "wheels_sources")
 
 
 def kernel_id(project: dict, stem: str, owner: str) -> str:

@@ -122,13 +122,20 @@ def _dataset_exists(api, ref: str) -> bool:
         raise
 
 
+def check_dataset_id(dataset: str) -> None:
+    """Refuse a data set id that is not ``owner/slug`` with a slug of 6 to 50 characters (Kaggle's rule).
+
+    Raises:
+        PublishError: naming the id and the form wanted.
+    """
+    parts = dataset.split("/")
+    if len(parts) != 2 or not all(parts) or not 6 <= len(parts[1]) <= 50:
+        raise PublishError(f"--dataset {dataset!r}: write owner/slug (a slug of 6 to 50 characters)")
+
+
 def publish(source: str, dataset: str, api, *, message: str = "", title: str | None = None) -> dict:
     """Publish ``source`` (see :func:`_checkpoint_folder`) as a new version of data set ``dataset``
-    (``owner/slug``), creating the data set (private) when it does not exist.
-
-    The files are linked (or copied) into a scratch folder beside a ``dataset-metadata.json``
-    and sent by the kaggle client (``dataset_create_version`` / ``dataset_create_new``; each file
-    through ``StartBlobUpload`` and an upload), subfolders zipped.
+    (``owner/slug``), creating the data set (private) when it does not exist (:func:`publish_folder`).
 
     Returns:
         ``{"dataset", "created", "folder", "files", "model"}``: ``model`` is the packaged name the
@@ -137,14 +144,39 @@ def publish(source: str, dataset: str, api, *, message: str = "", title: str | N
     Raises:
         PublishError: no such checkpoint, a data set id that is not ``owner/slug``, or Kaggle refused.
     """
-    parts = dataset.split("/")
-    if len(parts) != 2 or not all(parts) or not 6 <= len(parts[1]) <= 50:
-        raise PublishError(f"--dataset {dataset!r}: write owner/slug (a slug of 6 to 50 characters)")
+    check_dataset_id(dataset)
     with tempfile.TemporaryDirectory(prefix="kaggle-publish-") as tmp:
         folder, what = _checkpoint_folder(source, api, Path(tmp))
+        model = None
+        src = folder / SOURCE_FILE
+        if src.is_file():
+            try:
+                model = json.loads(src.read_text(encoding="utf-8")).get("model")
+            except ValueError:
+                model = None
+        done = publish_folder(folder, what, dataset, api, message=message or f"kaggle_kit publish {source}", title=title)
+        return {**done, "model": model}
+
+
+def publish_folder(folder: Path, what: str, dataset: str, api, *, message: str, title: str | None = None) -> dict:
+    """Send the files of ``folder`` as a new version of data set ``dataset`` (created, private, the
+    first time), described as published from ``what``.
+
+    The files are linked (or copied) into a scratch folder beside a ``dataset-metadata.json``
+    and sent by the kaggle client (``dataset_create_version`` / ``dataset_create_new``; each file
+    through ``StartBlobUpload`` and an upload), subfolders zipped.
+
+    Returns:
+        ``{"dataset", "created", "folder", "files"}``.
+
+    Raises:
+        PublishError: a data set id that is not ``owner/slug``, or Kaggle refused.
+    """
+    check_dataset_id(dataset)
+    with tempfile.TemporaryDirectory(prefix="kaggle-publish-") as tmp:
         stage = Path(tmp) / "dataset"
         stage.mkdir()
-        files = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+        files = sorted(p for p in Path(folder).iterdir() if not p.name.startswith("."))
         for f in files:
             dst = stage / f.name
             if f.is_dir():
@@ -154,27 +186,19 @@ def publish(source: str, dataset: str, api, *, message: str = "", title: str | N
                     os.link(f, dst)
                 except OSError:
                     shutil.copy2(f, dst)
-        model = None
-        src = folder / SOURCE_FILE
-        if src.is_file():
-            try:
-                model = json.loads(src.read_text(encoding="utf-8")).get("model")
-            except ValueError:
-                model = None
-        title = title or parts[1].replace("-", " ")  # the slug is 6 to 50 characters, so is the title
+        title = title or dataset.split("/")[1].replace("-", " ")  # the slug is 6 to 50 characters, so is the title
         (stage / "dataset-metadata.json").write_text(json.dumps(
             {"id": dataset, "title": title, "licenses": [{"name": LICENCE}],
              "description": f"Published by kaggle_kit from {what}."}, indent=1), encoding="utf-8")
         created = not _dataset_exists(api, dataset)
-        notes = message or f"kaggle_kit publish {source}"
         if created:
             resp = api.dataset_create_new(str(stage), public=False, quiet=True, dir_mode="zip")
         else:
-            resp = api.dataset_create_version(str(stage), notes, quiet=True, dir_mode="zip")
+            resp = api.dataset_create_version(str(stage), message, quiet=True, dir_mode="zip")
         error = getattr(resp, "error", None)
         if resp is None or error:
             raise PublishError(f"{dataset}: Kaggle refused the {'new data set' if created else 'new version'}: {error or 'no response'}")
-        return {"dataset": dataset, "created": created, "folder": str(folder), "files": [f.name for f in files], "model": model}
+        return {"dataset": dataset, "created": created, "folder": str(folder), "files": [f.name for f in files]}
 
 
 def record(metadata: Path, dataset: str, model: str | None, attach: list[str]) -> list[str]:

@@ -28,8 +28,8 @@ from . import pairs as check_pairs
 from .accelerators import notebook_accelerator
 from .parameters import check_parameters, inject_parameters
 from .project import derive_metadata, entry_problems
-from .rules import MetadataError, notebook_parameter, validate_metadata
-from .vendor import KITLIB, kitlib_files, vendor_notebook
+from .rules import VENDOR_TAG, MetadataError, notebook_parameter, validate_metadata
+from .vendor import KITLIB, kitlib_files, vendor_notebook, vendored_files
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,30 @@ def strip_editor_metadata(nb, meta: dict, accelerator: str) -> list[str]:
     return notes
 
 
+def attach_wheels(kernel, meta: dict, accelerator: str, project: dict, stem: str) -> tuple[list[str], list[str]]:
+    """The notebook's wheels data set (``wheels_sources``, :mod:`.wheels`): its install cell added to
+    ``kernel`` and its data set to ``meta``'s ``dataset_sources`` (both in place); with the internet
+    off, a warning per distribution the notebook needs that neither its image nor its wheels provide.
+
+    Returns:
+        (notes: what was added, warnings).
+    """
+    from . import wheels
+
+    manifest = (project.get("wheels_sources") or {}).get(stem)
+    notes = []
+    if manifest:
+        wheels.add_cell(kernel, manifest, stem)
+        if manifest["dataset"] not in (meta.get("dataset_sources") or []):
+            meta["dataset_sources"] = list(meta.get("dataset_sources") or []) + [manifest["dataset"]]
+        notes.append(f"attached dataset {manifest['dataset']} and a first cell installing its wheels offline "
+                     f"({', '.join(w['file'] for w in manifest['wheels'])}; kernel-metadata.json wheels_sources)")
+    if str(meta.get("enable_internet", True)).lower() != "false":
+        return notes, []
+    cell = next(c for c in kernel.cells if VENDOR_TAG in (c.get("metadata", {}).get("tags") or []))
+    return notes, wheels.unmet(kernel, vendored_files(cell.source), accelerator, manifest, stem)
+
+
 def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Path = KITLIB, api=None,
           parameters: dict | None = None) -> Staged:
     """Stage notebook ``py`` as a Kaggle kernel folder ``out/<slug>/`` and validate it.
@@ -170,6 +194,8 @@ def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Pat
     attached = tuple(m for m, ds in published.items() if ds in (meta.get("dataset_sources") or []))
     kernel = vendor_notebook(nb, kitlib_files(kitlib_dir))
     notes += strip_editor_metadata(kernel, meta, acc)
+    wheel_notes, wheel_warnings = attach_wheels(kernel, meta, acc, project, py.stem)
+    notes += wheel_notes
     slug = str(meta.get("id", py.stem)).split("/")[-1] or py.stem
     code = str(meta.get("code_file"))
     folder = Path(out) / slug
@@ -178,5 +204,5 @@ def stage(py: Path, out: Path, owner: str | None, project: dict, kitlib_dir: Pat
             nbformat.validate(kernel)
             (scratch / code).write_text(ascii_json(json.loads(nbformat.writes(kernel, version=4))), encoding="ascii")
         (scratch / "kernel-metadata.json").write_text(ascii_json(meta, indent=2), encoding="ascii")
-        warnings = validate_metadata(meta, acc, scratch, api, notebook=nb, attached_packaged=attached)
+        warnings = validate_metadata(meta, acc, scratch, api, notebook=nb, attached_packaged=attached) + wheel_warnings
     return Staged(py, folder, folder / code, meta, acc, tuple(warnings), tuple(notes), tuple(values.items()))
