@@ -7,6 +7,7 @@ notebook itself, at bf16 on xla-cpu, is ``tests/test_train.py::test_notebook_end
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -133,6 +134,8 @@ def test_the_test_time_parts_are_read_with_the_notebooks_text_col_by_training_an
         pd.DataFrame({"id": rows["id"], "toxic": kept.loc[rows["id"]].to_numpy()}).to_csv(job.output_csv, index=False)
 
     monkeypatch.setattr(kitlib.infer, "predict", predict)
+    no_fields = SimpleNamespace(row_columns=lambda csv: ())  # the model's kind: a prompt naming no row field
+    monkeypatch.setattr(kitlib.infer, "model_kind", lambda job: (no_fields, None, None))
     again = check_predicted(job, holdout, "fp32", rt)
     assert again["rows"] == len(held) == 4 and again["gap"] == 0.0
     assert seen["texts"] == held["text"].tolist() and all(t.startswith("train row ") for t in seen["texts"])
