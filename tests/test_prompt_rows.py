@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
-from support.tiny_decoders import tiny_config
+from support.tiny_decoders import build
 from kitlib.data import read_csv_checked, row_fields
 from kitlib.infer import InferJob, predict, tokenize_test_set, what_the_model_sees
 from kitlib.models.kinds import DEFAULT_RULE, DEFAULT_TEMPLATE, kind_for
@@ -28,22 +27,14 @@ def special_folder(out: Path, causal: bool) -> Path:
     """A tiny Llama whose tokenizer knows :data:`WORDS` and the default prompt's words, with ``<s>``/``</s>`` added
     as special tokens outside the word vocabulary (bos and eos; it adds neither to a text)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     vocab = list(dict.fromkeys(["<unk>", *WORDS, *(DEFAULT_TEMPLATE + " " + DEFAULT_RULE).split()]))
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(out)
-    torch.manual_seed(0)
-    config = tiny_config("llama", len(fast), causal)
-    model = (AutoModelForCausalLM if causal else AutoModelForSequenceClassification).from_config(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.3)
-    model.save_pretrained(out)
-    return out
+    return build(out, "llama", causal, tokenizer=fast)
 
 
 @pytest.fixture(scope="module")

@@ -50,13 +50,13 @@ def tiny_config(family: str, vocab: int, causal: bool, **sizes):
                id2label={0: "toxic"}, label2id={"toxic": 0})
 
 
-def build(out: Path, family: str, causal: bool, seed: int = 0, **sizes) -> Path:
+def build(out: Path, family: str, causal: bool, seed: int = 0, tokenizer=None, **sizes) -> Path:
     """A tiny random decoder folder (``sizes``: :data:`TINY`'s overridden); weights redrawn at std 0.3 so that
-    predictions spread over rows."""
+    predictions spread over rows. ``tokenizer``: one already saved in ``out`` (None: :func:`tiny_tokenizer`'s)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    tok = tiny_tokenizer(out)
+    tok = tokenizer or tiny_tokenizer(out)
     config = tiny_config(family, len(tok), causal, **sizes)
     torch.manual_seed(seed)
     model = (AutoModelForCausalLM if causal else AutoModelForSequenceClassification).from_config(config)
