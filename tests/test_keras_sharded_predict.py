@@ -99,3 +99,16 @@ def test_bf16_on_the_mesh_matches_bf16_on_one_device(run):
     assert a["width"] == b["width"] == "bf16" and a["dtype"] == "bfloat16"
     gap = np.abs(np.array(a["probabilities"]) - b["probabilities"]).max()
     assert gap < reload_tolerance("bf16")  # bf16 sums in another order: the kit's bf16 allowance (0.05)
+
+
+def test_tpu_check_plans_the_v5e8_figures_without_jax():
+    """benchmarks/tpu_throughput.py's planned figures (scripts/tpu_check.sh): the full Qwen3-14B at 1x8, 8 x 256."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import tpu_throughput
+
+    a = tpu_throughput.parse(["--mesh", "1x8", "--length", "256"])
+    p = tpu_throughput.planned(a, tpu_throughput.base_of(a))
+    assert p["fits"] and p["gb_per_chip"] < 16 and 0.05 < p["step_floor_s"] < 0.1  # tests/test_keras_sharded.py
+    assert abs(p["tokens_per_s_at_peak"] * p["step_floor_s"] / 2048 - 1) < 0.01  # 8 x 256 tokens per floor (rounded)
+    if not a.tpu:  # here: the tiny CPU shape, whose floor is far below the real shape's
+        assert p["measured_shape_step_floor_s"] < p["step_floor_s"] / 100
