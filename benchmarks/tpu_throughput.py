@@ -95,13 +95,15 @@ def timed(fn, steps: int) -> tuple[float, float]:
 def planned(a, base=None) -> dict:
     """The planned v5e-8 figures (bf16, rank 16) at this mesh, batch and length: of the full published shape, and
     (``base`` given) of the shape measured: GB per chip, the step floor at peak, the tokens/s that floor allows."""
-    from kitlib.keras.chip_plan import PUBLISHED, Decoder, plan_chips, step_floor_seconds
+    from kitlib.keras.chip_plan import PUBLISHED, V5E, Decoder, plan_chips, step_floor_seconds, step_flops
     from kitlib.models.memory import GB
 
     p = plan_chips(PUBLISHED[a.model], a.mesh, batch=a.batch, length=a.length)
-    floor = step_floor_seconds(p)
+    floor, chips = step_floor_seconds(p), a.mesh[0] * a.mesh[1]
+    predict = max(step_flops(p, train=False) / (chips * V5E.tflops * 1e12), p.frozen / (V5E.gbps * 1e9))  # read once
     out = dict(model=a.model, mesh=list(a.mesh), batch=a.batch, length=a.length, gb_per_chip=round(p.total / GB, 2),
-               fits=p.fits, step_floor_s=round(floor, 4), tokens_per_s_at_peak=round(a.batch * a.length / floor))
+               fits=p.fits, step_floor_s=round(floor, 4), tokens_per_s_at_peak=round(a.batch * a.length / floor),
+               predict_floor_s=round(predict, 4), predict_tokens_per_s_at_peak=round(a.batch * a.length / predict))
     if base is not None:
         q = plan_chips(Decoder(base.name, base.family, base.config), a.mesh, batch=a.batch, length=a.length)
         out["measured_shape_step_floor_s"] = round(step_floor_seconds(q), 6)
@@ -146,7 +148,8 @@ def say(a, base, clf, got: dict, plan: dict) -> None:
               f"{r['tflops']} TFLOP/s achieved; {share}")
     print(f"PLANNED (not measured) v5e-8, {plan['model']} full shape at bf16 on mesh {tuple(plan['mesh'])}, batch "
           f"{plan['batch']} x {plan['length']}: {plan['gb_per_chip']} GB per chip (fits: {plan['fits']}); step floor "
-          f"{plan['step_floor_s']} s at peak, so at most {plan['tokens_per_s_at_peak']:,} tokens/s; the shape measured "
+          f"{plan['step_floor_s']} s at peak, so at most {plan['tokens_per_s_at_peak']:,} tokens/s training, "
+          f"{plan['predict_tokens_per_s_at_peak']:,} predicting (floor {plan['predict_floor_s']} s); the shape measured "
           f"here, on a v5e-8: step floor {plan['measured_shape_step_floor_s']} s, at most "
           f"{plan['measured_shape_tokens_per_s_at_peak']:,} tokens/s")
 

@@ -110,5 +110,6 @@ def test_tpu_check_plans_the_v5e8_figures_without_jax():
     p = tpu_throughput.planned(a, tpu_throughput.base_of(a))
     assert p["fits"] and p["gb_per_chip"] < 16 and 0.05 < p["step_floor_s"] < 0.1  # tests/test_keras_sharded.py
     assert abs(p["tokens_per_s_at_peak"] * p["step_floor_s"] / 2048 - 1) < 0.01  # 8 x 256 tokens per floor (rounded)
+    assert p["predict_floor_s"] == 0.0346 and p["predict_tokens_per_s_at_peak"] == 59173  # forward only: half the FLOPs
     if not a.tpu:  # here: the tiny CPU shape, whose floor is far below the real shape's
         assert p["measured_shape_step_floor_s"] < p["step_floor_s"] / 100
