@@ -14,6 +14,9 @@
   weight loads, refused with the figure and the fix; real decoders' sizes and a TPU v5e-8's table.
 * :mod:`kitlib.keras.sharded`: LoRA on a sharded keras-hub backbone with a last-token head: build, train
   steps, predict, save (LoRA + head + the base's record) and load on any mesh.
+* :mod:`kitlib.keras.sharded_predict`: sharded inference: rows padded to the global batch and laid over the
+  mesh's ``"batch"`` axis, one prediction per input row through the kit's shard writer and merger, at the
+  width the precision rule gives (bf16 on a TPU).
 
 Shared with the torch side: the machine probe and the accelerator names
 (:mod:`kitlib.run.hardware`: ``"tpu"``, ``"cuda"``, ``"cpu"``), the CSV rules (:mod:`kitlib.data`),

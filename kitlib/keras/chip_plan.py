@@ -228,18 +228,28 @@ def check_fits(p: ChipPlan) -> None:
     raise ValueError(f"{p.describe()}: it does not fit. Fix: " + "; or ".join(fixes))
 
 
-def step_floor_seconds(p: ChipPlan) -> float:
-    """A lower bound on one training step's time: the matmul FLOPs (forward ``2N``, backward through the frozen
-    weights ``2N`` per token, attention ``8 * layers * length * heads * head_dim``) at the chips' peak, or the
-    frozen shard read twice at HBM speed, whichever is longer. 0.0 for a chip without figures."""
-    if not p.chip.tflops or not p.chip.gbps:
-        return 0.0
+def step_flops(p: ChipPlan, train: bool = True) -> float:
+    """The matmul FLOPs of one step of ``p.batch`` rows x ``p.length`` tokens over the whole mesh.
+
+    Per token: ``2N`` forward through the ``N`` matmul weights (the block kernels; the embedding is a lookup, the
+    one-logit head is left out), and for training ``2N`` more backward through the frozen weights (their input
+    gradients; the LoRA matrices' own are negligible); attention's scores and values add
+    ``4 * layers * length * heads * head_dim`` forward, twice that for training.
+    """
     c = p.decoder.config
     d = c.get("head_dim") or c["hidden_dim"] // c["num_query_heads"]
     matmul = sum(x.tensor.size for x in p.placed if x.tensor.split is not None and "embeddings" not in x.tensor.path)
-    flops = p.batch * p.length * (4 * matmul + 8 * c["num_layers"] * p.length * c["num_query_heads"] * d)
+    per_token = 2 * matmul + 4 * c["num_layers"] * p.length * c["num_query_heads"] * d
+    return p.batch * p.length * per_token * (2 if train else 1)
+
+
+def step_floor_seconds(p: ChipPlan) -> float:
+    """A lower bound on one training step's time: :func:`step_flops` at the chips' peak, or the frozen shard read
+    twice at HBM speed, whichever is longer. 0.0 for a chip without figures."""
+    if not p.chip.tflops or not p.chip.gbps:
+        return 0.0
     b, m = p.mesh
-    return max(flops / (b * m * p.chip.tflops * 1e12), 2 * p.frozen / (p.chip.gbps * 1e9))
+    return max(step_flops(p) / (b * m * p.chip.tflops * 1e12), 2 * p.frozen / (p.chip.gbps * 1e9))
 
 
 def v5e8_table(names: tuple = tuple(PUBLISHED), meshes: tuple = ((8, 1), (2, 4), (1, 8)), batches: tuple = (8, 16),
