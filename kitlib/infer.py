@@ -42,7 +42,8 @@ from .outputs import provenance
 from .run import heap
 from .run.balance import split_by_tokens
 from .run.backends.precision import check as check_precision
-from .run.backends.precision import WEIGHTS, Precision, check_float32_logits, check_inference, load_dtype
+from .models.weights import WEIGHTS, load_dtype
+from .run.backends.precision import Precision, check_float32_logits, check_inference
 from .outputs.collapse import POLICIES
 from .checkpoint import HISTORY_FILE, MODEL_SETTINGS, run_ids_of
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
@@ -96,7 +97,7 @@ class InferJob:
         merge_adapters: fold the LoRA matrices into the base's weights once loaded; False: peft's ``PeftModel``.
         id_col: the id column of ``test_csv``, ``sample_submission`` and the submission (the CSV rules:
             :mod:`kitlib.outputs.submission_csv`).
-        weights: ``"auto"`` or one of :data:`kitlib.run.backends.precision.WEIGHTS` for a decoder's weights
+        weights: ``"auto"`` or one of :data:`kitlib.models.weights.WEIGHTS` for a decoder's weights
             (:func:`weights_for`).
     """
 
@@ -234,7 +235,7 @@ def output_locks(job: InferJob, rt: Runtime) -> contextlib.ExitStack:
 def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, folder: str,
                 base: str | None, say=print) -> str | None:
     """The width the replicas load a decoder's weights at, by the one weights rule at inference
-    (:func:`kitlib.run.backends.precision.resolve_weights`, ``train=False``), each device's plan printed; None
+    (:func:`kitlib.models.weights.resolve_weights`, ``train=False``), each device's plan printed; None
     (as saved) for a kind that plans no memory (encoders). A base quantized in training keeps that width.
 
     Raises:
@@ -242,7 +243,7 @@ def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, fo
             does not fit); another width than an adapter checkpoint's recorded one. Nothing has started then.
     """
     from .models import adapters, memory
-    from .run.backends.precision import resolve_weights
+    from .models.weights import resolve_weights
 
     memory.check_kind_width(job.weights, kind, job.checkpoint)  # the one rule, as training asks it
     if not kind.plans_memory:

@@ -72,11 +72,11 @@ def load_quantized(kind, path, width: str, compute: str, device, *, head_for_tra
     so adapters trained on it predict on the same numbers.
 
     Raises:
-        ModuleNotFoundError: bitsandbytes is not installed (:func:`kitlib.run.backends.precision.quantization_config`).
+        ModuleNotFoundError: bitsandbytes is not installed (:func:`kitlib.models.weights.quantization_config`).
     """
     from peft import prepare_model_for_kbit_training
 
-    from ..run.backends.precision import load_dtype, quantization_config
+    from .weights import load_dtype, quantization_config
 
     model = kind.load(path, dtype=load_dtype(compute),
                       head_for_training=head_for_training, device=device, quantization=quantization_config(width, compute))
@@ -231,7 +231,7 @@ def load_adapted(adapter_dir: str | os.PathLike, base: str | os.PathLike, kind, 
     """
     from peft import PeftModel
 
-    from ..run.backends.precision import load_dtype
+    from .weights import load_dtype
 
     check_base(adapter_dir, base)
     width = width or read_record(adapter_dir).get("weights")

@@ -345,7 +345,7 @@ class Encoder(Kind):
 
 def _decoder_kwargs(config, *, dtype, xla: bool, quantization=None, device=None) -> dict:
     """``from_pretrained`` keyword arguments every decoder kind shares (no KV cache; XLA's attention); with
-    ``quantization`` (a ``BitsAndBytesConfig``: :func:`kitlib.run.backends.precision.quantization_config`), the
+    ``quantization`` (a ``BitsAndBytesConfig``: :func:`kitlib.models.weights.quantization_config`), the
     weights quantized by bitsandbytes as they load, onto ``device`` (a quantized model cannot be moved after)."""
     from .. import compat
 

@@ -269,7 +269,7 @@ def _load_model(replica, plan: Plan):
     import torch
 
     from ..models import adapters
-    from ..run.backends.precision import load_dtype
+    from ..models.weights import load_dtype
 
     job, kind = plan.job, plan.kind
     torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
