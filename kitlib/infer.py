@@ -42,7 +42,7 @@ from .outputs import provenance
 from .run import heap
 from .run.balance import split_by_tokens
 from .run.backends.precision import check as check_precision
-from .models.weights import WEIGHTS, load_dtype
+from .models.weights import WEIGHTS
 from .run.backends.precision import Precision, check_float32_logits, check_inference
 from .outputs.collapse import POLICIES
 from .checkpoint import HISTORY_FILE, MODEL_SETTINGS, run_ids_of
@@ -455,19 +455,15 @@ def _mp_fn(replica, plan: _Plan) -> None:
 
 def load_for_inference(plan: _Plan, replica) -> tuple[Kind, object]:
     """``(kind, model)``: the plan's model loaded as its kind says at the plan's weights width (:func:`weights_for`),
-    an adapter checkpoint's base once with the adapters on top (:func:`kitlib.models.adapters.load_adapted`), its
+    an adapter checkpoint's base once with the adapters on top (:func:`kitlib.models.open.open_model`), its
     head float32, on the replica's device; the kind bound to the model's head (:meth:`kitlib.models.kinds.Kind.bind_model`).
     """
     from .models import adapters
+    from .models.open import open_model
 
-    job, kind, width = plan.job, plan.kind, plan.weights
-    if plan.base is not None:  # 8/4-bit weights: the base quantized onto the device as it loads, not merged
-        model = adapters.load_adapted(job.checkpoint, plan.base, kind, merge=job.merge_adapters, xla=replica.xla,
-                                      device=replica.device, precision=replica.precision, width=width)
-    elif width in ("8bit", "4bit"):  # bitsandbytes quantizes as it loads, onto the device
-        model = adapters.load_quantized(kind, job.checkpoint, width, replica.precision.name, replica.device)
-    else:
-        model = kind.load(job.checkpoint, dtype=load_dtype(width), xla=replica.xla)
+    job, kind = plan.job, plan.kind
+    model = open_model(job.checkpoint, kind=kind, width=plan.weights, base=plan.base, merge=job.merge_adapters,
+                       device=replica.device, precision=replica.precision, xla=replica.xla)
     kind = kind.bind_model(model)
     kind.keep_head_float32(model)
     return kind, model if adapters.quantized_width(model) else model.to(replica.device)

@@ -97,7 +97,7 @@ class Plan:
     def weights_dtype(self) -> str | None:
         """The width the base's weights are loaded at: the plan's 16-bit width when LoRA trains adapters on a
         frozen base (the adapters and the head stay float32), else None (float32: a full fine-tune's AdamW;
-        8/4-bit weights: :func:`kitlib.models.adapters.load_quantized`)."""
+        8/4-bit weights: :func:`kitlib.models.open.open_model`)."""
         width = self.weights.width if self.weights is not None else None
         return width if self.job.lora_r and width in ("bf16", "fp16") else None
 
