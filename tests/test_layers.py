@@ -195,3 +195,41 @@ def test_training_predict_and_the_handoff_open_through_the_one_entry(tiny_checkp
                      collapsed="warn"), rt)  # the tiny random model, trained 2 steps: near chance, on purpose
     predicted = log[len(trained) + len(reloaded):]
     assert trained == reloaded == predicted == ["open_model", "kind.load"], json.dumps(log)
+
+
+# --- one reader of config.json ---
+
+CONVERTERS = {"kitlib/models/packaged.py", "kitlib/models/e5_convert.py"}  # they write config.json: read it to change it
+
+
+def config_reads(root: Path = ROOT) -> list[str]:
+    """``file:line`` of each ``json.load(s)`` of a ``config.json`` outside kitlib/models/config.py (and the converters)."""
+    found = []
+    for path in sorted((root / "kitlib").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("kitlib/keras/") or rel in CONVERTERS | {"kitlib/models/config.py"}:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("load", "loads")
+                    and getattr(node.func.value, "id", "") == "json" and "config.json" in ast.unparse(node)):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_one_reader_of_config_json():
+    found = config_reads()
+    assert not found, "config.json read outside kitlib.models.config.read_config:\n" + "\n".join(found)
+
+
+def test_read_config_reads_each_version_once_and_hands_out_copies(tmp_path):
+    from kitlib.models.config import read_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "id2label": {"0": "toxic"}}))
+    first = read_config(tmp_path)
+    first["id2label"]["0"] = "changed"
+    assert read_config(tmp_path)["id2label"] == {"0": "toxic"}  # the caller's change is its own
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert read_config(tmp_path) == {"model_type": "llama"}  # a new version is read again
+    assert read_config(tmp_path / "none", missing={}) == {}
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        read_config(tmp_path / "none")

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import identity
+from .config import RECORD_FILE, read_config, read_record  # noqa: F401  (the one reader; adapters.read_record)
 
-RECORD_FILE = "kitlib-adapter.json"
 ADAPTER_CONFIG = "adapter_config.json"  # peft's; its presence makes a folder an adapter checkpoint
 
 
@@ -135,25 +135,12 @@ def base_of(adapter_dir: str | os.PathLike, base: str | os.PathLike | None = Non
     """
     recorded = read_record(adapter_dir)["base"]
     folder = Path(base or recorded)
-    if not (folder / "config.json").is_file():
+    if not read_config(folder, missing={}):
         raise FileNotFoundError(f"{adapter_dir}: its adapters load onto the base model {recorded}, but "
                                 f"{folder} holds no checkpoint (no config.json); pass the base's folder "
                                 "(InferJob.base, the notebook's base_model parameter)")
     check_base(adapter_dir, folder)
     return folder
-
-
-def read_record(adapter_dir: str | os.PathLike) -> dict:
-    """The adapter checkpoint's :data:`RECORD_FILE` as a dict.
-
-    Raises:
-        FileNotFoundError: not an adapter checkpoint written by :func:`save_adapter`.
-    """
-    p = Path(adapter_dir) / RECORD_FILE
-    if not p.is_file():
-        raise FileNotFoundError(f"{adapter_dir}: no {RECORD_FILE}, so not an adapter checkpoint kitlib wrote "
-                                "(kitlib.models.adapters.save_adapter)")
-    return json.loads(p.read_text())
 
 
 def check_base(adapter_dir: str | os.PathLike, base: str | os.PathLike) -> None:

@@ -500,10 +500,9 @@ def trained_label(checkpoint: str | os.PathLike) -> str | None:
     head of transformers' unnamed labels (``LABEL_0``), of two logits, or a folder without
     ``config.json`` gives None: the caller must be told the column.
     """
-    cfg = Path(checkpoint) / "config.json"
-    if not cfg.is_file():
-        return None
-    id2label = json.loads(cfg.read_text()).get("id2label") or {}
+    from .config import read_config
+
+    id2label = read_config(checkpoint, missing={}).get("id2label") or {}
     names = [str(v) for v in id2label.values()]
     if len(names) != 1 or re.fullmatch(r"LABEL_\d+", names[0]):
         return None
