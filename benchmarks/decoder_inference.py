@@ -116,7 +116,8 @@ def measure(args) -> None:
 
     from kitlib.models.kinds import kind_for
     from kitlib.run.balance import split_by_tokens, token_batches, token_imbalance
-    from kitlib.run.backends.precision import load_dtype, resolve
+    from kitlib.models.open import open_model
+    from kitlib.run.backends.precision import resolve
     from kitlib.run.hardware import precision_hardware
 
     ckpt = checkpoint(args)
@@ -124,7 +125,7 @@ def measure(args) -> None:
     tok = kind.load_tokenizer(ckpt)
     kind = kind.bind(tok)
     precision = resolve(args.precision, precision_hardware("cpu"), "cpu")
-    model = kind.load(ckpt, dtype=load_dtype(precision.name))  # the width predict() loads a decoder at (weights auto)
+    model = open_model(ckpt, kind=kind, width=precision.name)  # the width predict() loads a decoder at (weights auto)
     kind.keep_head_float32(model)
     texts = texts_of(args.rows)
     lengths = np.array([len(x) for x in tok(texts, truncation=True, max_length=args.max_len)["input_ids"]])

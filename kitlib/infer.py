@@ -42,7 +42,8 @@ from .outputs import provenance
 from .run import heap
 from .run.balance import split_by_tokens
 from .run.backends.precision import check as check_precision
-from .run.backends.precision import WEIGHTS, Precision, check_float32_logits, check_inference, load_dtype
+from .models.weights import WEIGHTS
+from .run.backends.precision import Precision, check_float32_logits, check_inference
 from .outputs.collapse import POLICIES
 from .checkpoint import HISTORY_FILE, MODEL_SETTINGS, run_ids_of
 from .data import PlannedBatches, Tokens, choose_bucket_lengths, plan_batches, read_ids, tokenize_csv
@@ -96,7 +97,7 @@ class InferJob:
         merge_adapters: fold the LoRA matrices into the base's weights once loaded; False: peft's ``PeftModel``.
         id_col: the id column of ``test_csv``, ``sample_submission`` and the submission (the CSV rules:
             :mod:`kitlib.outputs.submission_csv`).
-        weights: ``"auto"`` or one of :data:`kitlib.run.backends.precision.WEIGHTS` for a decoder's weights
+        weights: ``"auto"`` or one of :data:`kitlib.models.weights.WEIGHTS` for a decoder's weights
             (:func:`weights_for`).
     """
 
@@ -234,7 +235,7 @@ def output_locks(job: InferJob, rt: Runtime) -> contextlib.ExitStack:
 def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, folder: str,
                 base: str | None, say=print) -> str | None:
     """The width the replicas load a decoder's weights at, by the one weights rule at inference
-    (:func:`kitlib.run.backends.precision.resolve_weights`, ``train=False``), each device's plan printed; None
+    (:func:`kitlib.models.weights.resolve_weights`, ``train=False``), each device's plan printed; None
     (as saved) for a kind that plans no memory (encoders). A base quantized in training keeps that width.
 
     Raises:
@@ -242,7 +243,7 @@ def weights_for(job: InferJob, rt: Runtime, precision: Precision, kind: Kind, fo
             does not fit); another width than an adapter checkpoint's recorded one. Nothing has started then.
     """
     from .models import adapters, memory
-    from .run.backends.precision import resolve_weights
+    from .models.weights import resolve_weights
 
     memory.check_kind_width(job.weights, kind, job.checkpoint)  # the one rule, as training asks it
     if not kind.plans_memory:
@@ -454,19 +455,15 @@ def _mp_fn(replica, plan: _Plan) -> None:
 
 def load_for_inference(plan: _Plan, replica) -> tuple[Kind, object]:
     """``(kind, model)``: the plan's model loaded as its kind says at the plan's weights width (:func:`weights_for`),
-    an adapter checkpoint's base once with the adapters on top (:func:`kitlib.models.adapters.load_adapted`), its
+    an adapter checkpoint's base once with the adapters on top (:func:`kitlib.models.open.open_model`), its
     head float32, on the replica's device; the kind bound to the model's head (:meth:`kitlib.models.kinds.Kind.bind_model`).
     """
     from .models import adapters
+    from .models.open import open_model
 
-    job, kind, width = plan.job, plan.kind, plan.weights
-    if plan.base is not None:  # 8/4-bit weights: the base quantized onto the device as it loads, not merged
-        model = adapters.load_adapted(job.checkpoint, plan.base, kind, merge=job.merge_adapters, xla=replica.xla,
-                                      device=replica.device, precision=replica.precision, width=width)
-    elif width in ("8bit", "4bit"):  # bitsandbytes quantizes as it loads, onto the device
-        model = adapters.load_quantized(kind, job.checkpoint, width, replica.precision.name, replica.device)
-    else:
-        model = kind.load(job.checkpoint, dtype=load_dtype(width), xla=replica.xla)
+    job, kind = plan.job, plan.kind
+    model = open_model(job.checkpoint, kind=kind, width=plan.weights, base=plan.base, merge=job.merge_adapters,
+                       device=replica.device, precision=replica.precision, xla=replica.xla)
     kind = kind.bind_model(model)
     kind.keep_head_float32(model)
     return kind, model if adapters.quantized_width(model) else model.to(replica.device)

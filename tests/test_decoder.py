@@ -12,6 +12,7 @@ import torch
 from conftest import SAMPLE
 from kitlib.models import adapters, memory
 from kitlib.models.kinds import Prompt, detect, kind_for
+from kitlib.models.open import open_model
 from kitlib.training.job import TrainJob
 from kitlib.training.plan import run_shape
 from support.tiny_decoders import FAMILIES, build
@@ -188,7 +189,7 @@ def test_adapter_checkpoint_small_and_reloads(lora_run):
     assert adapters.read_record(out)["kind"] == "decoder"
     assert lora_run["probs"].max() - lora_run["probs"].min() > 0.05
     for merge in (False, True):
-        model = adapters.load_adapted(out, folder, kind, merge=merge)
+        model = open_model(out, kind=kind, base=folder, merge=merge)
         with torch.no_grad():
             again = kind.probabilities(model, **batch)
         torch.testing.assert_close(again, lora_run["probs"], atol=1e-5, rtol=1e-4)
@@ -197,7 +198,7 @@ def test_adapter_checkpoint_small_and_reloads(lora_run):
 def test_adapter_refuses_another_base(lora_run, folders):
     other = folders["qwen3"]["decoder"]
     with pytest.raises(ValueError, match=r"trained on the base .*llama-cls.*not on .*qwen3-cls"):
-        adapters.load_adapted(lora_run["out"], other, lora_run["kind"])
+        open_model(lora_run["out"], kind=lora_run["kind"], base=other)
 
 
 def _another_copy(src: Path, dst: Path, *, perturb: str | None = None, config=None) -> Path:
@@ -229,7 +230,7 @@ def test_adapters_refuse_another_fine_tune_of_the_same_shape_naming_the_tensors(
     other = _another_copy(lora_run["folder"], tmp_path / "llama-cls-seed2", perturb="layers.0.mlp")
     with pytest.raises(ValueError, match=r"trained on the base .*llama-cls, not on .*llama-cls-seed2, which holds another "
                                          r"model \(weights differ in 3 tensor\(s\): model\.layers\.0\.mlp\.down_proj\.weight"):
-        adapters.load_adapted(lora_run["out"], other, lora_run["kind"])
+        open_model(lora_run["out"], kind=lora_run["kind"], base=other)
 
 
 def test_adapters_load_on_the_same_weights_whose_config_was_written_again(lora_run, tmp_path):
@@ -245,7 +246,7 @@ def test_adapters_load_on_the_same_weights_whose_config_was_written_again(lora_r
 
     same = _another_copy(lora_run["folder"], tmp_path / "llama-cls-resaved", config=resaved)
     assert (same / "config.json").read_bytes() != (lora_run["folder"] / "config.json").read_bytes()
-    model = adapters.load_adapted(lora_run["out"], same, lora_run["kind"], merge=True)
+    model = open_model(lora_run["out"], kind=lora_run["kind"], base=same, merge=True)
     with torch.no_grad():
         again = lora_run["kind"].probabilities(model, **lora_run["batch"])
     torch.testing.assert_close(again, lora_run["probs"], atol=1e-5, rtol=1e-4)

@@ -11,7 +11,8 @@ import pytest
 from conftest import SAMPLE
 from kitlib import infer
 from kitlib.checkpoint import HISTORY_FILE, MODEL_SETTINGS
-from kitlib.run.backends.precision import WeightsChoice, named
+from kitlib.models.weights import WeightsChoice
+from kitlib.run.backends.precision import named
 from kitlib.training import recipe as recipes
 from kitlib.training import resume
 from kitlib.training.job import TrainJob

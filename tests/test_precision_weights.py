@@ -1,10 +1,11 @@
-"""The weights' width by hardware, in the one precision rule (kitlib/run/backends/precision.py, resolve_weights)."""
+"""The weights' width by hardware, in the one precision rule (kitlib/models/weights.py, resolve_weights; the compute precision: kitlib/run/backends/precision.py)."""
 from __future__ import annotations
 
 import pytest
 
 from kitlib.models import memory
-from kitlib.run.backends.precision import Hardware, WeightsChoice, quantization_config, resolve, resolve_weights
+from kitlib.models.weights import WeightsChoice, quantization_config, resolve_weights
+from kitlib.run.backends.precision import Hardware, resolve
 
 T4, H100, TPU = memory.DEVICES["T4"], memory.DEVICES["H100"], memory.DEVICES["TPU-v5e"]
 CPU = memory.Device("this CPU", "cpu", 32.0)

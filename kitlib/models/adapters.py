@@ -3,8 +3,8 @@
 A fold's output is then megabytes, not the base model: :func:`save_adapter` writes peft's
 ``adapter_config.json`` + ``adapter_model.safetensors`` (the LoRA matrices and the trained head,
 peft's ``modules_to_save``) and :data:`RECORD_FILE`, which names the base (its folder and its content:
-:func:`kitlib.models.identity.identity`) and the kind. :func:`load_adapted` loads the base once and the
-adapters on top (or merged into its weights), after checking that it is the same model (:func:`check_base`).
+:func:`kitlib.models.identity.identity`) and the kind. :func:`kitlib.models.open.open_model` loads the base once and
+the adapters on top (or merged into its weights), after checking that it is the same model (:func:`check_base`).
 
 What trains (:func:`wrap`): the LoRA matrices of :attr:`LoraSpec.target_modules` (peft's
 ``"all-linear"``: every ``Linear`` but the output embedding) and the kind's head
@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import identity
+from .config import RECORD_FILE, read_config, read_record  # noqa: F401  (the one reader; adapters.read_record)
 
-RECORD_FILE = "kitlib-adapter.json"
 ADAPTER_CONFIG = "adapter_config.json"  # peft's; its presence makes a folder an adapter checkpoint
 
 
@@ -62,25 +62,6 @@ def wrap(model, kind, spec: LoraSpec = LoraSpec()):
                         target_modules=spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules),
                         exclude_modules=list(kind.head) or None, modules_to_save=list(kind.head) or None)
     return get_peft_model(model, config)
-
-
-def load_quantized(kind, path, width: str, compute: str, device, *, head_for_training: bool = False):
-    """The base at ``path`` loaded by ``kind`` with its weights quantized by bitsandbytes to ``width`` (``"8bit"``,
-    ``"4bit"``) onto ``device``, what it leaves unquantized at ``compute``'s 16-bit width (``"bf16"``/``"fp16"``;
-    float32 otherwise), then made ready for adapters: peft's ``prepare_model_for_kbit_training`` (those
-    parameters cast to float32, every weight frozen). Training and inference load a quantized base here alone,
-    so adapters trained on it predict on the same numbers.
-
-    Raises:
-        ModuleNotFoundError: bitsandbytes is not installed (:func:`kitlib.run.backends.precision.quantization_config`).
-    """
-    from peft import prepare_model_for_kbit_training
-
-    from ..run.backends.precision import load_dtype, quantization_config
-
-    model = kind.load(path, dtype=load_dtype(compute),
-                      head_for_training=head_for_training, device=device, quantization=quantization_config(width, compute))
-    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
 
 
 def trainable_names(model) -> list[str]:
@@ -125,7 +106,7 @@ def quantized_width(model) -> str | None:
     """``"8bit"`` or ``"4bit"`` when bitsandbytes holds ``model``'s (or a ``PeftModel``'s base's) weights, else None.
 
     Recorded with the adapters (:data:`RECORD_FILE` ``weights``): they were trained on the quantized base, so
-    inference loads the base the same way (:func:`load_adapted`), never merged into it."""
+    inference loads the base the same way (:func:`kitlib.models.open.open_model`), never merged into it."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "4bit" if getattr(base, "is_loaded_in_4bit", False) else "8bit" if getattr(base, "is_loaded_in_8bit", False) else None
 
@@ -154,25 +135,12 @@ def base_of(adapter_dir: str | os.PathLike, base: str | os.PathLike | None = Non
     """
     recorded = read_record(adapter_dir)["base"]
     folder = Path(base or recorded)
-    if not (folder / "config.json").is_file():
+    if not read_config(folder, missing={}):
         raise FileNotFoundError(f"{adapter_dir}: its adapters load onto the base model {recorded}, but "
                                 f"{folder} holds no checkpoint (no config.json); pass the base's folder "
                                 "(InferJob.base, the notebook's base_model parameter)")
     check_base(adapter_dir, folder)
     return folder
-
-
-def read_record(adapter_dir: str | os.PathLike) -> dict:
-    """The adapter checkpoint's :data:`RECORD_FILE` as a dict.
-
-    Raises:
-        FileNotFoundError: not an adapter checkpoint written by :func:`save_adapter`.
-    """
-    p = Path(adapter_dir) / RECORD_FILE
-    if not p.is_file():
-        raise FileNotFoundError(f"{adapter_dir}: no {RECORD_FILE}, so not an adapter checkpoint kitlib wrote "
-                                "(kitlib.models.adapters.save_adapter)")
-    return json.loads(p.read_text())
 
 
 def check_base(adapter_dir: str | os.PathLike, base: str | os.PathLike) -> None:
@@ -205,43 +173,6 @@ def _check_legacy(adapter_dir, base, record: dict) -> None:
         raise ValueError(f"{adapter_dir}: these adapters were trained on the base {record['base']}, not on {base}: its "
                          "config.json or weight files differ from the record (an older kit's, which holds no content); "
                          "give the base they were trained on, or train the adapters again")
-
-
-def load_adapted(adapter_dir: str | os.PathLike, base: str | os.PathLike, kind, *, merge: bool = False,
-                 dtype=None, xla: bool = False, trainable: bool = False, device=None, precision=None,
-                 width: str | None = None):
-    """The base loaded once (``kind.load``) with the adapters and head of ``adapter_dir`` on top.
-
-    The base's weights are loaded at ``width`` (None: the record's ``weights``, the width the adapters trained on).
-    At 8/4 bits (bitsandbytes: :func:`load_quantized`) the base loads quantized on ``device`` (computing at
-    ``precision``, a :class:`kitlib.run.backends.precision.Precision`), and the adapters are never merged into it
-    (rounding the merged weights back to 8/4 bits would change what was trained).
-
-    Args:
-        merge: fold the adapters into the base's weights (peft ``merge_and_unload``): a plain
-            transformers model, as fast as the base; else a ``PeftModel``.
-        dtype, xla: as :meth:`kitlib.models.kinds.Kind.load` (a 16-bit ``width`` gives its dtype when ``dtype`` is None).
-        trainable: adapters and head require grad (to resume training); ignored when merging.
-        device, precision: where and at what compute precision a quantized base loads (CPU and fp32 by default).
-        width: ``"fp32"``, ``"bf16"``, ``"fp16"``, ``"8bit"`` or ``"4bit"`` (inference's memory plan chose it:
-            :func:`kitlib.infer.weights_for`); None: the record's.
-
-    Raises:
-        ValueError: ``base`` is not the base the adapters were trained on (:func:`check_base`).
-    """
-    from peft import PeftModel
-
-    from ..run.backends.precision import load_dtype
-
-    check_base(adapter_dir, base)
-    width = width or read_record(adapter_dir).get("weights")
-    if width in ("8bit", "4bit"):
-        loaded = load_quantized(kind, base, width, precision.name if precision is not None else "fp32", device)
-        merge = False
-    else:
-        loaded = kind.load(base, dtype=dtype if dtype is not None else load_dtype(width), xla=xla)
-    model = PeftModel.from_pretrained(loaded, str(adapter_dir), is_trainable=trainable and not merge)
-    return model.merge_and_unload().eval() if merge else model.eval() if not trainable else model
 
 
 def folder_bytes(path: str | os.PathLike) -> int:

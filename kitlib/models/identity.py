@@ -25,6 +25,8 @@ import os
 import struct
 from pathlib import Path
 
+from .config import read_config
+
 SAMPLE_BYTES = 4096  # read at the start, middle and end of each tensor's data
 FILE_BLOCK = 1 << 16  # a weight file of another format: bytes read at each of 4 places
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
@@ -41,7 +43,7 @@ def identity(folder: str | os.PathLike) -> dict:
         ValueError: a ``.safetensors`` file whose header cannot be read (the file named).
     """
     folder = Path(folder)
-    config = json.loads((folder / "config.json").read_text())
+    config = read_config(folder)
     tensors: dict[str, str] = {}
     files = sorted(f for f in folder.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
     if not files:

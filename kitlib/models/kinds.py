@@ -40,12 +40,10 @@ Decoders are loaded with ``use_cache=False`` (no KV cache; Gemma2's fails on XLA
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import string
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar
 
 KIND_KEY = "kitlib_kind"  # config.json: the kind a kit-trained checkpoint was trained as (wins over detection)
@@ -345,7 +343,7 @@ class Encoder(Kind):
 
 def _decoder_kwargs(config, *, dtype, xla: bool, quantization=None, device=None) -> dict:
     """``from_pretrained`` keyword arguments every decoder kind shares (no KV cache; XLA's attention); with
-    ``quantization`` (a ``BitsAndBytesConfig``: :func:`kitlib.run.backends.precision.quantization_config`), the
+    ``quantization`` (a ``BitsAndBytesConfig``: :func:`kitlib.models.weights.quantization_config`), the
     weights quantized by bitsandbytes as they load, onto ``device`` (a quantized model cannot be moved after)."""
     from .. import compat
 
@@ -615,19 +613,17 @@ def kind_for(path: str | os.PathLike, kind: str = "auto", *, prompt: Prompt | No
         ValueError: an unknown ``kind``, or ``"auto"`` that cannot tell (see :func:`detect`).
         FileNotFoundError: ``path`` has no ``config.json``.
     """
-    from ..checkpoint import text_prefix
+    from ..checkpoint import PREFIX_KEY
+    from .config import read_config
 
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"{path}: no config.json, so not a checkpoint folder")
-    config = json.loads(config_file.read_text())
+    config = read_config(path)
     name = detect(config, path) if kind == "auto" else kind
     if name not in KINDS:
         raise ValueError(f"kind={name!r} is not one of 'auto', {', '.join(map(repr, KINDS))}")
     if prompt is None and config.get(PROMPT_KEY):  # the template a kit-trained folder was trained with
         prompt = Prompt(template=config[PROMPT_KEY])
     extra = {"prompt": prompt} if name == "answer-tokens" and prompt is not None else {}
-    return dataclasses.replace(KINDS[name], prefix=text_prefix(path), label=label, **extra)
+    return dataclasses.replace(KINDS[name], prefix=config.get(PREFIX_KEY, ""), label=label, **extra)
 
 
 def head_names(config) -> tuple:

@@ -338,10 +338,17 @@ def _hub_checkpoint(model: str) -> Path:
 
 
 def load_classifier(path: str | os.PathLike, *, xla: bool = False, head_for_training: bool = False, label: str = "toxic"):
-    """Load ``(tokenizer, model)`` from a local checkpoint folder: ``AutoTokenizer`` and :func:`load_model`."""
+    """Load ``(tokenizer, model)`` from a local checkpoint folder: ``AutoTokenizer`` and the encoder kind's model
+    (:func:`load_model`) through the one entry, :func:`kitlib.models.open.open_model`."""
+    import dataclasses
+
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path), load_model(path, xla=xla, head_for_training=head_for_training, label=label)
+    from .kinds import KINDS
+    from .open import open_model
+
+    kind = dataclasses.replace(KINDS["encoder"], label=label)
+    return AutoTokenizer.from_pretrained(path), open_model(path, kind=kind, xla=xla, head_for_training=head_for_training)
 
 
 def _classifier(path, head_for_training: bool, label: str = "toxic"):
@@ -493,10 +500,9 @@ def trained_label(checkpoint: str | os.PathLike) -> str | None:
     head of transformers' unnamed labels (``LABEL_0``), of two logits, or a folder without
     ``config.json`` gives None: the caller must be told the column.
     """
-    cfg = Path(checkpoint) / "config.json"
-    if not cfg.is_file():
-        return None
-    id2label = json.loads(cfg.read_text()).get("id2label") or {}
+    from .config import read_config
+
+    id2label = read_config(checkpoint, missing={}).get("id2label") or {}
     names = [str(v) for v in id2label.values()]
     if len(names) != 1 or re.fullmatch(r"LABEL_\d+", names[0]):
         return None

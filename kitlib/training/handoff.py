@@ -2,7 +2,7 @@
 
 The replicas record the in-memory model's predictions of the held-out rows
 (:data:`kitlib.checkpoint.VALID_PREDICTIONS_FILE`) at the run's compute precision. The hand-off
-reloads the saved folder the way inference loads it (:func:`kitlib.models.model.load_classifier`), predicts
+reloads the saved folder the way inference loads it (:func:`kitlib.models.open.open_model`), predicts
 the first rows again at the same precision (compare like with like: a bf16 run is checked under
 bf16 autocast), and allows the gap that precision and the weights' width imply
 (:func:`kitlib.run.backends.precision.reload_tolerance`). A larger gap means the folder is not
@@ -169,16 +169,15 @@ def check_before_training(job, valid_csv: str | os.PathLike, rt) -> None:
 def reload(checkpoint: str | os.PathLike, label: str = "toxic"):
     """``(kind, model, tokenizer)``: a trained folder loaded on the CPU as inference loads it: through its
     kind (:func:`kitlib.models.kinds.kind_for`: the ``kitlib_kind`` it was trained as), an adapter
-    checkpoint's base with the adapters on top (:func:`kitlib.models.adapters.load_adapted`), the head
+    checkpoint's base with the adapters on top (:func:`kitlib.models.open.open_model`, as predict opens it), the head
     float32 and the kind bound to it."""
-    from ..models import adapters
     from ..models.kinds import kind_for
+    from ..models.open import open_model
 
     kind = kind_for(checkpoint, label=label)
     tok = kind.load_tokenizer(checkpoint)
     kind = kind.bind(tok)
-    model = (adapters.load_adapted(checkpoint, adapters.base_of(checkpoint), kind) if adapters.is_adapter(checkpoint)
-             else kind.load(checkpoint))
+    model = open_model(checkpoint, kind=kind)  # an adapter checkpoint: the base its record names, checked
     kind = kind.bind_model(model)
     kind.keep_head_float32(model)
     return kind, model, tok

@@ -83,8 +83,8 @@ class TrainJob:
         lora_alpha, lora_dropout: LoRA's scale (``alpha / r``) and dropout.
         lora_targets: ``"all-linear"`` (every Linear but the output embedding), or module names separated
             by commas (``"q_proj,v_proj"``).
-        weights: the width the weights are held at (:data:`kitlib.run.backends.precision.WEIGHTS`;
-            :func:`kitlib.run.backends.precision.resolve_weights`); planned against each device's memory before
+        weights: the width the weights are held at (:data:`kitlib.models.weights.WEIGHTS`;
+            :func:`kitlib.models.weights.resolve_weights`); planned against each device's memory before
             any replica starts (decoder kinds), the plan printed and a run that cannot fit refused.
 
     ``kind``, ``prompt``, the ``lora_*`` settings and ``weights`` make the model: a saved state is never continued,
@@ -160,7 +160,7 @@ class TrainJob:
         if self.lora_r < 0:
             raise ValueError(f"TrainJob.lora_r must be >= 1 (LoRA's rank) or 0 (a full fine-tune), not {self.lora_r}")
         self.lora  # noqa: B018 - LoraSpec checks alpha and dropout
-        from ..run.backends.precision import WEIGHTS
+        from ..models.weights import WEIGHTS
 
         if self.weights not in WEIGHTS:
             raise ValueError(f"TrainJob.weights must be one of {', '.join(WEIGHTS)}, not {self.weights!r}")

@@ -34,7 +34,7 @@ and the probabilities; with ``lora_r`` the model is wrapped in LoRA adapters (:m
 and only they and the head train. Loss is logged and tqdm shown on the master (rank 0) only. The master alone writes
 ``out_dir``: ``save_pretrained`` of the model (with LoRA: only the adapters and the head, beside the
 base's ``config.json`` and a record naming the base) and the tokenizer (what
-:func:`kitlib.models.model.load_classifier` and :mod:`kitlib.infer` load), plus
+:func:`kitlib.models.open.open_model` opens for :mod:`kitlib.infer` and the hand-off), plus
 ``train_history.json`` and ``valid_predictions.csv``; the run's whole state (for resuming, and
 for a later run that continues this one) is kept beside it in ``<out_dir>.state/``
 (:mod:`kitlib.training.resume`), and one row per run in ``artifacts/runs.csv`` (:mod:`kitlib.training.runs`). Reading the data and saving are wrapped in
@@ -268,17 +268,14 @@ def _load_model(replica, plan: Plan):
     every replica: one seed)."""
     import torch
 
-    from ..models import adapters
-    from ..run.backends.precision import load_dtype
+    from ..models.open import open_model
 
     job, kind = plan.job, plan.kind
     torch.manual_seed(job.seed)  # a freshly initialised head is then the same on every replica
     tokenizer = kind.load_tokenizer(job.checkpoint)
-    if plan.quantized:  # bitsandbytes quantizes as it loads, onto the device (a quantized model is not moved after)
-        model = adapters.load_quantized(kind, job.checkpoint, plan.weights.width, plan.precision.name, replica.device,
-                                        head_for_training=True)
-    else:
-        model = kind.load(job.checkpoint, dtype=load_dtype(plan.weights_dtype), xla=replica.xla, head_for_training=True)
+    # 8/4 bits: bitsandbytes quantizes as it loads, onto the device (a quantized model is not moved after)
+    model = open_model(job.checkpoint, kind=kind, width=plan.weights.width if plan.quantized else plan.weights_dtype,
+                       device=replica.device, precision=plan.precision, xla=replica.xla, head_for_training=True)
     model = trainable(model, job, kind, plan.recipe)
     kind.keep_head_float32(model)
     if job.dropout is not None:

@@ -33,7 +33,8 @@ from . import resume
 from .job import TrainJob, check_labels
 from ..checkpoint import HISTORY_FILE, MODEL_SETTINGS, replacing_message
 from ..models.kinds import PROMPT_KEY, Encoder, Kind
-from ..run.backends.precision import Precision, WeightsChoice
+from ..models.weights import WeightsChoice
+from ..run.backends.precision import Precision
 
 
 def steps_per_epoch(rows: int | None, batch_size: int, world_size: int | None) -> int | None:
@@ -72,7 +73,7 @@ class Plan:
             run resumes, or that it replaces an earlier run's folder).
         kind: the model kind (:mod:`kitlib.models.kinds`), bound to the checkpoint's tokenizer: the replicas
             ask it for the tokens, the loss and the probabilities.
-        weights: the weights' width and each device's memory plan (:func:`kitlib.run.backends.precision.resolve_weights`),
+        weights: the weights' width and each device's memory plan (:func:`kitlib.models.weights.resolve_weights`),
             for a kind that plans its memory; None for encoders.
     """
 
@@ -96,7 +97,7 @@ class Plan:
     def weights_dtype(self) -> str | None:
         """The width the base's weights are loaded at: the plan's 16-bit width when LoRA trains adapters on a
         frozen base (the adapters and the head stay float32), else None (float32: a full fine-tune's AdamW;
-        8/4-bit weights: :func:`kitlib.models.adapters.load_quantized`)."""
+        8/4-bit weights: :func:`kitlib.models.open.open_model`)."""
         width = self.weights.width if self.weights is not None else None
         return width if self.job.lora_r and width in ("bf16", "fp16") else None
 
@@ -255,7 +256,7 @@ def memory_plan(job: TrainJob, rt, precision: Precision, kind: Kind) -> WeightsC
             (:func:`kitlib.models.memory.check_kind_width`, inference's rule too).
     """
     from ..models import memory
-    from ..run.backends.precision import resolve_weights
+    from ..models.weights import resolve_weights
 
     memory.check_kind_width(job.weights, kind, job.checkpoint)
     if not kind.plans_memory:

@@ -30,7 +30,6 @@ replaces the recipe's body rate (the head keeps its own).
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import RECIPE_KEY
+from ..models.config import read_config
 
 AUTO = "auto"
 TINY_MARKER = "kitlib-tiny.json"  # written by kitlib.models.model.build_tiny_checkpoint
@@ -93,11 +93,10 @@ RECIPES = {r.name: r for r in (
 def recipe_for(checkpoint: str | os.PathLike) -> str:
     """The recipe a checkpoint folder calls for (see the module docstring)."""
     checkpoint = Path(checkpoint)
-    config = checkpoint / "config.json"
-    name = json.loads(config.read_text()).get(RECIPE_KEY) if config.is_file() else None
+    name = read_config(checkpoint, missing={}).get(RECIPE_KEY)
     if name:
         if name not in RECIPES:
-            raise ValueError(f"{config}: {RECIPE_KEY} {name!r} is not one of {', '.join(RECIPES)}")
+            raise ValueError(f"{checkpoint / 'config.json'}: {RECIPE_KEY} {name!r} is not one of {', '.join(RECIPES)}")
         return name
     return "tiny" if (checkpoint / TINY_MARKER).is_file() else "standard"
 
