@@ -14,6 +14,8 @@
   weight loads, refused with the figure and the fix; real decoders' sizes and a TPU v5e-8's table.
 * :mod:`kitlib.keras.sharded`: LoRA on a sharded keras-hub backbone with a last-token head: build, train
   steps, predict, save (LoRA + head + the base's record) and load on any mesh.
+* :mod:`kitlib.keras.hf_decoder`: a transformers decoder folder (the packaged SmolLM2-135M) as the sharded
+  path's base, read by keras-hub's converter; its rows tokenized by its own tokenizer in the parent.
 
 Shared with the torch side: the machine probe and the accelerator names
 (:mod:`kitlib.run.hardware`: ``"tpu"``, ``"cuda"``, ``"cpu"``), the CSV rules (:mod:`kitlib.data`),
