@@ -45,7 +45,7 @@ KAGGLE_TESTS := tests/test_kaggle_image.py tests/test_versions.py tests/test_not
 	tests/test_keras_runtime.py tests/test_keras_backends.py tests/test_data.py tests/test_merge.py
 KAGGLE_DESELECT := not tensorflow_before_torch_xla and not test_tf_ and not reloads_under_tf
 
-.PHONY: setup setup-torch setup-push submission decoder cv test test-fast test-kaggle-image benchmark clean
+.PHONY: setup setup-torch setup-push submission decoder sharded-decoder cv test test-fast test-kaggle-image benchmark clean
 
 setup: $(STAMP)
 setup-torch: $(TORCH_STAMP)
@@ -142,6 +142,16 @@ DECODER_PARAMS := -p model smollm2-135m -p lora_r 16 -p split validation -p epoc
 DECODER_EXTRA ?=
 decoder: $(TRAINED_STAMP)
 	$(PY) scripts/decoder.py --single $(TRAINED) --output $(DECODER) -- $(DECODER_PARAMS) $(DECODER_EXTRA)
+
+# The same decoder on the JAX side's sharded path (scripts/sharded_decoder.py, issue 40 item 5): 8 virtual CPU
+# devices, mesh 2x4, the mesh, the largest tensors' layout and each chip's plan printed, LoRA r=16 and the score
+# head trained on a sample of make submission's training rows (24 steps of 8 rows: a rehearsal of about 10 min
+# on 2 cores, not a full epoch), steps/s, then the 500 held-out rows' ROC AUC per language beside the torch
+# decoder's (make decoder's kinds_report.json, else the README's recorded figures). make setup's environment
+# (keras, keras-hub, jax); SHARDED_ARGS adds options (e.g. --mesh 1x8 --steps 48).
+SHARDED_ARGS ?=
+sharded-decoder: $(STAMP)
+	$(PY) scripts/sharded_decoder.py $(SHARDED_ARGS)
 
 # Cross-validation on the bundled sample (scripts/cv.py, kitlib/cv/folds.py, kitlib/cv/groups.py): FOLDS stratified
 # folds of make submission's training rows (never its held-out rows), each fine-tuned by the training

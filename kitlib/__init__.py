@@ -72,7 +72,8 @@ The map: each sub-package and module, one job each.
   :mod:`~kitlib.keras.mesh` (the ("batch", "model") mesh, each family's layout, ``ModelParallel``),
   :mod:`~kitlib.keras.chip_plan` (the memory plan per chip, refused when it cannot fit; a TPU v5e-8's table),
   :mod:`~kitlib.keras.sharded` (LoRA on the backbone, the last-token head, train, save and load),
-  :mod:`~kitlib.keras.sharded_predict` (predict on the same mesh, rows over "batch", one shard merged into the submission).
+  :mod:`~kitlib.keras.sharded_predict` (predict on the same mesh, rows over "batch", one shard merged into the submission),
+  :mod:`~kitlib.keras.hf_decoder` (a real transformers decoder folder, SmolLM2-135M, as its base; its rows tokenized).
 * Shared leaves:
 
   * :mod:`kitlib.checkpoint`: everything about a trained folder: its file names (history, scores, ``kitlib-source.json``),

@@ -180,3 +180,33 @@ def keras_hub_backbone_from_hf(folder) -> "keras.Model":  # noqa: F821
     with _PoolerOptional(str(folder)) as st:
         loader.converter.convert_weights(backbone, st, loader.config)
     return backbone
+
+
+# transformers config.json key -> the keras-hub backbone argument it sets, where keras-hub's converter leaves it at
+# the backbone's default (keras-hub 0.32's convert_llama3.convert_backbone_config reads no rms_norm_eps: a Llama
+# folder with 1e-5, SmolLM2's, is built at 1e-6, and its last hidden states move by 0.02 of 38)
+HF_DROPPED = {"llama": {"rms_norm_eps": "layer_norm_epsilon"}}
+
+
+def keras_hub_hf_overrides(folder) -> dict:
+    """The backbone arguments keras-hub's transformers converter drops for a local folder (:data:`HF_DROPPED`),
+    to pass to ``Backbone.from_preset(folder, **overrides)``; {} for a folder that is not a transformers one, or
+    when this keras-hub's converter already sets them.
+
+    Reads keras-hub's private ``get_preset_loader`` (its converter's ``convert_backbone_config``). Delete this
+    when keras-hub's converters read ``rms_norm_eps`` themselves (0.32 does not).
+    """
+    import json
+    from pathlib import Path
+
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return {}
+    hf = json.loads(path.read_text())
+    dropped = HF_DROPPED.get(hf.get("model_type"), {})
+    if not dropped:
+        return {}
+    from keras_hub.src.utils.preset_utils import get_preset_loader
+
+    converted = get_preset_loader(str(folder)).converter.convert_backbone_config(hf)
+    return {arg: hf[key] for key, arg in dropped.items() if key in hf and arg not in converted}

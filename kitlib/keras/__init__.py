@@ -17,6 +17,8 @@
 * :mod:`kitlib.keras.sharded_predict`: sharded inference: rows padded to the global batch and laid over the
   mesh's ``"batch"`` axis, one prediction per input row through the kit's shard writer and merger, at the
   width the precision rule gives (bf16 on a TPU).
+* :mod:`kitlib.keras.hf_decoder`: a transformers decoder folder (the packaged SmolLM2-135M) as the sharded
+  path's base, read by keras-hub's converter; its rows tokenized by its own tokenizer in the parent.
 
 Shared with the torch side: the machine probe and the accelerator names
 (:mod:`kitlib.run.hardware`: ``"tpu"``, ``"cuda"``, ``"cpu"``), the CSV rules (:mod:`kitlib.data`),

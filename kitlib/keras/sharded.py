@@ -41,7 +41,8 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 @dataclass(frozen=True)
 class Base:
     """The frozen base: its :data:`kitlib.keras.mesh.FAMILIES` key, its keras-hub backbone ``config``, and its
-    weights: a keras-hub ``preset`` (name or folder), or None for random weights drawn with ``seed``."""
+    weights: a keras-hub ``preset`` (name or folder, or a transformers folder: :func:`kitlib.keras.hf_decoder.hf_base`),
+    or None for random weights drawn with ``seed``."""
 
     family: str
     config: dict
@@ -83,16 +84,20 @@ def chip_for(devices: list) -> Chip:
 
 
 def _build_backbone(base: Base, dtype: str):
-    """The keras-hub backbone of ``base`` at ``dtype`` (inside the caller's distribution scope)."""
+    """The keras-hub backbone of ``base`` at ``dtype`` (inside the caller's distribution scope): built from its
+    config with random weights, or read from its preset (a keras-hub preset, or a transformers folder through
+    keras-hub's converter: :mod:`kitlib.keras.hf_decoder`)."""
     import keras
     import keras_hub
 
     from .mesh import family
 
+    from ..compat.keras import keras_hub_hf_overrides
+
     cls = getattr(keras_hub.models, family(base.family).backbone)
     keras.utils.set_random_seed(base.seed)
-    if base.preset is not None:
-        return cls.from_preset(base.preset, dtype=dtype)
+    if base.preset is not None:  # a transformers folder gets back what keras-hub's converter drops (rms_norm_eps)
+        return cls.from_preset(base.preset, dtype=dtype, **keras_hub_hf_overrides(base.preset))
     return cls(**base.config, dtype=dtype)
 
 
