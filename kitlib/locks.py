@@ -107,7 +107,11 @@ def output_lock(folder: str | os.PathLike, what: str = "output folder") -> Itera
         FolderLocked: another process holds the lock; the message names the folder, the holder and the fix.
     """
     path = lock_path(folder)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise type(e)(e.errno, f"{what} {folder}: its lock {path} cannot be made there ({e.strerror}: a file where "
+                               "a folder should be, or a link into one?); write elsewhere", str(path.parent)) from e
     f = _take(path, None)
     if f is None:
         with contextlib.suppress(OSError), open(path, encoding="utf-8") as g:

@@ -170,10 +170,17 @@ def test_bf16_autocast_keeps_float32_probabilities(sharp_checkpoint, tmp_path):
 def test_two_runs_sharing_a_shard_folder_never_exchange_predictions(sharp_checkpoint, tiny_checkpoint, slice_103,
                                                                     reference, tmp_path, monkeypatch):
     """Run B (another model, 3 replicas) starts in A's shard folder after A's replicas finished and
-    before A merges: B clears the folder and writes its shards. A refuses; B's submission is B's."""
+    before A merges: B clears the folder and writes its shards. A refuses; B's submission is B's.
+
+    On one host B is refused at its start by A's lock on the folder (kitlib.infer.output_locks;
+    tests/test_locks.py); B here runs as a run the lock cannot see would (another host of a multi-host
+    run on a shared disk, or a process outside the kit): the merge's run check is the second line."""
+    import contextlib
+
     from kitlib import infer
 
     real_launch = infer.launch
+    real_locks = infer.output_locks
     shared = tmp_path / "shared"
     job_b = InferJob(checkpoint=str(tiny_checkpoint), test_csv=str(slice_103), shard_dir=str(shared),
                      output_csv=str(tmp_path / "b.csv"), batch_size=8, max_len=64, num_buckets=1,
@@ -181,9 +188,11 @@ def test_two_runs_sharing_a_shard_folder_never_exchange_predictions(sharp_checkp
 
     def a_then_b(fn, plan, rt, start_method="fork", **kw):
         real_launch(fn, plan, rt, start_method, **kw)
-        if plan.job.checkpoint == str(sharp_checkpoint):  # A's replicas are done: B runs now
+        if plan.job.checkpoint == str(sharp_checkpoint):  # A's replicas are done: B runs now, unseen by A's lock
             monkeypatch.setattr(infer, "launch", real_launch)
+            monkeypatch.setattr(infer, "output_locks", lambda job, rt: contextlib.ExitStack())
             predict(job_b, detect_runtime(3, "cpu"))
+            monkeypatch.setattr(infer, "output_locks", real_locks)
 
     monkeypatch.setattr(infer, "launch", a_then_b)
     job_a = InferJob(checkpoint=str(sharp_checkpoint), test_csv=str(slice_103), shard_dir=str(shared),

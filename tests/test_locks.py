@@ -167,3 +167,15 @@ def test_predict_into_a_shard_folder_or_submission_another_run_holds_is_refused(
         with pytest.raises(FolderLocked, match=rf"{re.escape(what)} .* is being written by another run"):
             predict(job, detect_runtime(1, "cpu"))
     assert [p.name for p in (tmp_path / "drive").rglob("*") if p.is_file()] == []  # no shard, no submission, no lock left
+
+
+def test_a_link_into_a_file_is_refused_before_any_work_naming_the_lock(tmp_path):
+    """The lock lives beside the real folder, so a link whose target's parent is a file is refused at the lock,
+    before any replica starts (before, the save failed after training)."""
+    (tmp_path / "not-a-folder").write_text("a file")
+    (tmp_path / "ckpt").symlink_to(tmp_path / "not-a-folder" / "ckpt")
+    with pytest.raises(FileExistsError, match=r"output folder .*ckpt: its lock .*not-a-folder/ckpt\.lock cannot be made "
+                                              r"there \(File exists: a file where a folder should be"):
+        with output_lock(tmp_path / "ckpt"):
+            pass
+    assert (tmp_path / "not-a-folder").read_text() == "a file"

@@ -153,15 +153,21 @@ def test_two_processes_stay_identical_and_match_one_process(pattern, one_process
 
 
 @pytest.mark.slow
-def test_a_failed_save_on_the_master_ends_every_rank_with_one_error(tiny_checkpoint, tmp_path):
-    """Rank 0 cannot write the checkpoint (it links into a folder whose parent is a file, which nothing
-    checks before the save: the lock beside the link and the ownership check of a folder that does not
-    exist yet both pass): rank 1, which would wait at the next collective, learns of it; the parent
-    raises once, naming rank 0 and the cause."""
+def test_a_failed_save_on_the_master_ends_every_rank_with_one_error(tiny_checkpoint, tmp_path, monkeypatch):
+    """Rank 0 cannot write the checkpoint (the disk refuses at the save: its write lands under a file, which the
+    checks before any work could not see): rank 1, which would wait at the next collective, learns of it; the
+    parent raises once, naming rank 0 and the cause. (A link into such a place is refused before any work now:
+    the lock lives beside the real folder, tests/test_locks.py.)"""
     import signal
 
+    from kitlib.training import loop
+
     (tmp_path / "not-a-folder").write_text("a file")
-    (tmp_path / "ckpt").symlink_to(tmp_path / "not-a-folder" / "ckpt")
+
+    def save_under_a_file(*args, **kwargs):  # the replicas are forked: they save through this
+        (tmp_path / "not-a-folder" / "ckpt").mkdir()  # NotADirectoryError, as the disk gives it
+
+    monkeypatch.setattr(loop, "save_checkpoint", save_under_a_file)
     job = TrainJob(checkpoint=str(tiny_checkpoint), out_dir=str(tmp_path / "ckpt"),
                    batch_size=4, **{**SMALL, "epochs": 1, "train_limit": 32})
 
