@@ -89,7 +89,7 @@ def _scratch_repo(tmp: Path) -> Path:
     dst = tmp / "repo"
     for name in ("kaggle_kit", "kitlib", "scripts", "notebooks", "data", "tests"):
         shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"))
-    for name in ("kernel-metadata.json", "jupytext.toml", "notebook_pairs.py", "pyproject.toml"):
+    for name in ("kernel-metadata.json", "jupytext.toml", "notebook_pairs.py", "pyproject.toml", "constraints.txt"):
         shutil.copy2(ROOT / name, dst / name)
     (dst / ".venv").symlink_to(sys.prefix, target_is_directory=True)  # the docs' .venv/bin/python: this environment
     return dst
