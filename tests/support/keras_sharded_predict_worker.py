@@ -11,19 +11,10 @@ and a repeated id refused before any prediction. Writes ``OUT_DIR/result.json``.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from kitlib.keras.runtime import select_backend  # noqa: E402
-
-# LLVM's optimisation off: faster XLA CPU compiles, the same programs (tests/support/keras_sharded_worker.py)
-os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0",
-                                    "--xla_llvm_disable_expensive_passes=true"]).strip()
-select_backend("jax", virtual_replicas=8)
+import jax_mesh_worker  # noqa: E402,F401  (kitlib on the path; JAX with 8 virtual devices, before JAX starts)
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

@@ -13,22 +13,12 @@ plan refused before any weight is built. Writes ``OUT_DIR/result.json``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-import os  # noqa: E402
-
-from kitlib.keras.runtime import select_backend  # noqa: E402
-
-# Compile faster, not differently: LLVM's optimisation off halves XLA's CPU compile time of each
-# train step (about 12 s -> 6 s on 2 busy cores); the programs and their partitioning are the same.
-os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0",
-                                    "--xla_llvm_disable_expensive_passes=true"]).strip()
-select_backend("jax", virtual_replicas=8)
+import jax_mesh_worker  # noqa: E402,F401  (kitlib on the path; JAX with 8 virtual devices, before JAX starts)
 
 import numpy as np  # noqa: E402
 
