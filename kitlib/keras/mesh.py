@@ -35,6 +35,7 @@ the built backbone by :func:`check_tensors`), :func:`place` decides each one's l
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -53,10 +54,7 @@ class Tensor:
     @property
     def size(self) -> int:
         """Elements in the whole tensor."""
-        n = 1
-        for d in self.shape:
-            n *= int(d)
-        return n
+        return math.prod(int(d) for d in self.shape)
 
 
 @dataclass(frozen=True)
@@ -170,10 +168,7 @@ class Placed:
     @property
     def shard_size(self) -> int:
         """Elements each chip holds."""
-        n = 1
-        for d in self.shard:
-            n *= int(d)
-        return n
+        return math.prod(int(d) for d in self.shard)
 
 
 def place(items: list[Tensor], model_chips: int) -> list[Placed]:
