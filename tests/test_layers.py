@@ -203,15 +203,19 @@ CONVERTERS = {"kitlib/models/packaged.py", "kitlib/models/e5_convert.py"}  # the
 
 
 def config_reads(root: Path = ROOT) -> list[str]:
-    """``file:line`` of each ``json.load(s)`` of a ``config.json`` outside kitlib/models/config.py (and the converters)."""
+    """``file:line`` of each ``json.load(s)`` of a ``config.json`` and each ``AutoConfig.from_pretrained`` (any
+    ``*Config``) outside kitlib/models/config.py (and the converters)."""
     found = []
     for path in sorted((root / "kitlib").rglob("*.py")):
         rel = path.relative_to(root).as_posix()
         if rel.startswith("kitlib/keras/") or rel in CONVERTERS | {"kitlib/models/config.py"}:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("load", "loads")
-                    and getattr(node.func.value, "id", "") == "json" and "config.json" in ast.unparse(node)):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            owner = getattr(node.func.value, "id", "")
+            if ((node.func.attr in ("load", "loads") and owner == "json" and "config.json" in ast.unparse(node))
+                    or (node.func.attr == "from_pretrained" and owner.endswith("Config"))):
                 found.append(f"{rel}:{node.lineno}")
     return found
 
@@ -219,6 +223,13 @@ def config_reads(root: Path = ROOT) -> list[str]:
 def test_one_reader_of_config_json():
     found = config_reads()
     assert not found, "config.json read outside kitlib.models.config.read_config:\n" + "\n".join(found)
+
+
+def test_the_config_reader_count_sees_a_transformers_config(tmp_path):
+    (tmp_path / "kitlib" / "models").mkdir(parents=True)
+    (tmp_path / "kitlib" / "models" / "x.py").write_text(
+        "def f(p):\n    from transformers import AutoConfig\n    return AutoConfig.from_pretrained(p)\n")
+    assert config_reads(tmp_path) == ["kitlib/models/x.py:3"]
 
 
 def test_read_config_reads_each_version_once_and_hands_out_copies(tmp_path):

@@ -1,4 +1,5 @@
-"""The one reader of a checkpoint's ``config.json`` and of its adapters' record (:data:`RECORD_FILE`).
+"""The one reader of a checkpoint's ``config.json`` (a dict, or transformers' object) and of its adapters' record
+(:data:`RECORD_FILE`).
 
 Each file is read from disk once per version (its path, modification time and size); every call gets its own
 dict, so a caller may change what it got.
@@ -39,6 +40,14 @@ def read_config(folder: str | os.PathLike, missing: dict | None = None) -> dict:
     if missing is None:
         raise FileNotFoundError(f"{folder}: no config.json, so not a checkpoint folder")
     return dict(missing)
+
+
+def hf_config(folder: str | os.PathLike, **overrides):
+    """transformers' config object of ``folder`` (``AutoConfig.from_pretrained``) with ``overrides`` set: the one
+    place a checkpoint's config becomes that object (its plain dict: :func:`read_config`)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(folder, **overrides)
 
 
 def read_record(adapter_dir: str | os.PathLike) -> dict:

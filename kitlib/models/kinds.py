@@ -46,6 +46,8 @@ import string
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from .config import hf_config
+
 KIND_KEY = "kitlib_kind"  # config.json: the kind a kit-trained checkpoint was trained as (wins over detection)
 PROMPT_KEY = "kitlib_prompt"  # config.json: the answer-token template a kit-trained checkpoint was trained with
 ENCODER_TYPES = ("bert", "xlm-roberta", "roberta", "distilbert", "deberta-v2", "electra", "modernbert")
@@ -394,9 +396,9 @@ class Decoder(Kind):
         Raises:
             ValueError: the tokenizer has neither a pad, eos nor unk token to pad with.
         """
-        from transformers import AutoConfig, AutoModelForSequenceClassification
+        from transformers import AutoModelForSequenceClassification
 
-        config = AutoConfig.from_pretrained(path)
+        config = hf_config(path)
         kwargs = {**_decoder_kwargs(config, dtype=dtype, xla=xla, quantization=quantization, device=device),
                   **self._new_head(config)}
         pad = self.pad_id if self.pad_id is not None else self.load_tokenizer(path).pad_token_id
@@ -416,9 +418,9 @@ class Decoder(Kind):
 
     def skeleton(self, path):
         import torch
-        from transformers import AutoConfig, AutoModelForSequenceClassification
+        from transformers import AutoModelForSequenceClassification
 
-        config = AutoConfig.from_pretrained(path, **self._new_head(AutoConfig.from_pretrained(path)))
+        config = hf_config(path, **self._new_head(hf_config(path)))
         with torch.device("meta"):
             return AutoModelForSequenceClassification.from_config(config)
 
@@ -524,9 +526,9 @@ class AnswerTokens(Kind):
              device=None):
         """``AutoModelForCausalLM`` in eval mode on CPU, or with ``quantization`` 8/4-bit weights on ``device``
         (:func:`_decoder_kwargs`; ``head_for_training`` is unused: the LM head is the head)."""
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
 
-        config = AutoConfig.from_pretrained(path)
+        config = hf_config(path)
         kwargs = _decoder_kwargs(config, dtype=dtype, xla=xla, quantization=quantization, device=device)
         return AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
 
@@ -535,10 +537,10 @@ class AnswerTokens(Kind):
 
     def skeleton(self, path):
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
 
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+            return AutoModelForCausalLM.from_config(hf_config(path))
 
     def positive_logit(self, model, input_ids, attention_mask):
         """``logsumexp(yes logits) - logsumexp(no logits)`` at each row's last real position: float32 ``[batch]``.

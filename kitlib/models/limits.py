@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import hf_config
+
 # The widths a probe is built with (set where the config has the field); tables (vocabulary,
 # positions, token types) keep the model's own sizes.
 PROBE_SIZES = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
@@ -73,12 +75,11 @@ def _probe(checkpoint: str, attention: str | None, head_for_training: bool, labe
     """The model of ``checkpoint`` as :func:`kitlib.models.model.load_model` builds it, at :data:`PROBE_SIZES`,
     randomly initialised on the CPU (the global RNG untouched)."""
     import torch
-    from transformers import AutoConfig
 
     from .model import _classifier
 
     cls, kwargs = _classifier(checkpoint, head_for_training, label=label)
-    config = AutoConfig.from_pretrained(checkpoint, **kwargs)
+    config = hf_config(checkpoint, **kwargs)
     for key, value in PROBE_SIZES.items():
         if getattr(config, key, None) is not None:
             setattr(config, key, value)
@@ -139,9 +140,7 @@ def _limits(checkpoint: str, stamp: float, device: str, head_for_training: bool,
 
 def _probed_limits(checkpoint: str, device: str, head_for_training: bool, label: str) -> ModelLimits:
     """:class:`ModelLimits` from a probe (module docstring); the conservative limit when it cannot run."""
-    from transformers import AutoConfig
-
-    attention = _attention_for(device, getattr(AutoConfig.from_pretrained(checkpoint), "model_type", None))
+    attention = _attention_for(device, getattr(hf_config(checkpoint), "model_type", None))
     try:
         probe = _probe(checkpoint, attention, head_for_training, label)
     except Exception as e:  # noqa: BLE001 - decided below: the attention, or a model the probe cannot build
@@ -157,7 +156,7 @@ def _probed_limits(checkpoint: str, device: str, head_for_training: bool, label:
                     "(kitlib.compat.xla_attention_implementation). Run it on an eager device (accelerator='cpu' or "
                     "'cuda'), or choose a model whose transformers class supports SDPA") from e
         first = str(e).splitlines()[0][:200] if str(e) else ""
-        return _conservative(AutoConfig.from_pretrained(checkpoint), f"the probe could not be built ({type(e).__name__}: {first})")
+        return _conservative(hf_config(checkpoint), f"the probe could not be built ({type(e).__name__}: {first})")
     rows = int(probe.get_input_embeddings().weight.shape[0])
     pad = getattr(probe.config, "pad_token_id", None)
     token = next(t for t in (5, 4, 3, 2, 1, 0) if t != pad and t < rows)
@@ -303,8 +302,6 @@ def preflight(checkpoint: str | os.PathLike, *, max_len: int, device: str, targe
         ValueError: ``max_len`` above the usable positions; a head whose labels do not name
             ``target``; token ids past the embedding rows. Each names the numbers and the fix.
     """
-    from transformers import AutoConfig
-
     from .model import _classifier, prediction_column
 
     limits = model_limits(checkpoint, device, head_for_training=head_for_training, label=target)
@@ -314,7 +311,7 @@ def preflight(checkpoint: str | os.PathLike, *, max_len: int, device: str, targe
     column, note = None, None
     if read_head:  # (the answer-token form has no classifier head: its answer tokens are the prediction)
         _, kwargs = _classifier(checkpoint, head_for_training, label=target)
-        column, note = prediction_column(AutoConfig.from_pretrained(checkpoint, **kwargs), target, checkpoint)
+        column, note = prediction_column(hf_config(checkpoint, **kwargs), target, checkpoint)
     if note:
         print(f"note: {note}")
     if tokenizer is None:

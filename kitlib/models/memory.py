@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .config import hf_config
+
 GB = 1e9
 WIDTHS = ("fp32", "bf16", "fp16", "8bit", "4bit")
 # bytes per quantisable weight: 8-bit has one fp32 scale per row (about 1 byte); 4-bit NF4 one fp32
@@ -249,9 +251,7 @@ def choose_width(shape: Shape, device: Device, *, preferred: str, batch: int, le
 
 def shape_of(path: str | os.PathLike) -> Shape:
     """:func:`model_shape` of a checkpoint folder's ``config.json`` (named by the folder)."""
-    from transformers import AutoConfig
-
-    return model_shape(AutoConfig.from_pretrained(path), name=os.path.basename(os.path.normpath(path)))
+    return model_shape(hf_config(path), name=os.path.basename(os.path.normpath(path)))
 
 
 def available_gb() -> float | None:

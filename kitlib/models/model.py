@@ -32,6 +32,7 @@ from pathlib import Path
 from .. import compat, sample
 from ..atomic import atomic_dir
 from ..checkpoint import HISTORY_FILE, POOLING_KEY, REFUSED_FILE, SOURCE_FILE, not_ready, refusal
+from .config import hf_config
 from .tokenizer import SPM_FILE, hf_tokenizer_from_spm, tokenizer_training_texts, train_sentencepiece
 
 @dataclass(frozen=True)
@@ -359,9 +360,9 @@ def _classifier(path, head_for_training: bool, label: str = "toxic"):
     Raises:
         ValueError: a ``kitlib_pooling`` other than ``"mean"`` of a BERT body.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
 
-    config = AutoConfig.from_pretrained(path)
+    config = hf_config(path)
     kwargs = {}
     if head_for_training:
         archs = getattr(config, "architectures", None) or []
@@ -404,10 +405,9 @@ def skeleton(path: str | os.PathLike, *, head_for_training: bool = True):
     structure and parameter shapes without reading or allocating a weight (cheap, in the calling
     process; e.g. to count what a recipe trains before any replica starts)."""
     import torch
-    from transformers import AutoConfig
 
     cls, kwargs = _classifier(path, head_for_training)
-    config = AutoConfig.from_pretrained(path, **kwargs)
+    config = hf_config(path, **kwargs)
     with torch.device("meta"):
         return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
 
