@@ -58,11 +58,13 @@ PROBE = data(1, 2 * BATCH)[:2]
 
 
 def device_bytes(clf) -> dict:
-    """Bytes of frozen weights each device holds, read from the arrays' addressable shards."""
+    """Bytes of frozen weights each device holds, read from the arrays' addressable shards, by ``"cpu:0"`` (platform
+    and id: ``str()`` of a device is ``cpu:0`` in jax 0.10, ``TFRT_CPU_0`` in the TPU image's 0.7.2)."""
     held: dict = {}
     for v in clf.model.non_trainable_weights:
         for s in v.value.addressable_shards:
-            held[str(s.device)] = held.get(str(s.device), 0) + s.data.nbytes
+            name = f"{s.device.platform}:{s.device.id}"
+            held[name] = held.get(name, 0) + s.data.nbytes
     return held
 
 
