@@ -49,9 +49,9 @@ def site(tmp_path_factory):
 
 def tiny_row(site, **change) -> GgufModel:
     """The real gemma3-270m row, pointed at the stand-in chunks (its licence, pad token and notice kept)."""
-    return dataclasses.replace(GGUF_MODELS[GEMMA3], dist="tiny-top", version="0.0.1", parts=site["parts"],
-                               file="tiny.gguf", sha256=site["sha256"], terms=("tiny-top", "tiny_top/GEMMA_TERMS.html"),
-                               **change)
+    return dataclasses.replace(GGUF_MODELS[GEMMA3], **{
+        "dist": "tiny-top", "version": "0.0.1", "parts": site["parts"], "file": "tiny.gguf", "sha256": site["sha256"],
+        "terms": ("tiny-top", "tiny_top/GEMMA_TERMS.html"), **change})
 
 
 @pytest.fixture
@@ -73,9 +73,9 @@ def converted(site, tmp_path_factory):
     mp.setattr(gguf_convert, "installed_file", lambda row, dist, path: site["root"] / path)
     mp.setitem(GGUF_MODELS, GEMMA3, tiny_row(site))
     try:
-        yield gguf_checkpoint(tmp_path_factory.mktemp("cache"), GEMMA3)
+        return gguf_checkpoint(tmp_path_factory.mktemp("cache"), GEMMA3)
     finally:
-        mp.undo()
+        mp.undo()  # at once: the module's other tests see the real table and lookup
 
 
 def test_converter_joins_the_chunks_into_a_plain_gemma3_folder(converted, site):
@@ -195,7 +195,7 @@ def test_both_forms_train_with_lora_and_the_loss_falls(converted, kind, tmp_path
     from kitlib.training.job import TrainJob
     from kitlib.training.train import train
 
-    data = labelled_slices(tmp_path / "data", 64, 32)
+    data = labelled_slices(tmp_path / "data", 32, 16)
     job = TrainJob(checkpoint=str(converted), out_dir=str(tmp_path / "out"), train_csv=str(data / "train.csv"),
                    valid_csv=str(data / "valid.csv"), epochs=2, batch_size=8, max_len=64, lr=3e-3, lora_r=4,
                    lora_alpha=8, lora_dropout=0.0, dropout=0.0, kind=kind, precision="fp32")

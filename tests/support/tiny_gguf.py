@@ -3,7 +3,7 @@
 :func:`write_gemma3_gguf` draws a Gemma 3 causal LM (hidden 32, 2 layers, head_dim 16) from a seed, and writes
 it with the ``gguf`` package: F32 tensors under llama.cpp's names (``gguf.get_tensor_name_map``), Gemma's norm
 weights stored as ``1 + w`` (what transformers' GGUF reader subtracts again), and a SentencePiece-style
-vocabulary (``<pad>`` 0, ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3, then ``▁``-prefixed words of the prompt and
+vocabulary (``<pad>`` 0, ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3, ``<mask>`` 4, then ``▁``-prefixed words of the prompt and
 the sample, with every prefix, so the merges transformers rebuilds from it give whole words).
 """
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-SPECIAL = ("<pad>", "<eos>", "<bos>", "<unk>")
+SPECIAL = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>")  # Gemma's first five (transformers' GemmaTokenizer adds a
+# <mask> it does not find, past the embedding's rows)
 ANSWERS = ("Yes", "No", "yes", "no")
 
 
@@ -77,7 +78,7 @@ def write_gemma3_gguf(path: Path, seed: int = 0):
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * len(tokens))
-    w.add_token_types([3, 3, 3, 2] + [1] * (len(tokens) - 4))
+    w.add_token_types([3, 3, 3, 2, 4] + [1] * (len(tokens) - len(SPECIAL)))
     w.add_pad_token_id(0)
     w.add_eos_token_id(1)
     w.add_bos_token_id(2)
