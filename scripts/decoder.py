@@ -1,17 +1,18 @@
-"""``make decoder``: fine-tune SmolLM2-135M with LoRA on the sample, then compare it with e5 on the held-out rows.
+"""``make decoder``: fine-tune a packaged decoder with LoRA on the sample, then compare it with e5 on the held-out rows.
 
-    python scripts/decoder.py [--single artifacts/xlmr-toxic] [--output artifacts/smollm2-lora]
+    python scripts/decoder.py [--single artifacts/xlmr-toxic] [--output artifacts/gemma3-lora]
                               [--fraction 0.2] -- <papermill -p ...>
 
-1. The training notebook fine-tunes the packaged decoder ``smollm2-135m`` (``kitlib/models/smollm2.py``) with
+1. The training notebook fine-tunes the packaged decoder the parameters name (``-p model gemma3-270m``, Gemma 3
+   270M, multilingual, under the Gemma Terms of Use; or ``smollm2-135m``: ``kitlib/models/gguf_convert.py``) with
    LoRA (``kitlib/models/adapters.py``) into ``--output``, on ``make submission``'s split (``split
    validation``: the English rows + the first half of ``validation.csv``; its second half held out), with
    the parameters given after ``--`` (``make decoder``'s ``DECODER_PARAMS``). Its hand-off scores the saved
    adapters through the inference path on the held-out rows (``heldout_predictions.csv``).
 2. :func:`compare` reads the held-out predictions of both models (``--single``, ``make submission``'s
-   multilingual-e5-small) on the same rows, and scores, overall and per language: e5 alone, SmolLM2 alone,
+   multilingual-e5-small) on the same rows, and scores, overall and per language: e5 alone, the decoder alone,
    their rank blend (:func:`kitlib.outputs.blend.blend`, ``rank=True``: the two kinds' scales differ) and
-   the confidence cascade (:func:`kitlib.outputs.cascade.cascade`: e5 scores every row, SmolLM2 re-orders
+   the confidence cascade (:func:`kitlib.outputs.cascade.cascade`: e5 scores every row, the decoder re-orders
    e5's least certain ``--fraction`` by rank, ``rule="reorder"``, so e5's scale is kept). Both go through
    the merger's checks (ids, finite values, the collapse rule).
 3. The table and the times are printed and written to ``<output>/kinds_report.json``.
@@ -117,7 +118,8 @@ def format_table(report: dict) -> str:
     for name, figures in report["models"].items():
         lines.append(f"{name:<18}{figures['all']:>8.4f}" + "".join(f"{figures.get(k, float('nan')):>8.4f}" for k in langs))
     lines.append(f"({report['rows']} held-out rows of {report['csv']}; cascade: e5's least certain "
-                 f"{report['fraction']:.0%} by rank around the quantile {report['center']:.3f}, re-ordered by SmolLM2)")
+                 f"{report['fraction']:.0%} by rank around the quantile {report['center']:.3f}, re-ordered by "
+                 f"{report.get('decoder_model') or 'the decoder'})")
     return "\n".join(lines)
 
 
@@ -137,10 +139,16 @@ def _refused_now(output: Path, before) -> bool:
     return stamp is not None and (before == "any" or stamp != before)
 
 
+def _model_param(params: list) -> str | None:
+    """The ``model`` papermill parameter among ``params`` (``-p model NAME``), the last one given; None without one."""
+    names = [params[i + 2] for i in range(len(params) - 2) if params[i] in ("-p", "--parameters") and params[i + 1] == "model"]
+    return names[-1] if names else None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--single", default="artifacts/xlmr-toxic", help="the encoder's trained folder (make submission's)")
-    ap.add_argument("--output", default="artifacts/smollm2-lora", help="the decoder's output folder")
+    ap.add_argument("--output", default="artifacts/gemma3-lora", help="the decoder's output folder")
     ap.add_argument("--fraction", type=float, default=0.2, help="the cascade's share of the encoder's least certain rows")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--skip-training", action="store_true", help="compare what --output already holds")
@@ -163,6 +171,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report["train_seconds"] = train_s if not args.skip_training else None
+    report["decoder_model"] = _model_param(params)
     report["decoder_refused"] = _refused_now(output, before)
     from kitlib.checkpoint import SCORES_FILE
 
@@ -172,7 +181,7 @@ def main(argv=None) -> int:
         print(f"note: the hand-off refused the decoder ({output / 'handoff_refused.json'}): its figures are shown, "
               "whichever way they go, but model='auto' will not pick it")
     if not args.skip_training:
-        print(f"SmolLM2-135M LoRA: trained, scored and handed off in {train_s / 60:.1f} min "
+        print(f"{report['decoder_model'] or 'the decoder'} LoRA: trained, scored and handed off in {train_s / 60:.1f} min "
               f"(of which {report['decoder_predict_seconds'] or 0:.0f} s predicting the held-out rows)")
     from kitlib.atomic import atomic_write  # the folder's manifest lists it as the kit's (a new training may replace it)
 

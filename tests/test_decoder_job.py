@@ -1,4 +1,4 @@
-"""``make decoder``'s comparison (scripts/decoder.py): e5, SmolLM2, their rank blend and the cascade on the same
+"""``make decoder``'s comparison (scripts/decoder.py): e5, the decoder (Gemma 3 270M or SmolLM2), their rank blend and the cascade on the same
 held-out rows, overall and per language, each figure against one computed here by hand."""
 from __future__ import annotations
 
@@ -62,6 +62,13 @@ def test_compare_scores_each_model_the_blend_and_the_cascade_by_hand(heldout, tm
     assert m["cascade"]["all"] == pytest.approx(roc_auc_score(label, want))
     assert m["cascade"]["all"] != pytest.approx(m["encoder"]["all"])  # the re-ordered rows moved the figure
     assert "rank blend" in decoder.format_table(r) and "tr" in decoder.format_table(r).splitlines()[0]
+    assert decoder.format_table({**r, "decoder_model": "gemma3-270m"}).endswith("re-ordered by gemma3-270m)")
+
+
+def test_the_decoder_is_named_by_the_model_parameter():
+    assert decoder._model_param(["-p", "model", "gemma3-270m", "-p", "lora_r", "16"]) == "gemma3-270m"
+    assert decoder._model_param(["-p", "model", "smollm2-135m", "--parameters", "model", "gemma3-270m"]) == "gemma3-270m"
+    assert decoder._model_param(["-p", "lora_r", "16", "-p", "kind", "model"]) is None
 
 
 def test_compare_refuses_other_rows_or_a_folder_without_held_out_predictions(heldout, tmp_path):

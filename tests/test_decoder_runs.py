@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import SAMPLE, write_slice
-from support.tiny_decoders import FAMILIES, build
+from conftest import write_slice
+from support.tiny_decoders import FAMILIES, build, labelled_slices
 from kitlib.infer import InferJob, predict
 from kitlib.models import adapters
 from kitlib.run.runtime import detect_runtime
@@ -26,16 +26,7 @@ TRAIN_ROWS, VALID_ROWS = 64, 48
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Training and validation slices of the sample's English training rows (both classes in each)."""
-    root = tmp_path_factory.mktemp("decoder-data")
-    df = pd.read_csv(SAMPLE / "train.csv", dtype={"id": str}, keep_default_na=False)
-    pos, neg = df[df["toxic"] >= 0.5], df[df["toxic"] < 0.5]
-    rows = pd.concat([pos.iloc[:40], neg.iloc[:72]]).sample(frac=1.0, random_state=0)
-    rows["comment_text"] = rows["comment_text"].str.slice(0, 300)
-    rows.iloc[:TRAIN_ROWS].to_csv(root / "train.csv", index=False)
-    valid = rows.iloc[TRAIN_ROWS:TRAIN_ROWS + VALID_ROWS]
-    valid.to_csv(root / "valid.csv", index=False)
-    valid[["id", "comment_text"]].to_csv(root / "test.csv", index=False)
-    return root
+    return labelled_slices(tmp_path_factory.mktemp("decoder-data"), TRAIN_ROWS, VALID_ROWS)
 
 
 # Llama's runs are quick enough for every suite run; Qwen3's and Gemma2's the same runs again (slow)

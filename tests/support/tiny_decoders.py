@@ -50,6 +50,23 @@ def tiny_config(family: str, vocab: int, causal: bool, **sizes):
                id2label={0: "toxic"}, label2id={"toxic": 0})
 
 
+def labelled_slices(root: Path, train_rows: int = 64, valid_rows: int = 48) -> Path:
+    """``root`` with ``train.csv`` and ``valid.csv`` (and ``test.csv``: the validation rows without labels): the
+    sample's first 40 toxic and 72 other training rows, shuffled (seed 0), texts cut to 300 characters."""
+    import pandas as pd
+
+    root.mkdir(parents=True, exist_ok=True)
+    df = pd.read_csv(sample_dir() / "train.csv", dtype={"id": str}, keep_default_na=False)
+    pos, neg = df[df["toxic"] >= 0.5], df[df["toxic"] < 0.5]
+    rows = pd.concat([pos.iloc[:40], neg.iloc[:72]]).sample(frac=1.0, random_state=0)
+    rows["comment_text"] = rows["comment_text"].str.slice(0, 300)
+    rows.iloc[:train_rows].to_csv(root / "train.csv", index=False)
+    valid = rows.iloc[train_rows:train_rows + valid_rows]
+    valid.to_csv(root / "valid.csv", index=False)
+    valid[["id", "comment_text"]].to_csv(root / "test.csv", index=False)
+    return root
+
+
 def build(out: Path, family: str, causal: bool, seed: int = 0, tokenizer=None, **sizes) -> Path:
     """A tiny random decoder folder (``sizes``: :data:`TINY`'s overridden); weights redrawn at std 0.3 so that
     predictions spread over rows. ``tokenizer``: one already saved in ``out`` (None: :func:`tiny_tokenizer`'s)."""
