@@ -174,3 +174,12 @@ def test_the_test_time_split_counts_its_parts(scratch, tmp_path):
     table = parts.table(valid_limit=10)
     assert table["rows"].tolist() == [20, c["train_rows"], 10, len(test)]
     assert table.index[0] == "test, labelled (label): trained first"
+
+
+def test_the_push_checks_still_see_which_notebooks_train_with_their_model():
+    """kaggle_kit's model_sources rule reads how a notebook resolves ``model``: through job_from_params now, for training."""
+    from kaggle_kit.rules import model_purpose
+
+    purposes = {n: model_purpose(jupytext.read(ROOT / "notebooks" / f"{n}.py"))
+                for n in (*TRAINING_NOTEBOOKS, "xla_multicore_inference")}
+    assert purposes == {"xla_ddp_train": "training", "ttt_train_predict": "training", "xla_multicore_inference": "inference"}
