@@ -270,13 +270,16 @@ def notebook_parameter(nb, name: str):
 # the kitlib calls a notebook resolves its `model` parameter with (kitlib.infer.resolve_members passes its
 # keywords on to kitlib.models.model.resolve_checkpoint)
 MODEL_RESOLVERS = ("resolve_checkpoint", "resolve_members")
+# the kitlib calls that resolve the notebook's `model` parameter for training from its parameters (the training notebooks'
+# kitlib.training.job.job_from_params(globals(), ...) passes purpose="training" to resolve_checkpoint)
+TRAINING_JOB_BUILDERS = ("job_from_params",)
 
 
 def model_purpose(nb) -> str | None:
     """What the notebook resolves its ``model`` for: the ``purpose=`` literal of its call of one of
     :data:`MODEL_RESOLVERS` on ``model`` (another parameter resolved so, the inference notebook's ``base_model``,
     is not what it predicts with) (``"training"``; kitlib.models.model's default ``"inference"`` when the call
-    names none); None when the notebook calls none."""
+    names none), or ``"training"`` for a call of one of :data:`TRAINING_JOB_BUILDERS`; None when the notebook calls none."""
     import ast
 
     found = None
@@ -288,7 +291,9 @@ def model_purpose(nb) -> str | None:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in MODEL_RESOLVERS
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in TRAINING_JOB_BUILDERS:
+                found = "training"
+            elif (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in MODEL_RESOLVERS
                     and getattr(node.args[0] if node.args else None, "id", "model") == "model"):  # (not base_model's)
                 kw = {k.arg: k.value for k in node.keywords}
                 found = kw["purpose"].value if isinstance(kw.get("purpose"), ast.Constant) else "inference"

@@ -65,6 +65,8 @@ The map: each sub-package and module, one job each.
 * :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).
 
   * :mod:`kitlib.cv.splits`: which rows train and which are held out (the test-time training run's too: ``ttt_split``).
+  * :mod:`kitlib.cv.heldout`: a training notebook's rows as one call (``make_split``), the held-out rows' names, their
+    scoring at the end (``score_heldout``).
   * :mod:`kitlib.cv.folds`: K stratified folds of the training rows, written down (``folds=K``, ``fold=i``).
   * :mod:`kitlib.cv.groups`: a group of fold or seed models: written down, out-of-fold scores, held-out blends, the report.
   * :mod:`kitlib.cv.pseudo`: one round of pseudo-labels (the test rows every fold model agrees on).

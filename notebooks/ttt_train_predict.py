@@ -80,90 +80,53 @@ converted = check_notebook_parameters(globals())  # kitlib/params.py; each conve
 # %%
 import dataclasses
 import time
+from pathlib import Path
 
 import pandas as pd
 
-from kitlib import compat, paths, storage
-from kitlib.cv.splits import ttt_split
-from kitlib.data import iter_csv_checked, kit_id_copy
-from kitlib.infer import InferJob, predict
-from kitlib.models.model import TINY, resolve_checkpoint
-from kitlib.outputs import collapse
-from kitlib.outputs.submission_csv import check_id_col, choose_prediction_column
-from kitlib.checkpoint import VALID_PREDICTIONS_FILE
+from kitlib import compat, paths
+from kitlib.cv.heldout import TEST_TIME, make_split
+from kitlib.infer import predict
+from kitlib.models.model import TINY
 from kitlib.run.runtime import detect_runtime
 from kitlib.training.deadline import DeadlineError, fit_deadline, probe
-from kitlib.training.handoff import RELOAD_ROWS, check_before_training, check_predicted, handoff
-from kitlib.training.job import TrainJob
+from kitlib.training.handoff import RELOAD_ROWS, check_before_training, run_handoff
+from kitlib.training.job import job_from_params, predict_job_from_params
 from kitlib.training.session import time_budget
-from kitlib.training.train import train
+from kitlib.training.train import describe_kept, train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
 rt = detect_runtime(num_devices or None, accelerator)
 budget_s = time_budget(time_budget_minutes, rt.backend.hardware)  # seconds from now; None: no deadline
 deadline = None if budget_s is None else time.monotonic() + budget_s
 left = lambda: None if deadline is None else deadline - time.monotonic()
-root = paths.project_root()
-work = paths.working_dir(root)
-data = storage.as_path(data_dir) if data_dir else paths.default_data_dir(root)
-train_path = storage.as_path(train_csv) if train_csv else paths.train_file(data)
-test_path = storage.as_path(test_csv) if test_csv else data / "test.csv"
-sample_path = storage.as_path(sample_submission) if sample_submission else data / "sample_submission.csv"
-out_path = storage.as_path(output_csv) if output_csv else work / "submission.csv"
-out_dir = work / paths.TTT_CHECKPOINT
-scratch = paths.scratch_dir(root)
-cache = storage.as_path(cache_dir) if cache_dir else scratch
-check_id_col(id_col)  # kitlib/outputs/submission_csv.py: the submission writers' id column
 print(rt.describe())
-print(f"train: {train_path}\ntest: {test_path}\nsubmission: {out_path}\n"
-      + ("no deadline" if deadline is None else f"deadline in {budget_s / 60:.1f} min"))
+print("no deadline" if deadline is None else f"deadline in {budget_s / 60:.1f} min")
 
 # %% [markdown]
 # ## Data
 # The test set's labelled rows (if any) come first in the training rows, then the training file's rows
-# shuffled: a run the deadline cuts to its first rows keeps the rows most like the test set.
+# shuffled: a run the deadline cuts to its first rows keeps the rows most like the test set. The same call
+# as the training notebook's (`make_split`, `kitlib/cv/heldout.py`), with the test-time split.
 
 # %%
-train_path = kit_id_copy(train_path, id_col, scratch / "id-columns")  # id_col read as the kit's "id" (kitlib/data.py)
-fit_path, holdout_path, counts = ttt_split(train_path, test_path, scratch / "test-time-split", holdout_frac, seed,
-                                                 label_col=label_col, test_label_col=test_label_col, text_col=text_col or None)
-test_rows = sum(len(chunk) for chunk in iter_csv_checked(test_path, text_col=text_col or None))
-trainable = counts["train_rows"] + counts["labelled_test_rows"]
-scored = min(counts["holdout_rows"], valid_limit or counts["holdout_rows"])
-display(pd.DataFrame({"rows": [counts["labelled_test_rows"], counts["train_rows"], scored, test_rows]},
-                     index=[f"test, labelled ({test_label_col or 'none'}): trained first", "training file: trained",
-                            "training file: held out, scored", "test: predicted"]))
-column = choose_prediction_column("", None if sample_submission.lower() == "none" else sample_path, label_col,
-                                  label_parameter="label_col")
+parts = make_split(globals(), TEST_TIME)
+display(parts.table(valid_limit=valid_limit))
 
 # %% [markdown]
-# ## Model
-# Resolved once, here, to a local folder (the attached base model); every replica loads that folder.
+# ## Model, and the two jobs
+# The model is resolved once, here, to a local folder (the attached base model); every replica loads that folder.
+# The training job is built by the same call as the training notebook's (`job_from_params`), the prediction job
+# from it. What the hand-off and the prediction read after training (the held-out rows with `text_col`, the
+# sample submission against the test set, the output folders) is checked here: a bad input is refused before
+# the probe, not after training (`kitlib/training/handoff.py`).
 
 # %%
-checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
-                                real_data=paths.is_competition_data(data), purpose="training", data_files=[train_path, test_path])
-print(f"model {model!r} -> {checkpoint}")
-
-# %% [markdown]
-# ## The two jobs, and what they read after training checked now
-# The training job and the prediction job, built once. What the hand-off and the prediction read after training
-# (the held-out rows with `text_col`, the sample submission against the test set, the output folders) is checked
-# here: a bad input is refused before the probe, not after training (`kitlib/training/handoff.py`).
-
-# %%
-job = TrainJob(checkpoint=str(checkpoint), train_csv=str(fit_path), valid_csv=str(holdout_path), out_dir=str(out_dir),
-               epochs=epochs, batch_size=batch_size, max_len=max_len, lr=lr, recipe=recipe, label_col=label_col,
-               valid_limit=valid_limit or None, seed=seed, compile_cache_dir=str(cache / "xla-compile"),
-               precision=precision, resume="never", kind=kind, prompt=prompt, lora_r=lora_r, lora_alpha=lora_alpha,
-               lora_dropout=lora_dropout, lora_targets=lora_targets, weights=weights, text_col=text_col or None)
-infer_job = InferJob(checkpoint=str(out_dir), test_csv=str(test_path), shard_dir=str(scratch / "shards" / "ttt"),
-                     output_csv=str(out_path), sample_submission=str(sample_path), batch_size=batch_size,
-                     max_len=max_len, precision=precision, prediction_column=column, label=label_col,
-                     text_col=text_col or None, kind=kind, prompt=prompt, weights=weights,
-                     collapsed=collapse.policy_for(test_path, random_on_purpose=model == TINY))
-check_before_training(infer_job, holdout_path, rt)  # refused now, not after training
-print(f"after training: the hand-off predicts {holdout_path.name} again, then {test_path.name} into {out_path}")
+job = job_from_params(globals(), rt, parts, default_out_dir=paths.TTT_CHECKPOINT, resume="never", time_budget_s=budget_s)
+infer_job = predict_job_from_params(globals(), job, parts)
+check_before_training(infer_job, job.valid_csv, rt)  # refused now, not after training
+print(f"model {model!r} -> {job.checkpoint}\nafter training: the hand-off predicts {Path(job.valid_csv).name} again, "
+      f"then {parts.test_csv.name} into {infer_job.output_csv}")
 
 # %% [markdown]
 # ## Probe, then fit the run to the deadline
@@ -171,20 +134,21 @@ print(f"after training: the hand-off predicts {holdout_path.name} again, then {t
 # or refused here, before any real training, with the times and the fix (`kitlib/training/deadline.py`).
 
 # %%
-measured = None
+measured, fit = None, None
+trainable = parts.counts["train_rows"] + parts.counts["labelled_test_rows"]
+scored = min(parts.counts["holdout_rows"], valid_limit or parts.counts["holdout_rows"])
 if probe_steps:
-    measured, probe_s = probe(job, rt, start_method, steps=probe_steps, out_dir=scratch / "ttt-probe")
+    measured, probe_s = probe(job, rt, start_method, steps=probe_steps, out_dir=paths.scratch_dir() / "ttt-probe")
     print(f"probe ({probe_s:.0f} s): a launch {measured.launch_s:.1f} s, a step of {measured.global_batch} rows "
           f"{measured.step_s:.2f} s, a predicted row {measured.row_s * 1000:.1f} ms")
 elif deadline is not None:
     raise ValueError("probe_steps=0 with a deadline: nothing to fit the run by; probe_steps >= 2, or time_budget_minutes=0")
 if measured is None:
-    fit = None
     print(f"no probe: {epochs} epoch(s) over all {trainable:,} rows, no deadline")
 else:
     try:
-        fit = fit_deadline(measured, left(), train_rows=trainable, epochs=epochs, valid_rows=scored, test_rows=test_rows,
-                           min_rows=min_train_rows, check_rows=min(RELOAD_ROWS, scored))
+        fit = fit_deadline(measured, left(), train_rows=trainable, epochs=epochs, valid_rows=scored,
+                           test_rows=parts.counts["test_rows"], min_rows=min_train_rows, check_rows=min(RELOAD_ROWS, scored))
     except DeadlineError as e:  # refused before training: nothing written, nothing half-done
         raise DeadlineError(f"{e} (the probe: {measured})") from None
     print(("SHRUNK to fit the deadline: " if fit.shrunk else "") + fit.describe())
@@ -200,34 +164,24 @@ if fit is not None:
                               time_budget_s=fit.train_budget(left()))
 t0 = time.perf_counter()
 history = train(job, rt, start_method)
-best = history["best"]
-if best is None:
+if history["best"] is None:
     raise DeadlineError(f"training stopped ({history['stopped']}) before its first epoch ended: no model to predict "
                         f"with. {fit.describe() if fit else ''}; lower epochs, rows or max_len, or a larger time budget")
-epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
-display(epochs_df)
-print(f"trained in {time.perf_counter() - t0:.0f} s; kept epoch {best['epoch']} ({best['why']})"
-      + (f"; stopped early: {history['stopped']}" if history["stopped"] else ""))
+display(pd.DataFrame(history["epochs"]).set_index("epoch"))
+print(f"trained in {time.perf_counter() - t0:.0f} s; {describe_kept(history, parts.heldout_name)}")
 
 # %% [markdown]
 # ## Hand-off checks
 # Held-out predictions that say nothing (ROC AUC at most 0.5, or barely any spread) stop the run here: no
 # submission is better than a silently wrong one (`kitlib/outputs/collapse.py`). Then the saved folder predicts
 # its first held-out rows again, through the same `predict` as the test set, and must give what the trained
-# model gave within the precision's tolerance (`kitlib/training/handoff.py`): else the folder is not the model.
+# model gave within the precision's tolerance: else the folder is not the model. The same call as the training
+# notebook's (`run_handoff`, `kitlib/training/handoff.py`): refused, the folder is marked refused; every check
+# passed, it is marked ready (`handoff_passed.json`).
 
 # %%
-kept_auc = epochs_df.loc[best["epoch"], "valid_auc"]
-held_preds = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
-with handoff(out_dir) as passed:  # refused: marked so; every check passed: marked ready (kitlib/training/handoff.py)
-    held = passed["predictions"] = collapse.check_ready(kept_auc, held_preds[label_col].to_numpy(), lr=history["recipe"]["lr"],
-                                recipe=history["recipe"]["name"], what="held-out", refuse=collapse.refuses_collapse(history["recipe"]["name"], model == TINY))
-    print(held["problem"] or f"held-out ROC AUC {kept_auc:.4f} ({scored} rows); predictions: std {held['std']:.3f}, "
-          f"interquartile range {held['iqr']:.3f}")
-    again = passed["predicted"] = check_predicted(infer_job, holdout_path, history["precision"], rt, start_method)
-    passed["heldout_auc"] = kept_auc
-print(f"predicted again: the first {again['rows']} held-out rows within {again['gap']:.2g} of the trained model's "
-      f"(tolerance {again['tolerance']:g} at {again['precision']})")
+checks = run_handoff(job, history, parts.heldout_name, random_on_purpose=model == TINY, predict_job=infer_job, rt=rt,
+                     start_method=start_method)
 
 # %% [markdown]
 # ## Predict the test set
@@ -245,9 +199,9 @@ for note in result.notes:
 # The time each part took against the deadline, and the predictions.
 
 # %%
-submission = pd.read_csv(str(out_path), dtype={"id": str}, keep_default_na=False)
-assert len(submission) == test_rows, (len(submission), test_rows)
-print(submission[column].describe().to_string())
+submission = pd.read_csv(infer_job.output_csv, dtype={"id": str}, keep_default_na=False)
+assert len(submission) == parts.counts["test_rows"], (len(submission), parts.counts["test_rows"])
+print(submission[infer_job.prediction_column].describe().to_string())
 if deadline is not None:
     print(f"finished with {left() / 60:.1f} min to spare of {budget_s / 60:.1f}"
           + (f" (estimated: training {fit.train_s / 60:.1f} min, predicting {fit.predict_s / 60:.1f} min)" if fit else ""))

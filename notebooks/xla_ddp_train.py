@@ -102,50 +102,23 @@ import time
 
 import pandas as pd
 
-from kitlib import compat, paths, storage
-from kitlib.outputs.collapse import check_ready, refuses_collapse
-from kitlib.cv.groups import HELDOUT_PREDICTIONS_FILE, fold_tags, save_oof
-from kitlib.cv.folds import check_fold_parameters, fold_split, write_folds
-from kitlib.data import kit_id_copy, read_csv_checked, row_fields
-from kitlib.training.handoff import check_reload, handoff
-from kitlib.models.model import TINY, resolve_checkpoint
-from kitlib.infer import InferJob, predict
+from kitlib import compat
+from kitlib.cv.heldout import make_split, score_heldout
+from kitlib.models.model import TINY
 from kitlib.run.runtime import detect_runtime
-from kitlib.training.session import time_budget
-from kitlib.cv.splits import SPLITS, english_holdout_split, holdout_split, resolve_split, validation_split
-from kitlib.metrics import auc_text
-from kitlib.checkpoint import VALID_PREDICTIONS_FILE
-from kitlib.training.job import TrainJob
-from kitlib.training.plan import bound_kind
-from kitlib.training.resume import state_dir
-from kitlib.training.runs import save_scores
-from kitlib.training.train import train
+from kitlib.training.handoff import run_handoff
+from kitlib.training.job import job_from_params
+from kitlib.training.train import describe_kept, train
 
 print(compat.version_report(compat.TORCH_PACKAGES))
-root = paths.project_root()
-work = paths.working_dir(root)
-data = storage.as_path(data_dir) if data_dir else paths.default_data_dir(root)
-train_path = storage.as_path(train_csv) if train_csv else paths.train_file(data)
-valid_path = storage.as_path(valid_csv) if valid_csv else data / "validation.csv"
-out_dir = storage.as_path(output_dir) if output_dir else work / paths.TRAINED_CHECKPOINT
-scratch = paths.scratch_dir(root)  # not saved as the kernel's output: caches, split copies, shards
-cache = storage.as_path(cache_dir) if cache_dir else scratch
-
-pseudo_csv = check_fold_parameters(folds, fold, pseudo_csv)  # "~" expanded (kitlib.storage.normalise)
-if folds:  # the group folder: the folds file and every fold's checkpoint (kitlib/cv/groups.py)
-    cv_dir = storage.as_path(output_dir) if output_dir else work / paths.CV_GROUP
-    out_dir = cv_dir / f"fold-{fold}"
-split = resolve_split(split, valid_path)  # "auto": "english" with a validation file, else "holdout"
-train_path = kit_id_copy(train_path, id_col, scratch / "id-columns")  # id_col read as the kit's "id" (kitlib/data.py)
-valid_path = kit_id_copy(valid_path, id_col, scratch / "id-columns") if valid_path.is_file() else valid_path
 rt = detect_runtime(num_devices or None, accelerator)
 print(rt.describe())
-print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}")
 
 # %% [markdown]
 # ## Data
 # The training file is English; `validation.csv` is Turkish, Spanish and Italian. The split is
-# fixed and written down (`kitlib/cv/splits.py`; its `split.json` beside the CSVs):
+# fixed and written down (`kitlib/cv/splits.py`; its `split.json` beside the CSVs), by one call
+# (`make_split`, `kitlib/cv/heldout.py`) that also names the held-out rows:
 # * `split="english"`: with `holdout_frac > 0` a stratified share of the English texts is held out
 #   and scored after every epoch (held-out English AUC); `validation.csv` is scored once at the end.
 # * `split="validation"`: every English row plus the first half of `validation.csv` train; its
@@ -153,49 +126,24 @@ print(f"train: {train_path}\nvalidation: {valid_path}\ncheckpoint out: {out_dir}
 # * `split="holdout"` (the `"auto"` choice when there is no validation file: any competition's own
 #   data): a `holdout_frac` share of the training file's rows, stratified by `label_col` and `lang`
 #   where there is one, is held out, scored after every epoch and at the end.
+# * `folds=K`: then fold `fold` of the training rows is scored every epoch instead (its out-of-fold predictions).
 #
-# Read here once to check the files and show the label balance; every replica reads them again
-# and takes its part with `DistributedSampler`.
+# Read here once to show the label balance; every replica reads the files again and takes its part
+# with `DistributedSampler`.
 
 # %%
-columns = dict(text_col=text_col or None, label_col=label_col)
-if split == "validation":
-    train_path, epoch_valid_path = validation_split(train_path, valid_path, scratch / "validation-holdout", **columns)
-    valid_path = epoch_valid_path  # scored at the end: the held-out rows only, never the trained ones
-elif split == "holdout":
-    train_path, epoch_valid_path = holdout_split(train_path, scratch / "holdout", frac=holdout_frac, seed=seed, **columns)
-    valid_path = epoch_valid_path  # scored at the end: the held-out rows only, never the trained ones
-elif holdout_frac:
-    train_path, epoch_valid_path = english_holdout_split(train_path, scratch / "english-holdout",
-                                                         frac=holdout_frac, seed=seed, **columns)
-else:
-    epoch_valid_path = valid_path
-print(f"split {split!r}: {SPLITS[split]}")
-if folds:  # fold `fold` of the training rows is validated on (the epoch kept, the out-of-fold predictions); the others train
-    folds_csv = write_folds(train_path, cv_dir / "folds", folds, label_col=label_col)
-    train_path, epoch_valid_path = fold_split(train_path, folds_csv, fold, scratch / "folds" / f"fold-{fold}", pseudo_csv or None)
-    print(f"fold {fold} of {folds} ({folds_csv})" + (f"; + pseudo-labelled rows {pseudo_csv}" if pseudo_csv else ""))
-train_df = read_csv_checked(train_path, text_col=text_col or None, label_cols=(label_col,), limit=train_limit or None)
-epoch_valid_df = read_csv_checked(epoch_valid_path, text_col=text_col or None, label_cols=(label_col,), limit=valid_limit or None)
-valid_df = read_csv_checked(valid_path, text_col=text_col or None, label_cols=(label_col,))
-global_batch = batch_size * rt.world_size if rt.world_size else None  # None: torch_xla counts the TPU chips
-display(pd.DataFrame({
-    "rows": [len(train_df), len(epoch_valid_df), len(valid_df)],
-    f"{label_col} share": [train_df[label_col].mean(), epoch_valid_df[label_col].mean(), valid_df[label_col].mean()],
-    "steps per epoch": [len(train_df) // global_batch if global_batch else None, None, None],
-}, index=["train", "scored every epoch" + (f" (fold {fold})" if folds else {"validation": " (held-out multilingual)", "holdout": " (held out)", "english": " (held-out English)" if holdout_frac else ""}[split]),
-         "scored at the end" + (" (held out)" if split == "holdout" else " (multilingual)")]))
+parts = make_split(globals())  # which rows train, which are held out, and their names
+display(parts.table(train_limit, valid_limit))
 
 # %% [markdown]
-# ## Model
-# Resolved once, here, to a local folder; every replica then loads that folder (with the same
-# seed, so a freshly initialised classifier head is identical on every replica).
+# ## Model and job
+# The model is resolved once, here, to a local folder; every replica then loads that folder (with the
+# same seed, so a freshly initialised classifier head is identical on every replica). The job is every
+# parameter above, the split's rows and the output folder (`kitlib/training/job.py`).
 
 # %%
-checkpoint = resolve_checkpoint(model, data_dir=data, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
-                                real_data=paths.is_competition_data(data), purpose="training",
-                                data_files=[p for p in (storage.as_path(train_csv) if train_csv else paths.train_file(data), valid_path) if p.is_file()])
-print(f"model {model!r} -> {checkpoint}")
+job = job_from_params(globals(), rt, parts)
+print(f"model {model!r} -> {job.checkpoint}\ncheckpoint out: {job.out_dir}")
 
 # %% [markdown]
 # ## Run: one `_mp_fn` per device
@@ -207,43 +155,8 @@ print(f"model {model!r} -> {checkpoint}")
 # before the session's limit (`time_budget_minutes`).
 
 # %%
-job = TrainJob(
-    checkpoint=str(checkpoint),
-    train_csv=str(train_path),
-    valid_csv=str(epoch_valid_path),
-    out_dir=str(out_dir),
-    pattern=pattern,
-    epochs=epochs,
-    batch_size=batch_size,
-    max_len=max_len,
-    lr=lr,
-    recipe=recipe,
-    label_col=label_col,
-    text_col=text_col or None,
-    train_limit=train_limit or None,
-    valid_limit=valid_limit or None,
-    seed=seed,
-    log_every=log_every,
-    compile_cache_dir=str(cache / "xla-compile"),
-    precision=precision,
-    monitor=monitor,
-    patience=patience,
-    save_every_minutes=save_every_minutes,
-    time_budget_s=time_budget(time_budget_minutes, rt.backend.hardware),
-    resume=resume,
-    tracker=tracker,
-    tags=fold_tags(folds_csv, fold, pseudo_csv or None) if folds else {},
-    kind=kind,
-    prompt=prompt,
-    lora_r=lora_r,
-    lora_alpha=lora_alpha,
-    lora_dropout=lora_dropout,
-    lora_targets=lora_targets,
-    weights=weights,
-)
 t0 = time.perf_counter()
 history = train(job, rt, start_method)  # prints the recipe ("auto" and lr = 0 made concrete) and how the run starts
-trained = history["recipe"]  # the recipe and learning rate the run trained with
 print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern']}) finished in {time.perf_counter() - t0:.1f} s")
 
 # %% [markdown]
@@ -254,40 +167,18 @@ print(f"{history['world_size']} replica(s) ({history['mode']}, {history['pattern
 
 # %%
 if not history["finished"]:  # a time budget or SIGTERM: the state is saved; one line says where (kitlib.notebook shows it alone)
-    raise RuntimeError(f"training stopped ({history['stopped']}) before its last epoch; its state is in "
-                       f"{state_dir(out_dir)}: run this notebook again (resume='auto') to continue it")
-epochs_df = pd.DataFrame(history["epochs"]).set_index("epoch")
-display(epochs_df)
-scored = f"fold {fold}" if folds else {"validation": "held-out multilingual", "holdout": "held-out", "english": "held-out English" if holdout_frac else "validation"}[split]
-best = history["best"]
-kept_auc = epochs_df.loc[best["epoch"], "valid_auc"]
-print(f"kept epoch {best['epoch']} of {len(epochs_df)} ({best['why']}); {scored} ROC AUC "
-      + (f"{kept_auc:.4f}" if kept_auc == kept_auc else "undefined (one class only; the epoch lines above say which)")
-      + (f"; stopped early: {history['stopped']}" if history["stopped"] else ""))
+    raise RuntimeError(f"training stopped ({history['stopped']}) before its last epoch, its state saved (the note above "
+                       "says where): run this notebook again (resume='auto') to continue it")
+display(pd.DataFrame(history["epochs"]).set_index("epoch"))
+print(describe_kept(history, parts.heldout_name))
 
 # %%
 import matplotlib.pyplot as plt
 
-from kitlib.training.plots import plot_roc, save_figure
+from kitlib.training.plots import plot_run, save_figure
 
-fig, (ax_loss, ax_auc, ax_roc) = plt.subplots(1, 3, figsize=(16, 3.8))
-if history["step_loss"]:
-    steps, losses = zip(*history["step_loss"])
-    ax_loss.plot(steps, losses, ".-", alpha=0.5, label="step loss (master)")
-per_epoch = [e * history["steps_per_epoch"] for e in epochs_df.index]
-ax_loss.plot(per_epoch, epochs_df["train_loss"], "o-", label="train loss (all replicas)")
-ax_loss.plot(per_epoch, epochs_df["valid_loss"], "s-", label="validation loss")
-ax_loss.set(xlabel="step", ylabel="binary cross-entropy", title="Loss")
-ax_loss.legend()
-ax_auc.plot(epochs_df.index, epochs_df["valid_auc"], "o-")
-ax_auc.plot([best["epoch"]], [kept_auc], "*", markersize=14, label=f"kept (epoch {best['epoch']})")
-ax_auc.legend()
-ax_auc.set(xlabel="epoch", ylabel="ROC AUC", title="Validation ROC AUC", xticks=list(epochs_df.index))
-kept_preds = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)  # the kept epoch's
-kept_preds = kept_preds.merge(epoch_valid_df[["id", label_col]].rename(columns={label_col: "truth"}), on="id")
-plot_roc(ax_roc, kept_preds["truth"], kept_preds[label_col], name=f"{scored}, epoch {best['epoch']}")
-plt.tight_layout()
-print(f"curves saved: {save_figure(fig, out_dir)}")
+fig = plot_run(history, job, parts.heldout_name)  # the loss, the ROC AUC per epoch, the kept epoch's ROC curve
+print(f"curves saved: {save_figure(fig, job.out_dir)}")
 plt.show()
 
 # %% [markdown]
@@ -295,55 +186,21 @@ plt.show()
 # Scored with the saved checkpoint through the inference path (`predict`), as the inference
 # notebook will use it: `validation.csv` (split `"english"`), or its held-out second half (split
 # `"validation"`), overall and per language. The figures are saved beside the checkpoint
-# (`heldout_scores.json`) for the inference notebook's report.
+# (`heldout_scores.json`) for the inference notebook's report; with folds, the fold's out-of-fold predictions too.
 
 # %%
-scores = None
-if holdout_frac or split in ("validation", "holdout"):
-    t1 = time.perf_counter()
-    ml = predict(InferJob(checkpoint=str(out_dir), test_csv=str(valid_path), shard_dir=str(scratch / "shards" / "validation"),
-                          output_csv=str(out_dir / HELDOUT_PREDICTIONS_FILE), batch_size=batch_size, max_len=max_len,
-                          prediction_column=label_col, text_col=text_col or None, collapsed="warn"),  # held-out rows, not a submission: the hand-off below judges the model
-                 rt, start_method)
-    ml_pred = pd.read_csv(ml.output, dtype={"id": str}, keep_default_na=False)
-    ml_auc, ml_auc_shown = auc_text(valid_df[label_col].to_numpy(), ml_pred[label_col].to_numpy(), str(valid_path))
-    by_lang = pd.read_csv(valid_path, dtype=str, keep_default_na=False, usecols=["id", "lang"]) if "lang" in pd.read_csv(valid_path, nrows=0).columns else None
-    what = {"validation": "held-out multilingual", "holdout": "held-out"}.get(split, "multilingual validation")
-    print(f"{what} ROC AUC: {ml_auc_shown} ({len(valid_df)} rows)")
-    per_lang, shown = {}, {}
-    if by_lang is not None:
-        joined = ml_pred.merge(by_lang, on="id").merge(valid_df[["id", label_col]].rename(columns={label_col: "truth"}), on="id")
-        for lang, g in joined.groupby("lang"):
-            per_lang[lang], shown[lang] = auc_text(g["truth"].to_numpy(), g[label_col].to_numpy(), f"lang {lang}")
-        display(pd.Series(shown, name="ROC AUC").to_frame().T)
-    scores = {"rows": what, "csv": str(valid_path), "split": split, "roc_auc": ml_auc, "per_language": per_lang,
-              "num_rows": len(valid_df), "predict_seconds": time.perf_counter() - t1}
-    save_scores(out_dir, scores)
-if folds:
-    print(f"out-of-fold predictions of fold {fold}: {save_oof(out_dir, epoch_valid_path, label_col)}")
+scores = score_heldout(job, parts, rt, start_method)  # None: nothing is scored at the end (split "english", holdout_frac 0)
 
 # %% [markdown]
 # ## Hand-off check
-# The saved folder loads with `kitlib.models.model.load_classifier` (as the inference notebook loads
-# it) and predicts what the trained in-memory model predicted on the validation rows, at the run's
-# precision, within the gap that precision implies (`kitlib/training/handoff.py`). A model
+# The saved folder loads as the inference notebook loads it and predicts what the trained in-memory model
+# predicted on the validation rows, at the run's precision, within the gap that precision implies
+# (`kitlib/training/handoff.py`, `run_handoff`: the same call as the test-time kernel's). A model
 # whose held-out predictions say nothing (ROC AUC at most 0.5, or barely any spread: collapsed,
 # most often by a learning rate too high for a pretrained model) is refused here, by name, and the
-# folder is marked refused (`handoff_refused.json`): `model="auto"` never picks it later.
+# folder is marked refused (`handoff_refused.json`): `model="auto"` never picks it later. Every check
+# passed, the folder is marked ready (`handoff_passed.json`).
 
 # %%
-saved = pd.read_csv(out_dir / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
-refuse = refuses_collapse(trained["name"], random_on_purpose=model == TINY)  # the hand-off rule: the random tiny model (tests, rehearsals) gets a warning
-with handoff(out_dir) as passed:  # refused: marked so, model="auto" never picks it; every check passed: marked ready
-    held = passed["predictions"] = check_ready(kept_auc, saved[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scored, refuse=refuse)
-    if scores is not None:
-        check_ready(scores["roc_auc"], ml_pred[label_col].to_numpy(), lr=trained["lr"], recipe=trained["name"], what=scores["rows"], refuse=refuse)
-    print(held["problem"] or f"{scored} predictions: std {held['std']:.3f}, interquartile range {held['iqr']:.3f}")
-    fields = row_fields(read_csv_checked(epoch_valid_path, text_col=text_col or None, limit=valid_limit or None,
-                                         fields=bound_kind(job)[0].row_columns(epoch_valid_path)))  # the prompt's per-row fields
-    reload = passed["reload"] = check_reload(out_dir, epoch_valid_df["text"].tolist(), saved[label_col].to_numpy(), max_len,
-                                             history["precision"], label=label_col, fields=fields)
-    passed["heldout_auc"] = scores and scores["roc_auc"]
-print(f"reloaded checkpoint vs in-memory model on {reload['rows']} validation rows, both at {reload['precision']}: "
-      f"max |diff| = {reload['gap']:.2e} (a correct reload stays within {reload['tolerance']:g})")
-print(f"checkpoint ready for the inference notebook: {out_dir}")
+checks = run_handoff(job, history, parts.heldout_name, scores=scores, random_on_purpose=model == TINY)
+print(f"checkpoint ready for the inference notebook: {job.out_dir}")

@@ -186,3 +186,74 @@ def test_the_reload_tolerance_follows_the_weights_width(tmp_path):
         compare(eight, saved, saved - 0.3, named("fp32"), "reloaded")
     with pytest.raises(HandoffMismatch, match=r"both at fp32; a correct reload stays within 0\.0001"):
         compare(tmp_path, saved, saved + 0.069, named("fp32"), "reloaded")
+
+
+# --- issue 41 item 4: one hand-off call, both notebooks; the test-time path marks its folder ready too ---
+
+
+def _trained_folder(sharp_checkpoint, held_out, tmp_path, run_id: str):
+    """A folder as a finished run leaves it: the sharp tiny model, its kept held-out predictions (ids ``held:<i>``) and
+    a history; the held-out CSV (labels that the predictions rank perfectly) written in reverse order (read by id)."""
+    import json
+
+    from kitlib.checkpoint import HISTORY_FILE, VALID_PREDICTIONS_FILE
+
+    folder = tmp_path / run_id
+    shutil.copytree(sharp_checkpoint, folder)
+    ids = [f"held:{i}" for i in range(len(held_out))]
+    kept = _predict(folder, held_out, "fp32")
+    truth = (kept > np.median(kept)).astype(int)
+    pd.DataFrame({"id": ids[::-1], "comment_text": held_out[::-1], "toxic": truth[::-1]}).to_csv(tmp_path / "valid.csv", index=False)
+    pd.DataFrame({"id": ids, "toxic": kept}).to_csv(folder / VALID_PREDICTIONS_FILE, index=False)
+    history = {"run_id": run_id, "epochs": [{"epoch": 1, "valid_auc": 1.0}], "best": {"epoch": 1, "why": "the only one"},
+               "finished": True, "stopped": None, "recipe": {"name": "standard", "lr": 2e-5}, "precision": "fp32"}
+    (folder / HISTORY_FILE).write_text(json.dumps(history))
+    return folder, history
+
+
+def test_the_test_time_hand_off_is_the_training_notebooks_call_and_marks_the_folder_ready(sharp_checkpoint, held_out, tmp_path):
+    """run_handoff with the submission's InferJob (the test-time kernel): the kept predictions say something, the folder
+    predicts them again through predict(), and the folder ends marked ready with both checks (before issue 39 item 8
+    the kernel never wrote the mark; now it cannot, as the notebook calls only run_handoff)."""
+    import json
+
+    from kitlib.checkpoint import READY_FILE, not_ready
+    from kitlib.infer import InferJob
+    from kitlib.run.runtime import detect_runtime
+    from kitlib.training.handoff import run_handoff
+    from kitlib.training.job import TrainJob
+
+    folder, history = _trained_folder(sharp_checkpoint, held_out, tmp_path, "ttt-run")
+    job = TrainJob(checkpoint=str(sharp_checkpoint), train_csv=str(tmp_path / "valid.csv"), valid_csv=str(tmp_path / "valid.csv"),
+                   out_dir=str(folder), max_len=MAX_LEN, precision="fp32")
+    infer = InferJob(checkpoint=str(folder), test_csv=str(SAMPLE / "test.csv"), shard_dir=str(tmp_path / "shards"),
+                     output_csv=str(tmp_path / "submission.csv"), max_len=MAX_LEN, precision="fp32")
+    assert not_ready(folder)[0] == "unchecked"
+    checks = run_handoff(job, history, "held-out", predict_job=infer, rt=detect_runtime(1, "cpu"))
+    assert checks["predicted"]["rows"] == len(held_out) and checks["predicted"]["gap"] < 1e-4
+    assert checks["predictions"]["std"] > 0.05 and checks["heldout_auc"] == 1.0 and "reload" not in checks
+    mark = json.loads((folder / READY_FILE).read_text())
+    assert (mark["run_id"], sorted(mark["checks"])) == ("ttt-run", ["heldout_auc", "predicted", "predictions"])
+    assert not_ready(folder) is None and not (tmp_path / "submission.csv").exists()
+
+
+def test_the_training_notebooks_hand_off_reloads_on_the_cpu_and_refuses_a_collapsed_model(sharp_checkpoint, held_out, tmp_path):
+    """The same call without an InferJob (the training notebook's): the folder reloaded on the CPU predicts its kept
+    rows (read by id from a held-out file in another order) within fp32's 1e-4, and is marked ready; a run whose
+    kept predictions barely vary is refused by name and marked refused, never ready."""
+    from kitlib.checkpoint import READY_FILE, VALID_PREDICTIONS_FILE, not_ready
+    from kitlib.outputs.collapse import CollapsedModelError
+    from kitlib.training.handoff import run_handoff
+    from kitlib.training.job import TrainJob
+
+    folder, history = _trained_folder(sharp_checkpoint, held_out, tmp_path, "xla-run")
+    job = TrainJob(checkpoint=str(sharp_checkpoint), train_csv=str(tmp_path / "valid.csv"), valid_csv=str(tmp_path / "valid.csv"),
+                   out_dir=str(folder), max_len=MAX_LEN, precision="fp32")
+    checks = run_handoff(job, history, "held-out English")
+    assert checks["reload"]["rows"] == len(held_out) and checks["reload"]["gap"] < 1e-5
+    assert not_ready(folder) is None and (folder / READY_FILE).is_file()
+    flat, flat_history = _trained_folder(sharp_checkpoint, held_out, tmp_path / "flat", "flat-run")
+    pd.DataFrame({"id": [f"held:{i}" for i in range(len(held_out))], "toxic": 0.5}).to_csv(flat / VALID_PREDICTIONS_FILE, index=False)
+    with pytest.raises(CollapsedModelError, match="its held-out English predictions barely vary"):
+        run_handoff(TrainJob(**{**job.__dict__, "out_dir": str(flat)}), flat_history, "held-out English")
+    assert not_ready(flat)[0] == "refused" and not (flat / READY_FILE).exists()

@@ -13,8 +13,8 @@ A folder the hand-off refused must not be used later by accident: :func:`refusal
 :data:`kitlib.checkpoint.REFUSED_FILE` into it, which ``model="auto"`` skips and an inference run
 that names the folder refuses (:func:`kitlib.models.model.resolve_checkpoint`), and the error says so. A folder
 every check passed is marked ready by :func:`mark_passed` (:data:`kitlib.checkpoint.READY_FILE`): the rule of
-ready is :func:`kitlib.checkpoint.not_ready`'s. Both training notebooks run their checks inside :func:`handoff`,
-which writes one mark or the other.
+ready is :func:`kitlib.checkpoint.not_ready`'s. Both training notebooks run the hand-off as one call,
+:func:`run_handoff`: its checks inside :func:`handoff`, which writes one mark or the other.
 """
 from __future__ import annotations
 
@@ -243,3 +243,73 @@ def handoff(out_dir: str | os.PathLike):
     with refusal_marked(out_dir):
         yield checks
     mark_passed(out_dir, checks)
+
+
+def run_handoff(job, history: dict, heldout_name: str = "held-out", *, scores: dict | None = None,
+                random_on_purpose: bool = False, predict_job=None, rt=None, start_method: str = "fork") -> dict:
+    """The hand-off as one call, the same in both training notebooks: every check inside :func:`handoff`, so the
+    folder ``job.out_dir`` ends marked ready (every check passed, with what each found) or refused, printing each.
+
+    1. ``predictions``: the kept epoch's held-out predictions (:data:`kitlib.checkpoint.VALID_PREDICTIONS_FILE`) say
+       something (:func:`kitlib.outputs.collapse.check_ready`: ROC AUC above chance, a spread); a model random on
+       purpose (:func:`kitlib.outputs.collapse.refuses_collapse`) gets a warning instead.
+    2. With ``scores`` (:func:`kitlib.cv.heldout.score_heldout`): the rows scored at the end say something too.
+    3. The saved folder is the trained model: ``reload``, reloaded on the CPU as the inference notebook loads it
+       (:func:`check_reload`), or, with ``predict_job``, ``predicted`` again through :func:`kitlib.infer.predict` on
+       ``rt``, the path the submission takes (:func:`check_predicted`: the test-time kernel).
+
+    Args:
+        job: the run's :class:`kitlib.training.job.TrainJob`.
+        history: what :func:`kitlib.training.train.train` returned (its kept epoch, recipe and precision are read).
+        heldout_name: what the held-out rows are called (:data:`kitlib.cv.heldout.HELDOUT_NAMES`), in the messages.
+        scores: the scores of the rows scored at the end, or None.
+        random_on_purpose: the model was asked for as the random tiny one (``model="tiny-random"``).
+        predict_job, rt, start_method: the :class:`kitlib.infer.InferJob` the submission is predicted with and its
+            runtime; None: the CPU reload.
+
+    Returns:
+        The checks as the ready mark records them: ``predictions``, ``reload`` or ``predicted``, ``heldout_auc``
+        (the rows scored at the end, else the kept epoch's held-out ROC AUC).
+
+    Raises:
+        kitlib.outputs.collapse.CollapsedModelError, HandoffMismatch: refused (the folder marked so: :func:`refusal_marked`).
+    """
+    import pandas as pd
+
+    from ..checkpoint import VALID_PREDICTIONS_FILE, kept_epoch
+    from ..outputs.collapse import check_ready, refuses_collapse
+
+    recipe, label = history["recipe"], job.label_col
+    kept_auc = kept_epoch(history).get("valid_auc", float("nan"))
+    saved = pd.read_csv(Path(job.out_dir) / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
+    ready = dict(lr=recipe["lr"], recipe=recipe["name"], refuse=refuses_collapse(recipe["name"], random_on_purpose))
+    with handoff(job.out_dir) as passed:
+        held = passed["predictions"] = check_ready(kept_auc, saved[label].to_numpy(), what=heldout_name, **ready)
+        print(held["problem"] or f"{heldout_name} ROC AUC {kept_auc:.4f} ({held['rows']} rows); predictions: std "
+              f"{held['std']:.3f}, interquartile range {held['iqr']:.3f}")
+        if scores is not None:
+            final = pd.read_csv(scores["predictions"], dtype={"id": str}, keep_default_na=False)
+            check_ready(scores["roc_auc"], final[label].to_numpy(), what=scores["rows"], **ready)
+        if predict_job is None:
+            again = passed["reload"] = _reload_kept(job, saved, history["precision"])
+            print(f"reloaded checkpoint vs in-memory model on {again['rows']} validation rows, both at {again['precision']}: "
+                  f"max |diff| = {again['gap']:.2e} (a correct reload stays within {again['tolerance']:g})")
+        else:
+            again = passed["predicted"] = check_predicted(predict_job, job.valid_csv, history["precision"], rt, start_method)
+            print(f"predicted again: the first {again['rows']} held-out rows within {again['gap']:.2g} of the trained "
+                  f"model's (tolerance {again['tolerance']:g} at {again['precision']})")
+        passed["heldout_auc"] = scores["roc_auc"] if scores is not None else kept_auc
+    return passed
+
+
+def _reload_kept(job, saved, precision: str) -> dict:
+    """:func:`check_reload` of ``job.out_dir`` on the held-out rows the run kept predictions of (``saved``: ``id`` and
+    the label column), their texts and prompt fields read from ``job.valid_csv`` as training read them, by id."""
+    from ..data import read_csv_checked, row_fields
+    from .plan import bound_kind
+
+    fields = bound_kind(job)[0].row_columns(job.valid_csv)  # the prompt's per-row fields
+    held = read_csv_checked(job.valid_csv, text_col=job.text_col, limit=job.valid_limit, fields=fields)
+    held = held.set_index("id").loc[saved["id"]].reset_index()
+    return check_reload(job.out_dir, held["text"].tolist(), saved[job.label_col].to_numpy(), job.max_len, precision,
+                        label=job.label_col, fields=row_fields(held))

@@ -1,4 +1,6 @@
-"""What to train: :class:`TrainJob` (a frozen job config, nothing about the devices) and its checks.
+"""What to train: :class:`TrainJob` (a frozen job config, nothing about the devices), its checks, and the job a
+training notebook's parameters ask for (:func:`job_from_params`; the test-time kernel's prediction job:
+:func:`predict_job_from_params`).
 
 ``train(job, rt)`` (:mod:`kitlib.training.train`) takes a :class:`TrainJob`; :func:`check_labels` reads
 the labels the replicas will train on, in the calling process, before any of them starts (the one read
@@ -6,7 +8,10 @@ of the training CSV there: :mod:`kitlib.training.plan` counts its rows from it).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -23,6 +28,10 @@ MONITORS = {"valid_auc": True, "valid_loss": False}
 
 
 PATH_FIELDS = ("checkpoint", "train_csv", "valid_csv", "out_dir", "compile_cache_dir", "rank_states_dir")  # TrainJob's paths
+# TrainJob fields no notebook parameter sets by name: the split, the model folder, the runtime and the cache give them
+# (job_from_params); every other field is set by the notebook parameter of its name, where the notebook has one.
+DERIVED_FIELDS = (*PATH_FIELDS, "time_budget_s", "tags")
+UNSET_FIELDS = ("text_col", "train_limit", "valid_limit")  # a notebook's "" or 0 is the job's None (the kit's choice, all rows)
 
 
 @dataclass(frozen=True)
@@ -204,3 +213,94 @@ def check_labels(job: TrainJob) -> np.ndarray | None:
         if reason:
             print(f"note: {reason}: its ROC AUC will be undefined (the validation loss is still reported)")
     return train_labels
+
+
+def job_from_params(params: Mapping, rt, split, *, default_out_dir: str | Path | None = None, **fields) -> TrainJob:
+    """The :class:`TrainJob` a training notebook's parameters ask for: one call, both training notebooks.
+
+    Every field of :class:`TrainJob` but :data:`DERIVED_FIELDS` is the notebook parameter of its name, where the
+    notebook has one (``""`` or ``0`` for :data:`UNSET_FIELDS` read as None); else the field's default. The others:
+
+    * ``checkpoint``: the ``model`` parameter resolved once, here, to a local folder that every replica loads
+      (:func:`kitlib.models.model.resolve_checkpoint` for training: ``"auto"`` looks under ``/kaggle/input``);
+    * ``train_csv``, ``valid_csv``, ``tags``: the split's (:func:`kitlib.cv.heldout.make_split`: the training rows,
+      the held-out rows scored every epoch, a fold's tags);
+    * ``out_dir``: a fold's folder (the split's), else the ``output_dir`` parameter, else ``default_out_dir`` in the
+      working folder (:func:`kitlib.paths.working_dir`; None: :data:`kitlib.paths.TRAINED_CHECKPOINT`);
+    * ``compile_cache_dir``: ``<cache_dir>/xla-compile`` (``cache_dir`` ``""``: :func:`kitlib.paths.scratch_dir`);
+    * ``time_budget_s``: the ``time_budget_minutes`` parameter on ``rt``'s hardware
+      (:func:`kitlib.training.session.time_budget`; none without that parameter).
+
+    Args:
+        params: the notebook's parameters (its ``globals()``); ``model`` is required.
+        rt: the runtime (:func:`kitlib.run.runtime.detect_runtime`).
+        split: the run's rows, a :class:`kitlib.cv.heldout.Split` (its ``train_csv``, ``heldout_csv``, ``out_dir``,
+            ``tags``, ``data_dir`` and ``sources`` are read).
+        default_out_dir: the notebook's checkpoint folder, relative to the working folder.
+        fields: TrainJob fields set here, over all of the above (the test-time kernel's ``resume="never"``).
+
+    Raises:
+        ValueError: a parameter :class:`TrainJob` refuses (named: ``TrainJob.<field>``); FileNotFoundError:
+            ``model="auto"`` found no checkpoint off the bundled sample (what to attach named).
+    """
+    from .. import paths
+    from ..models.model import resolve_checkpoint
+    from ..storage import as_path
+    from .session import time_budget
+
+    named = {f.name: params[f.name] for f in dataclasses.fields(TrainJob) if f.name in params and f.name not in DERIVED_FIELDS}
+    named.update({k: named[k] or None for k in UNSET_FIELDS if k in named})
+    root = paths.project_root()
+    cache = as_path(params["cache_dir"]) if params.get("cache_dir") else paths.scratch_dir(root)
+    out_dir = split.out_dir or (as_path(params["output_dir"]) if params.get("output_dir") else
+                                paths.working_dir(root) / (default_out_dir or paths.TRAINED_CHECKPOINT))
+    checkpoint = resolve_checkpoint(params["model"], data_dir=split.data_dir, cache_dir=cache, search_dir=paths.kaggle_input_dir(),
+                                    real_data=paths.is_competition_data(split.data_dir), purpose="training",
+                                    data_files=list(split.sources))
+    if "time_budget_s" not in fields:
+        minutes = params.get("time_budget_minutes", 0)
+        fields["time_budget_s"] = time_budget(minutes, rt.backend.hardware)
+    return TrainJob(**{**named, "checkpoint": str(checkpoint), "train_csv": str(split.train_csv),
+                       "valid_csv": str(split.heldout_csv), "out_dir": str(out_dir), "tags": dict(split.tags),
+                       "compile_cache_dir": str(cache / "xla-compile"), **fields})
+
+
+def predict_job_from_params(params: Mapping, job: TrainJob, split):
+    """The test-time kernel's prediction job: the folder ``job`` trains (``job.out_dir``, not there yet) predicts the
+    test set ``split.test_csv`` into the submission, with the run's settings (batch, length, precision, kind, prompt,
+    weights, label and text column).
+
+    The submission is the ``output_csv`` parameter (``""``: ``<working folder>/submission.csv``), checked against
+    ``sample_submission`` (``""``: ``<data_dir>/sample_submission.csv``; ``"none"``: none, the test set's order), its
+    column by the one rule (:func:`kitlib.outputs.submission_csv.choose_prediction_column`), and a submission that
+    barely varies refused unless the model is random on purpose (:func:`kitlib.outputs.collapse.policy_for`).
+
+    Args:
+        params: the notebook's parameters (its ``globals()``).
+        job: the run's :class:`TrainJob` (:func:`job_from_params`).
+        split: the run's :class:`kitlib.cv.heldout.Split` (the test-time split: ``test_csv`` and ``data_dir`` are read).
+
+    Returns:
+        A :class:`kitlib.infer.InferJob`.
+
+    Raises:
+        ValueError: ``id_col`` other than ``id`` (:func:`kitlib.outputs.submission_csv.check_id_col`), or a sample
+            submission with no one prediction column.
+    """
+    from .. import paths
+    from ..infer import InferJob
+    from ..models.model import TINY
+    from ..outputs.collapse import policy_for
+    from ..outputs.submission_csv import check_id_col, choose_prediction_column
+    from ..storage import as_path
+
+    check_id_col(params.get("id_col", "id"))
+    sample = params.get("sample_submission", "")
+    sample = None if sample.lower() == "none" else as_path(sample) if sample else split.data_dir / "sample_submission.csv"
+    output = as_path(params["output_csv"]) if params.get("output_csv") else paths.working_dir() / "submission.csv"
+    column = choose_prediction_column("", sample, job.label_col, label_parameter="label_col")
+    return InferJob(checkpoint=job.out_dir, test_csv=str(split.test_csv), shard_dir=str(paths.scratch_dir() / "shards" / "ttt"),
+                    output_csv=str(output), sample_submission=str(sample) if sample else "none", batch_size=job.batch_size,
+                    max_len=job.max_len, precision=job.precision, prediction_column=column, label=job.label_col,
+                    text_col=job.text_col, kind=job.kind, prompt=job.prompt, weights=job.weights,
+                    collapsed=policy_for(split.test_csv, random_on_purpose=params.get("model") == TINY))

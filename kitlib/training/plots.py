@@ -1,4 +1,5 @@
-"""The training notebooks' figures: the held-out ROC curve, and the figure file saved beside the checkpoint.
+"""The training notebooks' figures: the held-out ROC curve, a torch run's curves (:func:`plot_run`), and the figure
+file saved beside the checkpoint.
 
 Both training notebooks (torch: ``xla_ddp_train``; Keras: ``keras_xlmr_train``) draw their curves
 (loss and ROC AUC per epoch) and the held-out rows' ROC curve (:func:`plot_roc`) in one figure
@@ -60,3 +61,45 @@ def save_figure(fig, folder: str | os.PathLike, name: str = CURVES_FILE) -> Path
     path = Path(folder) / name
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=80))
     return path
+
+
+def plot_run(history: dict, job, heldout_name: str = "held-out"):
+    """The torch training notebook's figure of a run: the loss (the master's step loss, each epoch's training and
+    validation loss), the held-out ROC AUC per epoch with the kept one starred, and the kept epoch's ROC curve
+    (:func:`plot_roc`) on the held-out rows (``job.valid_csv`` against :data:`kitlib.checkpoint.VALID_PREDICTIONS_FILE`).
+
+    Args:
+        history: what :func:`kitlib.training.train.train` returned.
+        job: the run's :class:`kitlib.training.job.TrainJob`.
+        heldout_name: what the held-out rows are called (:data:`kitlib.cv.heldout.HELDOUT_NAMES`).
+
+    Returns:
+        The matplotlib figure (three axes), for :func:`save_figure`.
+    """
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from ..checkpoint import VALID_PREDICTIONS_FILE, kept_epoch
+    from ..data import read_csv_checked
+
+    epochs = pd.DataFrame(history["epochs"]).set_index("epoch")
+    best = kept_epoch(history)
+    fig, (ax_loss, ax_auc, ax_roc) = plt.subplots(1, 3, figsize=(16, 3.8))
+    if history["step_loss"]:
+        steps, losses = zip(*history["step_loss"])
+        ax_loss.plot(steps, losses, ".-", alpha=0.5, label="step loss (master)")
+    per_epoch = [e * history["steps_per_epoch"] for e in epochs.index]
+    ax_loss.plot(per_epoch, epochs["train_loss"], "o-", label="train loss (all replicas)")
+    ax_loss.plot(per_epoch, epochs["valid_loss"], "s-", label="validation loss")
+    ax_loss.set(xlabel="step", ylabel="binary cross-entropy", title="Loss")
+    ax_loss.legend()
+    ax_auc.plot(epochs.index, epochs["valid_auc"], "o-")
+    ax_auc.plot([best["epoch"]], [best["valid_auc"]], "*", markersize=14, label=f"kept (epoch {best['epoch']})")
+    ax_auc.legend()
+    ax_auc.set(xlabel="epoch", ylabel="ROC AUC", title="Validation ROC AUC", xticks=list(epochs.index))
+    kept = pd.read_csv(Path(job.out_dir) / VALID_PREDICTIONS_FILE, dtype={"id": str}, keep_default_na=False)
+    truth = read_csv_checked(job.valid_csv, text_col=job.text_col, label_cols=(job.label_col,), limit=job.valid_limit)
+    kept = kept.merge(truth[["id", job.label_col]].rename(columns={job.label_col: "truth"}), on="id")
+    plot_roc(ax_roc, kept["truth"], kept[job.label_col], name=f"{heldout_name}, epoch {best['epoch']}")
+    fig.tight_layout()
+    return fig

@@ -124,3 +124,13 @@ def _record_run(plan: Plan, history: dict, started: float) -> None:
         "tags": job.tags, "best_epoch": best.get("epoch"), "monitor": best.get("monitor"), "best_value": best.get("value"),
         "valid_auc": kept.get("valid_auc"), "train_seconds": round(float(history.get("train_seconds") or 0.0), 1),
         "params": asdict(job)})
+
+
+def describe_kept(history: dict, heldout_name: str = "held-out") -> str:
+    """One line on what a run's folder holds: ``kept epoch <e> of <n> (<why>); <heldout_name> ROC AUC <auc>`` (or
+    why it is undefined), and why it stopped early if it did; ``history`` is :func:`train`'s."""
+    best, kept = history.get("best") or {}, kept_epoch(history)
+    auc = kept.get("valid_auc", float("nan"))
+    return (f"kept epoch {best.get('epoch')} of {len(history.get('epochs') or [])} ({best.get('why')}); {heldout_name} ROC AUC "
+            + (f"{auc:.4f}" if auc == auc else "undefined (one class only; the epoch lines above say which)")
+            + (f"; stopped early: {history['stopped']}" if history.get("stopped") else ""))
