@@ -127,8 +127,7 @@ def test_another_mesh_rank_or_base_does_not_continue_the_state(run, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_trained_folder_is_ready_recorded_found_and_publishable(run, tmp_path):
-    from kaggle_kit.publish import PublishError, _checkpoint_folder
+def test_the_trained_folder_is_ready_recorded_and_found(run, tmp_path):
     from kitlib.training.runs import read_runs
 
     out, r = run
@@ -152,8 +151,25 @@ def test_the_trained_folder_is_ready_recorded_found_and_publishable(run, tmp_pat
     with pytest.raises(ValueError, match="is not ready: its run did not finish"):
         find_adapter(str(unfinished))
     assert not_ready(unfinished)[0] == "unfinished"
+
+
+@pytest.mark.slow
+def test_publish_takes_the_ready_sharded_folder_only(run, tmp_path):
+    """kaggle_kit publish (the push environment's, not the Kaggle image's) takes the folder and refuses an unfinished copy."""
+    from kaggle_kit.publish import PublishError, _checkpoint_folder
+
+    folder = run[0] / "cut"
     assert _checkpoint_folder(str(folder), None, tmp_path)[0] == folder
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(folder, unfinished)
+    history = json.loads((folder / HISTORY_FILE).read_text())
+    (unfinished / HISTORY_FILE).write_text(json.dumps({**history, "finished": False}))
     with pytest.raises(PublishError, match="is not ready to publish: its run did not finish"):
+        _checkpoint_folder(str(unfinished), None, tmp_path)
+    shutil.rmtree(unfinished)
+    unfinished.mkdir()
+    (unfinished / "notes.txt").write_text("no record")
+    with pytest.raises(PublishError, match="not a checkpoint folder \\(no config.json, nor a sharded Keras run's"):
         _checkpoint_folder(str(unfinished), None, tmp_path)
 
 
