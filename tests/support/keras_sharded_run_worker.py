@@ -37,7 +37,7 @@ MESH, BATCH, LENGTH = (2, 4), 8, 16
 
 
 def job(folder: str, **kw) -> sharded_run.ShardedJob:
-    return sharded_run.ShardedJob(model="tiny", mesh=MESH, lora_rank=2, max_len=LENGTH, batch_size=BATCH, steps=6,
+    return sharded_run.ShardedJob(model="tiny-random", mesh=MESH, lora_rank=2, max_len=LENGTH, batch_size=BATCH, steps=6,
                                   lr=1e-2, width="fp32", out_dir=str(out / folder), train_csv=str(SAMPLE / "train.csv"),
                                   valid_csv=str(SAMPLE / "validation.csv"), train_limit=96, valid_limit=32,
                                   save_every=2, **kw)
