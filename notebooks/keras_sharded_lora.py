@@ -138,7 +138,7 @@ print(f"held-out ROC AUC {shown} on {len(valid)} rows; " + ", ".join(f"{k} {v:.4
 # ## Save, reload and hand off
 # The folder holds the LoRA matrices, the head, the base's record, the history and the held-out predictions. The
 # trained copy is dropped and the folder loaded on the mesh; it must predict the held-out rows as the trained model
-# did (marked ready, or refused), and its row goes in the runs table.
+# did (marked ready, or refused). The run's row goes in the runs table first, so a refused run is recorded too.
 
 # %%
 import gc
@@ -146,11 +146,11 @@ import gc
 from kitlib.training.runs import save_scores
 
 folder = sharded_run.save_run(clf, job, history, valid["id"], valid_prob, auc)
+table = sharded_run.record_run(job, history, started, settings)  # recorded before the hand-off, as the torch side's
 del clf
 gc.collect()
 clf = sharded.load_adapter(folder, job.mesh, batch=batch_size, length=max_len, base=base, log=None)
 checks = sharded_run.handoff_check(clf, folder, valid_ids, valid_mask, auc, refuse_collapse=base.preset is not None)
-table = sharded_run.record_run(job, history, started, settings)
 save_scores(folder, {"roc_auc": auc, "per_language": per_lang, "rows": len(valid)})
 print(f"saved {folder}: hand-off {checks['reload']}; run {history['run_id']} in {table}")
 
