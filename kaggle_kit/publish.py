@@ -33,7 +33,7 @@ LICENCE = "other"  # Kaggle's licence name for "see the description" (each check
 # their sharded indexes; PEFT's adapter_model.*; TF/Flax/Keras weights): a folder without one is a
 # config, not a checkpoint.
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", "*.h5", "*.keras",
-                   "*.msgpack", "*.pt", "*.pth")
+                   "*.msgpack", "*.pt", "*.pth", "*.npz")  # .npz: a sharded Keras run's LoRA and head (kitlib.keras.sharded)
 
 
 class PublishError(RuntimeError):
@@ -73,14 +73,17 @@ def check_ready(folder: Path, what: str) -> None:
 def _checkpoint_folder(source: str, api, scratch: Path) -> tuple[Path, str]:
     """The folder to publish for ``source`` and a description of it.
 
-    ``source``: a folder holding ``config.json``; a packaged name (``kitlib.models.packaged.PRETRAINED``,
+    ``source``: a folder holding ``config.json`` (or a sharded Keras run's record: its base stays where it is);
+    a packaged name (``kitlib.models.packaged.PRETRAINED``,
     converted here); or ``owner/kernel-slug[/N]``, a kernel version whose output holds the
     training notebook's checkpoint (:data:`CHECKPOINT`).
     """
+    from kitlib.keras.sharded import RECORD_FILE
+
     folder = Path(source).expanduser()
     if folder.is_dir():
-        if not (folder / "config.json").is_file():
-            raise PublishError(f"{folder}: not a checkpoint folder (no config.json)")
+        if not (folder / "config.json").is_file() and not (folder / RECORD_FILE).is_file():
+            raise PublishError(f"{folder}: not a checkpoint folder (no config.json, nor a sharded Keras run's {RECORD_FILE})")
         check_weights(folder, "the folder")
         check_ready(folder, "the folder")
         return folder, f"the folder {folder}"

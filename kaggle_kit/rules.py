@@ -267,19 +267,20 @@ def notebook_parameter(nb, name: str):
     return value
 
 
-# the kitlib calls a notebook resolves its `model` parameter with (kitlib.infer.resolve_members passes its
-# keywords on to kitlib.models.model.resolve_checkpoint)
-MODEL_RESOLVERS = ("resolve_checkpoint", "resolve_members")
-# the kitlib calls that resolve the notebook's `model` parameter for training from its parameters (the training notebooks'
-# kitlib.training.job.job_from_params(globals(), ...) passes purpose="training" to resolve_checkpoint)
-TRAINING_JOB_BUILDERS = ("job_from_params",)
+# the kitlib calls a notebook resolves its `model` parameter with -> the purpose when the call names none
+# (kitlib.infer.resolve_members passes its keywords on to kitlib.models.model.resolve_checkpoint;
+# kitlib.keras.sharded_run.resolve_base resolves the decoder the sharded notebook trains LoRA on; the training
+# notebooks' kitlib.training.job.job_from_params(globals(), ...) resolves it with purpose="training")
+MODEL_RESOLVERS = {"resolve_checkpoint": "inference", "resolve_members": "inference", "resolve_base": "training",
+                   "job_from_params": "training"}
 
 
 def model_purpose(nb) -> str | None:
     """What the notebook resolves its ``model`` for: the ``purpose=`` literal of its call of one of
     :data:`MODEL_RESOLVERS` on ``model`` (another parameter resolved so, the inference notebook's ``base_model``,
-    is not what it predicts with) (``"training"``; kitlib.models.model's default ``"inference"`` when the call
-    names none), or ``"training"`` for a call of one of :data:`TRAINING_JOB_BUILDERS`; None when the notebook calls none."""
+    is not what it predicts with) (``"training"``; when the call names none, the resolver's default in the table:
+    kitlib.models.model's ``"inference"``, the sharded decoder's and the training job builder's ``"training"``); None
+    when the notebook calls none."""
     import ast
 
     found = None
@@ -291,12 +292,11 @@ def model_purpose(nb) -> str | None:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in TRAINING_JOB_BUILDERS:
-                found = "training"
-            elif (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in MODEL_RESOLVERS
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in MODEL_RESOLVERS
                     and getattr(node.args[0] if node.args else None, "id", "model") == "model"):  # (not base_model's)
                 kw = {k.arg: k.value for k in node.keywords}
-                found = kw["purpose"].value if isinstance(kw.get("purpose"), ast.Constant) else "inference"
+                name = getattr(node.func, "id", getattr(node.func, "attr", None))
+                found = kw["purpose"].value if isinstance(kw.get("purpose"), ast.Constant) else MODEL_RESOLVERS[name]
     return found
 
 
@@ -312,7 +312,7 @@ def _auto_model(c: Checked) -> list[str]:
         return ["model_sources: the notebook trains with model='auto', which needs a pretrained checkpoint attached "
                 "(none in model_sources or dataset_sources, and enable_internet is false): on Kaggle it would refuse "
                 "after the session started. Attach one (e.g. \"model_sources\": [\"<owner>/xlm-roberta/transformers/"
-                "base/1\"]), or pass -p model=tiny-random for a smoke run"]
+                "base/1\"], or a decoder to shard), or pass -p model=tiny-random for a smoke run"]
     if purpose == "inference" and not has["kernel_sources"] and not has["dataset_sources"]:
         return ["kernel_sources: the notebook predicts with model='auto', which loads a trained checkpoint from an "
                 "attached training kernel or data set, and none is attached: on Kaggle it would refuse after the session "

@@ -39,6 +39,7 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.training.session`: how long this session may still run (Kaggle's limits, the time budget).
   * :mod:`kitlib.training.deadline`: train and predict before a deadline: a probe of the step and predict times, the run that fits.
   * :mod:`kitlib.training.handoff`: the saved checkpoint predicts what the trained model predicted.
+  * :mod:`kitlib.training.marks`: the ready and refused marks a hand-off leaves, and the block that writes one.
   * :mod:`kitlib.training.plots`: the held-out ROC curve, and the figure file saved beside the checkpoint.
 * :mod:`kitlib.models`: where a model comes from and what it can take.
 
@@ -77,7 +78,9 @@ The map: each sub-package and module, one job each.
   :mod:`~kitlib.keras.chip_plan` (the memory plan per chip, refused when it cannot fit; a TPU v5e-8's table),
   :mod:`~kitlib.keras.sharded` (LoRA on the backbone, the last-token head, train, save and load),
   :mod:`~kitlib.keras.sharded_predict` (predict on the same mesh, rows over "batch", one shard merged into the submission),
-  :mod:`~kitlib.keras.hf_decoder` (a real transformers decoder folder, SmolLM2-135M, as its base; its rows tokenized).
+  :mod:`~kitlib.keras.hf_decoder` (a real transformers decoder folder, SmolLM2-135M, as its base; its rows tokenized),
+  :mod:`~kitlib.keras.sharded_run` (the run as the kit's surfaces take it: the base by name, identity and resume, the
+  trained folder's history, hand-off marks and runs-table row; notebooks/keras_sharded_lora).
 * Shared leaves:
 
   * :mod:`kitlib.checkpoint`: everything about a trained folder: its file names (history, scores, ``kitlib-source.json``),

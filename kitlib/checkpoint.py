@@ -13,9 +13,9 @@ kept (``TrainJob.monitor``: the best held-out ROC AUC by default) and:
 * :data:`SCORES_FILE` (``heldout_scores.json``): the held-out scores measured through the inference path
   (:func:`kitlib.training.runs.save_scores`);
 * :data:`REFUSED_FILE` (``handoff_refused.json``), only in a folder the hand-off refused: why
-  (:func:`kitlib.training.handoff.refusal_marked`);
+  (:func:`kitlib.training.marks.refusal_marked`);
 * :data:`READY_FILE` (``handoff_passed.json``), written last when every check of the hand-off passed
-  (:func:`kitlib.training.handoff.mark_passed`).
+  (:func:`kitlib.training.marks.mark_passed`).
 
 **Ready** (:func:`not_ready`, the rule's one home): a kit-trained folder is ready only when its run finished
 and its hand-off passed; ``model="auto"`` never picks one that is not, and naming one is refused.
@@ -50,10 +50,13 @@ READY_FILE = "handoff_passed.json"  # written last by the hand-off when it passe
 # not_ready's kinds: "refused" and "unfinished" are never used by model="auto"; "unchecked" is named in a warning
 NOT_READY_KINDS = ("refused", "unfinished", "unchecked")
 SOURCE_FILE = "kitlib-source.json"  # written last into a packaged or converted checkpoint: where it came from
-MODEL_SETTINGS = ("kind", "prompt", "answer_tokens", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "weights")
+MODEL_SETTINGS = ("kind", "prompt", "answer_tokens", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "weights",
+                  "mesh")
 """What makes the trained model besides its starting folder and rows (the rule's one home, issue 39): the kind, the
-prompt and yes/no token ids it asks, LoRA's settings and the base's width under them, as the run resolved them
-(:attr:`kitlib.training.plan.Plan.model_settings`; the history's and the state's ``model_settings``). A state
+prompt and yes/no token ids it asks, LoRA's settings and the base's width under them, and the device mesh a sharded run
+lays its frozen weights over (``[batch, model]`` chips: :mod:`kitlib.keras.sharded_run`; None on the torch side, one
+copy per device), as the run resolved them (:attr:`kitlib.training.plan.Plan.model_settings`,
+:func:`kitlib.keras.sharded_run.model_settings`; the history's and the state's ``model_settings``). A state
 continues only a run that makes its model so (else refused: :func:`kitlib.training.resume.belongs`), and a
 group's members agree on each (:func:`kitlib.infer.check_settings`): never continued or blended across."""
 

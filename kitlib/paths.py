@@ -120,3 +120,5 @@ CV_GROUP = Path("artifacts") / "cv"  # the training notebook's group folder with
 TTT_CHECKPOINT = Path("artifacts") / "ttt-model"  # the test-time training notebook's model (its adapters with LoRA)
 # The Keras training notebook saves its .keras model here.
 KERAS_MODEL = Path("artifacts") / "keras-xlmr" / "model.keras"
+# The sharded LoRA notebook (notebooks/keras_sharded_lora.py) saves its adapters, head and base record here.
+SHARDED_ADAPTER = Path("artifacts") / "keras-sharded-lora"

@@ -45,12 +45,15 @@ RECORDED_TORCH = {"all": 0.6487, "es": 0.6608, "it": 0.6191, "tr": 0.5871}
 
 
 def parse_mesh(text: str) -> tuple:
-    """``"2x4"`` -> ``(2, 4)``; raises ``argparse.ArgumentTypeError`` naming the form."""
+    """``"2x4"`` -> ``(2, 4)`` (:func:`kitlib.keras.sharded_run.parse_mesh`) on at most the 8 virtual devices; raises
+    ``argparse.ArgumentTypeError`` naming the form."""
+    from kitlib.keras.sharded_run import parse_mesh as kit_parse_mesh
+
     try:
-        b, m = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"mesh {text!r}: give BATCHxMODEL, e.g. 2x4, 1x8, 8x1 or 1x1") from None
-    if b < 1 or m < 1 or b * m > 8:
+        b, m = kit_parse_mesh(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if b * m > 8:
         raise argparse.ArgumentTypeError(f"mesh {text!r}: two positive ints whose product is at most the 8 devices")
     return b, m
 

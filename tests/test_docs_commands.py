@@ -124,10 +124,13 @@ def test_kernels_md_dry_run_block_runs(tmp_path):
         '"model_sources": ["me/xlm-roberta/transformers/base/1"]}').replace(
         '"ttt_train_predict": {"title": "Test-time LoRA training and prediction", "accelerator": "gpu"}',
         '"ttt_train_predict": {"title": "Test-time LoRA training and prediction", "accelerator": "gpu", '
-        '"model_sources": ["me/qwen-3/transformers/4b/1"]}'))
+        '"model_sources": ["me/qwen-3/transformers/4b/1"]}').replace(
+        '"keras_sharded_lora": {"title": "Sharded decoder LoRA with Keras 3 on JAX", "accelerator": "tpu"}',
+        '"keras_sharded_lora": {"title": "Sharded decoder LoRA with Keras 3 on JAX", "accelerator": "tpu", '
+        '"model_sources": ["me/smollm2/transformers/135m/1"]}'))
     r = _run(block, repo, env)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "4 kernel(s) valid; dry run: nothing sent" in r.stdout and "1 kernel(s) valid; dry run: nothing sent" in r.stdout
+    assert "5 kernel(s) valid; dry run: nothing sent" in r.stdout and "1 kernel(s) valid; dry run: nothing sent" in r.stdout
     assert re.search(r"parameter +xla_multicore_inference", r.stdout) and re.search(r"max_len +256 \*", r.stdout), r.stdout
 
 

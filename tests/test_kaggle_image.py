@@ -4,7 +4,9 @@ on CPU, on slices of the sample:
 
 * inference on 2 PJRT CPU devices: one row per test row, 2 shards;
 * DDP training, one epoch on 2 replicas; its checkpoint is saved;
-* Keras on JAX with 2 emulated devices (what the TPU image's jax[tpu] + tensorflow-cpu can run).
+* Keras on JAX with 2 emulated devices (what the TPU image's jax[tpu] + tensorflow-cpu can run);
+* the sharded LoRA notebook on JAX with 8 emulated devices, mesh (2, 4), the tiny random decoder (the image's
+  jax and keras-hub; its run's folder ready, its submission one row per sample row).
 
 Marked ``kaggle_image`` and left out of a plain ``pytest`` run (the main suite runs the same notebooks
 with other settings); ``pytest -m kaggle_image`` runs them in any environment. The parameters are
@@ -97,3 +99,22 @@ def test_keras_notebook_on_jax_with_two_emulated_devices(tmp_path, monkeypatch):
     from kitlib import compat
 
     assert compat.version_report(compat.KERAS_PACKAGES) in text  # the setup cell says what it found
+
+
+def test_sharded_lora_notebook_on_jax_with_eight_emulated_devices(tmp_path, monkeypatch):
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    text = run_notebook("keras_sharded_lora", tmp_path, model="tiny-random", mesh="2x4", virtual_devices=8, steps=4, max_len=32,
+                        batch_size=8, train_limit=200, valid_limit=64, work_dir=str(tmp_path),
+                        cache_dir=str(tmp_path / "cache"))
+    assert "keras" in text and "on jax: 8 cpu device(s); width fp32" in text and "mesh (2, 4): 2 x 4 = 8 chips" in text
+    from kitlib.checkpoint import not_ready, read_history
+
+    folder = tmp_path / "artifacts" / "keras-sharded-lora"
+    history = read_history(folder)
+    assert not_ready(folder) is None and history["finished"] and history["model_settings"]["mesh"] == [2, 4]
+    sub = pd.read_csv(tmp_path / "submission.csv", dtype={"id": str}, keep_default_na=False)
+    assert sub["id"].tolist() == read_ids(SAMPLE / "sample_submission.csv") and sub["toxic"].between(0, 1).all()
+    from kitlib import compat
+
+    assert compat.version_report(compat.KERAS_PACKAGES) in text

@@ -238,6 +238,21 @@ def test_shipped_notebooks_that_would_surely_fail_are_refused(tmp_path):
     assert r.returncode == 0, r.stderr  # a smoke run named on purpose
 
 
+def test_the_sharded_notebook_as_shipped_is_refused_naming_what_to_attach(tmp_path):
+    """Issue 40 item 6: keras_sharded_lora pushed as it is (internet off, nothing attached) would refuse on Kaggle after
+    the session started (kitlib.keras.sharded_run.resolve_base): the push refuses first, naming what to attach."""
+    proj = tmp_path / "p"
+    make_project(proj, ["keras_sharded_lora"])
+    meta = json.loads((proj / "kernel-metadata.json").read_text())
+    del meta["notebooks"]["keras_sharded_lora"]["model_sources"]  # as shipped
+    (proj / "kernel-metadata.json").write_text(json.dumps(meta))
+    r = cli(["validate", "--owner", "t", *meta_args(proj, tmp_path / "b"), "keras_sharded_lora"])
+    assert r.returncode == 2 and "model_sources: the notebook trains with model='auto'" in r.stderr, r.stderr
+    assert "or a decoder to shard), or pass -p model=tiny-random for a smoke run" in r.stderr
+    r = cli(["validate", "--owner", "t", *meta_args(proj, tmp_path / "b"), "-p", "model=tiny-random", "keras_sharded_lora"])
+    assert r.returncode == 0, r.stderr
+
+
 def test_push_without_names_refuses_to_push_everything(tmp_path, repo_project):
     with FakeKaggle() as fake:
         env = fake.client_env(tmp_path / "cfg")

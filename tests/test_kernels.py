@@ -81,7 +81,7 @@ def make_project(tmp: Path, notebooks: list[str], entries: dict | None = None) -
             entry["uses"] = [u for u in entry["uses"] if u in notebooks]
             if not entry["uses"]:
                 del entry["uses"]
-    for name in ("xla_ddp_train", "ttt_train_predict"):  # model="auto" trains from an attached checkpoint
+    for name in ("xla_ddp_train", "ttt_train_predict", "keras_sharded_lora"):  # model="auto" trains from an attached checkpoint
         if name in meta["notebooks"]:
             meta["notebooks"][name]["model_sources"] = [ATTACHED_MODEL]
     meta["notebooks"]["fixture_kernel"] = {"title": "Fixture kernel for tests", "accelerator": "none"}
@@ -268,6 +268,24 @@ def test_the_inference_kernel_is_thin():
     assert not {"models/e5_convert.py", "models/gguf_convert.py", "models/smollm2.py"} & (thin | set(closures["xla_ddp_train"]))
     assert "compat/keras.py" not in thin | set(closures["xla_ddp_train"])  # the Keras side's drift: its kernel's
     assert sizes["xla_multicore_inference"] <= 150_000 < sum(map(len, closures["xla_multicore_inference"].values()))
+
+
+def test_the_sharded_keras_kernel_carries_keras_and_not_the_torch_side():
+    """The sharded LoRA notebook's vendored cell (issue 40 item 6) carries the Keras side's sharded path and the
+    surfaces a run needs (the runs table, the state, the hand-off's marks), and none of the torch replica program:
+    no training loop or launcher, no torch_xla backends, no inference replicas, no packaged converters."""
+    files = kernels.kitlib_files()
+    nb = jupytext.read(ROOT / "notebooks" / "keras_sharded_lora.py")
+    closure = set(kernels.import_closure([c.source for c in nb.cells if c.cell_type == "code"], files))
+    assert {"keras/sharded.py", "keras/sharded_run.py", "keras/sharded_predict.py", "keras/mesh.py", "keras/chip_plan.py",
+            "training/runs.py", "training/resume.py", "training/marks.py", "outputs/merge.py"} <= closure
+    backends = {m for m in files if m.startswith("run/backends/")} - {"run/backends/__init__.py", "run/backends/precision.py"}
+    assert {"run/backends/xla_threads.py", "run/backends/launchers.py", "run/backends/collectives.py"} <= backends
+    torch_side = backends | {m for m in files if m in (
+        "training/loop.py", "training/train.py", "training/handoff.py", "training/plan.py", "infer.py", "run/runtime.py",
+        "run/replica.py", "models/smollm2.py", "keras/model.py", "keras/data.py", "cv/splits.py")}
+    assert {"training/loop.py", "infer.py", "run/runtime.py"} <= torch_side  # the names still exist to be left out
+    assert not closure & torch_side, sorted(closure & torch_side)
 
 
 def test_stage_refuses_a_pair_out_of_sync(tmp_path):

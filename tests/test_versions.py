@@ -12,7 +12,7 @@ from kitlib import compat
 
 ROOT = Path(__file__).resolve().parents[1]
 # Notebooks whose setup cell prints compat.version_report(...) (the torch notebooks: being added).
-REPORTING = ["keras_xlmr_train", "xla_multicore_inference", "xla_ddp_train"]
+REPORTING = ["keras_xlmr_train", "xla_multicore_inference", "xla_ddp_train", "keras_sharded_lora"]
 
 
 def test_tested_table_covers_the_kits_frameworks():

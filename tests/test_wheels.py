@@ -49,7 +49,7 @@ def test_the_t4_decoder_kernel_needs_bitsandbytes_and_peft_on_the_gpu_image():
 
 
 def test_the_tpu_kernels_need_nothing_the_tpu_image_lacks():
-    for stem in ("xla_multicore_inference", "xla_ddp_train", "keras_xlmr_train"):
+    for stem in ("xla_multicore_inference", "xla_ddp_train", "keras_xlmr_train", "keras_sharded_lora"):
         _, image, wanted = wheels.plan(stem, ROOT / "kernel-metadata.json", {}, [])
         assert image is IMAGES["tpu"] and wanted == {}, (stem, wanted)
 

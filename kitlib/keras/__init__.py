@@ -19,6 +19,9 @@
   width the precision rule gives (bf16 on a TPU).
 * :mod:`kitlib.keras.hf_decoder`: a transformers decoder folder (the packaged SmolLM2-135M) as the sharded
   path's base, read by keras-hub's converter; its rows tokenized by its own tokenizer in the parent.
+* :mod:`kitlib.keras.sharded_run`: a sharded run as the kit's other surfaces take it: the base by name
+  (``model="auto"``), the run's identity (mesh and LoRA settings), a state a cut-off run continues, the trained
+  folder's history, hand-off marks and runs-table row (``notebooks/keras_sharded_lora.py``).
 
 Shared with the torch side: the machine probe and the accelerator names
 (:mod:`kitlib.run.hardware`: ``"tpu"``, ``"cuda"``, ``"cpu"``), the CSV rules (:mod:`kitlib.data`),

@@ -261,11 +261,13 @@ def base_fingerprint(backbone) -> str:
     return h.hexdigest()
 
 
-def save_adapter(clf: ShardedClassifier, folder: str | os.PathLike) -> Path:
+def save_adapter(clf: ShardedClassifier, folder: str | os.PathLike, extra: dict | None = None) -> Path:
     """Write the LoRA matrices and the head (:data:`WEIGHTS_FILE`) and the base's record (:data:`RECORD_FILE`), atomically.
 
     The record names the family, the backbone config, the preset or seed, :func:`base_fingerprint`, the rank,
-    the width and the weights' paths; the base's weights are not written. Returns ``folder``.
+    the width and the weights' paths; the base's weights are not written. ``extra``: ``{file name: text}`` written
+    in the same atomic folder (a run's history and held-out predictions: :func:`kitlib.keras.sharded_run.save_run`).
+    Returns ``folder``.
     """
     import numpy as np
 
@@ -280,6 +282,8 @@ def save_adapter(clf: ShardedClassifier, folder: str | os.PathLike) -> Path:
     with atomic_dir(folder) as tmp:
         np.savez(tmp / WEIGHTS_FILE, *weights.values())
         (tmp / RECORD_FILE).write_text(json.dumps(record, indent=1))
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
     return folder
 
 

@@ -185,7 +185,8 @@ def _accelerator() -> str:
 
 def predict_submission(clf, token_ids, padding_mask, ids, out_dir: str | os.PathLike, *, column: str = "prediction",
                        sample_submission: str | os.PathLike | None = None, test: str | os.PathLike | None = None,
-                       run_id: str | None = None, collapsed: str | None = None, id_col: str = "id",
+                       run_id: str | None = None, collapsed: str | None = None, id_col: str = "id", runs=(),
+                       output_csv: str | os.PathLike | None = None,
                        log: Callable[[str], None] | None = print) -> ShardedPrediction:
     """Predict every row once on ``clf``'s mesh and merge the submission (module docstring, steps 1-4).
 
@@ -198,6 +199,9 @@ def predict_submission(clf, token_ids, padding_mask, ids, out_dir: str | os.Path
         test: the test CSV, checked row by row against the ids (optional).
         run_id: the shard's run id (default: a fresh one). collapsed: the merger's ``collapsed`` policy.
         id_col: the id column of ``sample_submission``, ``test`` and the submission.
+        runs: the training run ids the adapters came from (their history's ``run_id``), recorded beside the
+            submission (:mod:`kitlib.outputs.provenance`), so a blend or cascade of it names them.
+        output_csv: where the submission goes (default ``out_dir/submission.csv``); the shard stays in ``out_dir``.
         log: receives one line on the padding and width, and one on the result (None: silent).
 
     Returns:
@@ -228,10 +232,10 @@ def predict_submission(clf, token_ids, padding_mask, ids, out_dir: str | os.Path
     run_id = run_id or f"sharded-predict-{uuid.uuid4().hex[:12]}"
     shard = write_shard(out_dir / SHARD_DIR, rank=rank, world_size=world, num_rows=n, rows=np.arange(n), ids=ids,
                         predictions={column: probs}, run_id=run_id, stats=stats)
-    merged = merge_shards([out_dir / SHARD_DIR], out_dir / SUBMISSION, sample_submission=sample_submission, test=test,
+    merged = merge_shards([out_dir / SHARD_DIR], Path(output_csv) if output_csv else out_dir / SUBMISSION, sample_submission=sample_submission, test=test,
                           run_id=run_id, world_size=world, writer="kitlib.keras.sharded_predict.predict_submission",
                           source=f"{clf.base.name or clf.base.family} LoRA on mesh {clf.mesh_shape}", collapsed=collapsed,
-                          id_col=id_col)
+                          id_col=id_col, runs=list(runs))
     if log is not None:
         log(f"sharded predict: {merged.num_rows} rows written to {merged.output} in {stats['seconds']:.1f} s "
             f"(compilation included); each chip held {stats['row_shard']} rows x tokens of a batch")

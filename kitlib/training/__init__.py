@@ -10,5 +10,6 @@
 * :mod:`kitlib.training.session`: how long this session may still run (Kaggle's limits, the time budget).
 * :mod:`kitlib.training.deadline`: train and predict before a deadline: a probe of the step and predict times, the run that fits.
 * :mod:`kitlib.training.handoff`: the saved checkpoint predicts what the trained model predicted.
+* :mod:`kitlib.training.marks`: the ready and refused marks a hand-off leaves (apart, so a Keras kernel writes them too).
 * :mod:`kitlib.training.plots`: the held-out ROC curve, and the figure file saved beside the checkpoint.
 """

@@ -106,14 +106,15 @@ class Plan:
         """Each :data:`kitlib.checkpoint.MODEL_SETTINGS` value as this run makes its model (JSON values): the kind's
         name, the prompt it asks (``""`` but for answer tokens) and its yes/no token ids (``[[], []]`` but for answer
         tokens), ``lora_r`` and, with LoRA, its other settings (else None), and with LoRA the width the memory plan
-        chose for the frozen base (else ``"as saved"``: a full fine-tune or an encoder loads its weights as saved)."""
+        chose for the frozen base (else ``"as saved"``: a full fine-tune or an encoder loads its weights as saved), and no
+        ``mesh`` (None)."""
         job, lora = self.job, self.job.lora_r > 0
         held = self.weights.width if lora and self.weights is not None else "as saved"
         made = {"kind": self.kind.name, "prompt": self.kind.config_keys().get(PROMPT_KEY, ""),
                 "answer_tokens": [list(getattr(self.kind, "yes_ids", ())), list(getattr(self.kind, "no_ids", ()))],
                 "lora_r": job.lora_r, "lora_alpha": job.lora_alpha if lora else None,
                 "lora_dropout": job.lora_dropout if lora else None, "lora_targets": job.lora_targets if lora else None,
-                "weights": held}
+                "weights": held, "mesh": None}  # one copy per device: no mesh (the sharded Keras run's is its own)
         return {key: made[key] for key in MODEL_SETTINGS}
 
     @property
