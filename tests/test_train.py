@@ -317,7 +317,7 @@ def test_notebook_end_to_end(tmp_path, sharp_checkpoint):
     assert "multilingual validation ROC AUC" in text
     assert "Defaulting to PJRT_DEVICE" not in text and "can conflict with" not in text
     assert "checkpoint ready for the inference notebook" in text
-    assert re.search(r"validation rows, both at bf16: max \|diff\| = \S+ \(a correct reload stays within 0.05\)", text)
+    assert re.search(r"validation rows, both at bf16: max \|diff\| = \S+ \(a correct reload stays within 0.08\)", text)
     assert any("image/png" in o.get("data", {}) for o in outputs)
 
 

@@ -59,8 +59,10 @@ PRECISION_ENV_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_USE_FP16")
 
 # How far a correct reload may predict from the in-memory model on the same rows, by compute precision
 # (largest |difference| of probabilities): bf16/fp16 reloads run other kernels, so rounding lands
-# differently (measured up to 0.024; issue 28). A folder that is not the trained model differs by tenths.
-RELOAD_TOLERANCE = {"fp32": 1e-4, "fp16": 0.02, "bf16": 0.05}
+# differently (measured up to 0.024; issue 28; at bf16 0.035 on a Xeon with AVX-512 bf16, then 0.0505 on an AMD
+# EPYC with avx512_bf16 on a tiny random Llama's LoRA reload, tests/test_decoder_runs.py, which 0.05 refused as
+# not the trained model). A folder that is not the trained model differs by tenths.
+RELOAD_TOLERANCE = {"fp32": 1e-4, "fp16": 0.02, "bf16": 0.08}
 # ... and by the width of the weights, where larger (:func:`reload_tolerance`): at 8 bits bitsandbytes' LLM.int8
 # computes the activation columns that hold an outlier (|x| > llm_int8_threshold, 6.0) in 16 bits, chosen per
 # batch, so a row's prediction depends on the rows batched with it: up to 0.069 between the kept epoch's
