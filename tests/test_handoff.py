@@ -39,7 +39,7 @@ def test_a_bf16_run_is_reloaded_under_bf16(sharp_checkpoint, held_out):
     bf16 = _predict(sharp_checkpoint, held_out, "bf16")  # what a bf16 run's replicas saved
     assert bf16.std() > 0.05  # predictions that spread: agreement below means the same function
     ok = check_reload(sharp_checkpoint, held_out, bf16, MAX_LEN, "bf16")
-    assert ok["rows"] == 48 and ok["precision"] == "bf16" and ok["gap"] <= ok["tolerance"] == 0.05
+    assert ok["rows"] == 48 and ok["precision"] == "bf16" and ok["gap"] <= ok["tolerance"] == 0.08
     # the old check: an fp32 reload held to 1e-4 against bf16 predictions fails, as the issue found
     with pytest.raises(HandoffMismatch, match=r"up to 0\.0\d+ away from the trained model \(both at fp32; a correct "
                                               r"reload stays within 0\.0001"):
