@@ -7,14 +7,12 @@ which keras-hub imports, never enters this process) and the tests read what it r
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.child_process import run_jax_worker
 
 from kitlib.keras.sharded_predict import check_rows, inference_width, pad_rows
 from kitlib.run.backends.precision import reload_tolerance
@@ -57,12 +55,7 @@ def test_rows_are_refused_naming_the_input_and_the_fix():
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sharded-predict")
-    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    p = subprocess.run([sys.executable, str(WORKER), str(out)], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
-    assert p.returncode == 0, f"sharded predict worker failed:\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
-    return json.loads((out / "result.json").read_text())
+    return run_jax_worker(WORKER, out, "sharded predict")
 
 
 @pytest.mark.slow

@@ -11,13 +11,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from support.child_process import run_jax_worker
 
 from kitlib.checkpoint import HISTORY_FILE, MODEL_SETTINGS, READY_FILE, not_ready
 from kitlib.keras import sharded_run
@@ -84,12 +83,7 @@ def test_auto_on_other_data_refuses_naming_what_to_attach(tmp_path):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sharded-run")
-    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    p = subprocess.run([sys.executable, str(WORKER), str(out)], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
-    assert p.returncode == 0, f"sharded run worker failed:\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
-    return out, json.loads((out / "result.json").read_text())
+    return out, run_jax_worker(WORKER, out, "sharded run")
 
 
 @pytest.mark.slow

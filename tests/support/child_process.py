@@ -122,3 +122,15 @@ def pytest_sessionfinish(session):
     out = os.environ.get(RESULTS_ENV)
     if out:
         Path(out).write_text(json.dumps(_outcomes, indent=1))
+
+
+def run_jax_worker(worker: Path, out: Path, what: str) -> dict:
+    """Run ``python <worker> <out>`` (a sharded-JAX worker script, :mod:`jax_mesh_worker` its start) in a fresh process
+    that sets its own Keras backend and ``XLA_FLAGS``, and return its ``out/result.json``; fails the test with the
+    worker's output tails when it exits non-zero (``what`` names it)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    p = subprocess.run([sys.executable, str(worker), str(out)], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, f"{what} worker failed:\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    return json.loads((Path(out) / "result.json").read_text())
