@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--log", default=None)
     a = ap.parse_args()
 
-    from kitlib.models.packaged import minilm_checkpoint
+    from kitlib.models.minilm_convert import minilm_checkpoint
     from kitlib.run.runtime import detect_runtime
     from kitlib.cv.splits import english_holdout_split
     from kitlib.training.job import TrainJob

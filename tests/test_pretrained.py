@@ -21,9 +21,10 @@ import pytest
 
 from conftest import SAMPLE
 from kitlib.checkpoint import SOURCE_FILE
-from kitlib.models import packaged as kmodel
+from kitlib.models import minilm_convert as kmodel
 from kitlib.models.model import load_classifier
-from kitlib.models.packaged import MINILM, minilm_checkpoint
+from kitlib.models.minilm_convert import minilm_checkpoint
+from kitlib.models.packaged import MINILM
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +126,27 @@ def test_finetuned_minilm_predicts_the_same_on_one_and_two_replicas(finetuned, t
     # the inference path reproduces what training measured on the same rows
     auc = roc_auc(holdout["toxic"].astype(float).to_numpy(), one["toxic"].to_numpy())
     assert auc == pytest.approx(history["epochs"][0]["valid_auc"], abs=1e-3)
+
+
+def test_a_kernel_naming_minilm_is_told_to_attach_it():
+    """The extractor is not vendored (kaggle_kit.vendor.NOT_VENDORED) and Kaggle's image lacks the wheel: the
+    internet-off check names the install and the publish, and a vendored kit says what to attach."""
+    import sys
+
+    import jupytext
+
+    from kaggle_kit.offline import internet_needs
+    from kaggle_kit.vendor import NOT_VENDORED
+    from kitlib.models.packaged import PRETRAINED
+
+    nb = jupytext.reads(f'# %% tags=["parameters"]\nmodel = "{MINILM}"\n\n# %%\nimport kitlib\n', fmt="py:percent")
+    (need,) = internet_needs(nb)
+    assert need.sure and kmodel.MINILM_INSTALL in need.what and f"kaggle_kit publish {MINILM}" in need.what
+    assert "models/minilm_convert.py" in NOT_VENDORED
+    mp = pytest.MonkeyPatch()
+    mp.setitem(sys.modules, "kitlib.models.minilm_convert", None)  # as in a kernel's vendored kit
+    try:
+        with pytest.raises(ModuleNotFoundError, match=f"model='{MINILM}': its converted folder is not attached"):
+            PRETRAINED[MINILM]("unused")
+    finally:
+        mp.undo()

