@@ -66,6 +66,44 @@ def roc_auc(labels, probs) -> float:
     return float(roc_auc_score(y, np.asarray(probs))) if len(np.unique(y)) == 2 else float("nan")
 
 
+def auc_gain_interval(labels, base, other, *, resamples: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """The paired bootstrap interval of ``roc_auc(labels, other) - roc_auc(labels, base)`` on the same rows.
+
+    Rows are drawn with replacement ``resamples`` times (seeded: the same interval every run), both models scored on
+    each draw, and the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the differences returned (the
+    percentile bootstrap; draws of one class are skipped). An interval that holds 0 says the rows cannot tell the two
+    models apart: a gain of 0.005 on 500 rows with 88 positives usually does (make decoder prints it).
+
+    Args:
+        labels, base, other: ``[n]`` labels (:func:`hard_labels`' rule) and the two models' scores for the same rows.
+
+    Returns:
+        ``(low, high)``, floats.
+
+    Raises:
+        ValueError: the lengths differ, or the labels hold one class.
+    """
+    from scipy.stats import rankdata
+
+    y, a, b = hard_labels(labels), np.asarray(base, dtype=float), np.asarray(other, dtype=float)
+    if not len(y) == len(a) == len(b):
+        raise ValueError(f"auc_gain_interval: {len(y)} labels, {len(a)} and {len(b)} scores: not the same rows")
+    if len(np.unique(y)) < 2:
+        raise ValueError("auc_gain_interval: the labels hold one class, so no ROC AUC")
+    def auc(yi, scores):  # Mann-Whitney: ranks with ties averaged, as roc_auc_score counts a tie as half
+        pos = int(yi.sum())
+        return (rankdata(scores)[yi == 1].sum() - pos * (pos + 1) / 2) / (pos * (len(yi) - pos))
+
+    rng = np.random.default_rng(seed)
+    gains = []
+    for _ in range(resamples):
+        i = rng.integers(0, len(y), len(y))
+        if 0 < y[i].sum() < len(i):
+            gains.append(auc(y[i], b[i]) - auc(y[i], a[i]))
+    low, high = np.quantile(gains, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
 def auc_text(labels, probs, where: str, label_col: str = "toxic") -> tuple[float, str]:
     """``(roc_auc, text)``: the AUC and how to print it, ``"0.8123"`` or ``"undefined (<reason>)"``.
 

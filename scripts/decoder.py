@@ -71,7 +71,9 @@ def compare(single: str | Path, decoder: str | Path, *, fraction: float = 0.2, l
 
     Returns:
         ``{"rows": n, "csv": the held-out CSV, "fraction": f, "center": c, "models": {name: {"all": auc,
-        <lang>: auc, ...}}}`` with names ``encoder``, ``decoder``, ``rank blend``, ``cascade``.
+        <lang>: auc, ...}}, "gain_95": {name: (low, high)}}`` with names ``encoder``, ``decoder``, ``rank blend``,
+        ``cascade``; ``gain_95``: each model's paired bootstrap 95% interval of its overall AUC minus e5's
+        (:func:`kitlib.metrics.auc_gain_interval`).
 
     Raises:
         CompareError: a folder without held-out predictions, or the two not on the same rows or CSV.
@@ -80,6 +82,7 @@ def compare(single: str | Path, decoder: str | Path, *, fraction: float = 0.2, l
 
     from kitlib.cv.groups import auc_by_language, heldout_rows
     from kitlib.data import read_csv_strings
+    from kitlib.metrics import auc_gain_interval
     from kitlib.outputs.blend import blend
     from kitlib.outputs.cascade import cascade
 
@@ -103,11 +106,12 @@ def compare(single: str | Path, decoder: str | Path, *, fraction: float = 0.2, l
         paths["cascade"] = out / "cascade.csv"
         cascade(paths["encoder"], paths["decoder"], paths["cascade"], fraction=fraction, rule="reorder", by="rank",
                 center=center, collapsed="warn")
-        models = {}
-        for name, path in paths.items():
-            pred = read_csv_strings(path).set_index("id")[label_col].reindex(rows["id"])
-            models[name] = auc_by_language(rows.assign(pred=pd.to_numeric(pred).to_numpy()))
-    return {"rows": len(rows), "csv": str(a_csv), "fraction": fraction, "center": center, "models": models}
+        preds = {name: pd.to_numeric(read_csv_strings(path).set_index("id")[label_col].reindex(rows["id"])).to_numpy()
+                 for name, path in paths.items()}
+    models = {name: auc_by_language(rows.assign(pred=pred)) for name, pred in preds.items()}
+    gains = {name: auc_gain_interval(rows["label"], preds["encoder"], preds[name]) for name in preds if name != "encoder"}
+    return {"rows": len(rows), "csv": str(a_csv), "fraction": fraction, "center": center, "models": models,
+            "gain_95": gains}
 
 
 def format_table(report: dict) -> str:
@@ -115,8 +119,12 @@ def format_table(report: dict) -> str:
     langs = sorted({k for m in report["models"].values() for k in m if k != "all"})
     head = f"{'held-out ROC AUC':<18}{'all':>8}" + "".join(f"{k:>8}" for k in langs)
     lines = [head]
+    gains = report.get("gain_95", {})
     for name, figures in report["models"].items():
-        lines.append(f"{name:<18}{figures['all']:>8.4f}" + "".join(f"{figures.get(k, float('nan')):>8.4f}" for k in langs))
+        gain = (f"   vs e5 {figures['all'] - report['models']['encoder']['all']:+.4f} (95%: {gains[name][0]:+.4f} .. "
+                f"{gains[name][1]:+.4f})" if name in gains else "")
+        lines.append(f"{name:<18}{figures['all']:>8.4f}" + "".join(f"{figures.get(k, float('nan')):>8.4f}" for k in langs)
+                     + gain)
     lines.append(f"({report['rows']} held-out rows of {report['csv']}; cascade: e5's least certain "
                  f"{report['fraction']:.0%} by rank around the quantile {report['center']:.3f}, re-ordered by "
                  f"{report.get('decoder_model') or 'the decoder'})")
