@@ -4,6 +4,7 @@ file, or a folder holding one (a Kaggle data set of a GGUF), and convert it once
 The file is the tiny random Gemma 3 of tests/support/tiny_gguf.py."""
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -57,6 +58,15 @@ def test_the_model_parameter_takes_a_folder_of_a_gguf_and_converts_it_once(attac
     want = _logits(attached["model"])
     assert float(want.std()) > 0.1  # a model whose outputs spread
     assert torch.allclose(_logits(opened), want, atol=1e-4)
+
+
+def test_the_files_licence_and_type_are_recorded(tmp_path):
+    (tmp_path / "in").mkdir()
+    write_gemma3_gguf(tmp_path / "in" / "tiny-Q.gguf", licence="apache-2.0")
+    folder = from_gguf(tmp_path / "in" / "tiny-Q.gguf", tmp_path / "cache")
+    source = json.loads((folder / SOURCE_FILE).read_text())
+    assert source["licence"] == "apache-2.0" and "file type ALL_F32" in source["quantization"]
+    assert source["files"] == [{"path": str((tmp_path / "in" / "tiny-Q.gguf").resolve())}] and len(source["sha256"]) == 64
 
 
 def test_adapters_open_on_a_gguf_base_as_on_its_converted_folder(attached, scratch, tmp_path):

@@ -244,17 +244,16 @@ def source_row(gguf: str | os.PathLike) -> GgufModel:
 
     path = Path(gguf)
     fields = gguf_lib.GGUFReader(path).fields
-
-    def text(key):
-        field = fields.get(key)
-        return bytes(field.parts[field.data[0]]).decode("utf-8", "replace") if field is not None and field.data else None
-
-    licence = text("general.license")
+    meta = {k: fields[k].contents() for k in ("general.license", "general.source.url", "general.name", "general.file_type")
+            if k in fields}
+    try:
+        file_type = gguf_lib.LlamaFileType(meta["general.file_type"]).name  # e.g. MOSTLY_Q4_K_M
+    except (KeyError, ValueError):
+        file_type = "not stated"
     return GgufModel(path.stem, "", "", (), path.name, file_sha256(path),
-                     licence or "not stated in the GGUF file (general.license): the model's own page says it", "",
-                     text("general.source.url") or text("general.name") or str(path),
-                     f"GGUF file {path.name} (file type {text('general.file_type') or 'as its metadata says'}), "
-                     "dequantised to fp32 by transformers")
+                     meta.get("general.license") or "not stated in the GGUF file (general.license): the model's own "
+                     "page says it", "", meta.get("general.source.url") or meta.get("general.name") or str(path),
+                     f"GGUF file {path.name} (file type {file_type}), dequantised to fp32 by transformers")
 
 
 def gguf_source_checkpoint(cache_dir: str | os.PathLike, gguf: str | os.PathLike) -> Path:

@@ -54,8 +54,9 @@ def tiny_gemma3(vocab: int, seed: int = 0):
     return model.eval()
 
 
-def write_gemma3_gguf(path: Path, seed: int = 0):
-    """Write :func:`tiny_gemma3`'s model and :func:`vocabulary` as a GGUF file at ``path``; returns the model."""
+def write_gemma3_gguf(path: Path, seed: int = 0, licence: str | None = None):
+    """Write :func:`tiny_gemma3`'s model and :func:`vocabulary` as a GGUF file at ``path`` (F32 tensors, file type
+    ALL_F32; ``general.license`` when ``licence`` is given); returns the model."""
     import gguf
     import numpy as np
 
@@ -64,6 +65,9 @@ def write_gemma3_gguf(path: Path, seed: int = 0):
     c = model.config
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, c.num_hidden_layers)
     w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if licence:
+        w.add_license(licence)
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
     w.add_block_count(c.num_hidden_layers)
