@@ -335,6 +335,18 @@ def _accelerator_parameter(c: Checked) -> list[str]:
             + (f", or give the entry accelerator {' or '.join(map(repr, fits))}" if fits else "")]
 
 
+def _gguf_model(c: Checked) -> list[str]:
+    """The notebook's effective ``model`` parameter must not be a ``.gguf`` file: a kernel's vendored kit has no GGUF
+    converter (``kaggle_kit.vendor.NOT_VENDORED``; :func:`kitlib.models.packaged.from_gguf` would refuse on Kaggle)."""
+    nb = c.notebook
+    value = notebook_parameter(nb, "model") if nb is not None else None
+    if not isinstance(value, str) or not value.lower().endswith(".gguf"):
+        return []
+    return [f"model: the notebook opens the GGUF file {value!r}, which a kernel cannot convert (kitlib/models/gguf_convert.py "
+            "is not vendored): convert it here (kitlib.models.packaged.from_gguf(file, folder)), publish the folder "
+            "(python -m kaggle_kit publish FOLDER --dataset OWNER/SLUG) and pass -p model=/kaggle/input/SLUG"]
+
+
 class Rule(NamedTuple):
     fields: str
     requirement: str
@@ -363,6 +375,8 @@ RULES: tuple[Rule, ...] = (
          "Kaggle runs the kernel without network access", _internet),
     Rule("model_sources, dataset_sources, kernel_sources", "what model=\"auto\" loads is attached",
          "kitlib.models.model.resolve_checkpoint refuses 'auto' on the competition data", _auto_model),
+    Rule("model (the notebook parameter)", "not a .gguf file", "kitlib.models.packaged.from_gguf: a kernel has no GGUF "
+         "converter (kaggle_kit.vendor.NOT_VENDORED)", _gguf_model),
     Rule("accelerator (the notebook parameter)", "auto, or a runtime of the kernel's machine (ACCELERATORS.runtimes)",
          "kitlib.run.runtime.detect_runtime refuses an accelerator it does not find", _accelerator_parameter),
 )

@@ -106,6 +106,8 @@ def test_chain_is_a_dependency_graph_checked_before_anything_is_pushed(tmp_path,
     ("model=multilingual-e5-small", "parameter model = 'multilingual-e5-small' names a packaged model, converted by "
                                     "kitlib from wheels that Kaggle's image lacks"),
     ("accelerator=cuda", "accelerator: the notebook runs with accelerator='cuda', but the kernel's machine is 'tpu'"),
+    ("model=/kaggle/input/gemma-gguf/gemma-3-1b-it-Q4_K_M.gguf", "model: the notebook opens the GGUF file "
+     "'/kaggle/input/gemma-gguf/gemma-3-1b-it-Q4_K_M.gguf', which a kernel cannot convert"),
 ])
 def test_checks_read_the_effective_values(tmp_path, chain_project, param, message):
     r = cli(["validate", "--owner", "t", *meta_args(chain_project, tmp_path / "b"), "xla_multicore_inference", "-p", param])
