@@ -83,16 +83,16 @@ def auc_gain_interval(labels, base, other, *, resamples: int = 2000, level: floa
     Raises:
         ValueError: the lengths differ, or the labels hold one class.
     """
-    from scipy.stats import rankdata
-
     y, a, b = hard_labels(labels), np.asarray(base, dtype=float), np.asarray(other, dtype=float)
     if not len(y) == len(a) == len(b):
         raise ValueError(f"auc_gain_interval: {len(y)} labels, {len(a)} and {len(b)} scores: not the same rows")
     if len(np.unique(y)) < 2:
         raise ValueError("auc_gain_interval: the labels hold one class, so no ROC AUC")
     def auc(yi, scores):  # Mann-Whitney: ranks with ties averaged, as roc_auc_score counts a tie as half
+        _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+        ranks = (np.cumsum(counts) - (counts - 1) / 2)[inverse]  # 1-based, a tie's average
         pos = int(yi.sum())
-        return (rankdata(scores)[yi == 1].sum() - pos * (pos + 1) / 2) / (pos * (len(yi) - pos))
+        return (ranks[yi == 1].sum() - pos * (pos + 1) / 2) / (pos * (len(yi) - pos))
 
     rng = np.random.default_rng(seed)
     gains = []
