@@ -85,9 +85,8 @@ class GgufSource:
         from ..paths import scratch_dir
         from .packaged import from_gguf, gguf_source
 
-        plain = {k: from_gguf(gguf_source(v), scratch_dir()) for k, v in (("folder", r.folder), ("base", r.base))
-                 if v is not None and gguf_source(v) is not None}
-        return _open(replace(r, **plain))
+        found = {"folder": gguf_source(r.folder), "base": r.base is not None and gguf_source(r.base) or None}
+        return _open(replace(r, **{k: from_gguf(g, scratch_dir()) for k, g in found.items() if g is not None}))
 
 
 class QuantizedAdapters:
